@@ -1,0 +1,63 @@
+# One-command set-up, demo and tests. Every target first does whatever set-up is missing:
+# a virtual environment in .venv with the pinned Python packages, Debian's WordNet and Fashion-MNIST
+# packages, and the offline WordNet corpus for NLTK. Set-up that is already done is skipped.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP_STAMP := $(VENV)/.pip-installed
+DEBIAN_STAMP := $(VENV)/.debian-packages
+WORDNET := $(VENV)/share/nltk_data/corpora/wordnet/lexnames
+DEBIAN_PACKAGES := wordnet-base wordnet-sense-index dataset-fashion-mnist
+
+.PHONY: setup demo test test-all lint benchmark clean
+
+setup: $(PIP_STAMP) $(WORDNET)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch and torchvision first, pinned, so that no other package pulls a different build.
+$(PIP_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(DEBIAN_STAMP): | $(PY)
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	    echo "Installing Debian packages:$$missing"; \
+	    $$sudo apt-get update -q && \
+	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	  else \
+	    echo "warning: no apt-get; install$$missing yourself (WordNet 3.0 files, Fashion-MNIST IDX files)"; \
+	  fi; \
+	fi
+	touch $@
+
+$(WORDNET): $(DEBIAN_STAMP) $(PIP_STAMP)
+	$(PY) -m datamodules.wordnet install
+
+demo: setup
+	$(PY) train.py fit --config configs/demo/fashion_mnist_eos.yaml
+	$(PY) evaluate.py oscr --ckpt runs/demo/checkpoints/best.ckpt --log-dir runs/demo --wandb-project openset-bench-demo
+	@echo "Demo done. Reports: runs/demo/checkpoints/best-oscr/  W&B offline runs: runs/demo/wandb/"
+
+lint: setup
+	$(PY) -m ruff check .
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+test-all: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -m "slow or not slow"
+
+benchmark: setup
+	$(PY) -m benchmarks.oscr_benchmark
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,70 @@
+"""Figures of the evaluation reports (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from datamodules.io import atomic_write_bytes  # noqa: E402
+
+COLOURS = {"negatives": "tab:orange", "unknowns": "tab:red", "known_target": "tab:blue"}
+
+
+def save_figure(figure: plt.Figure, path: str | Path) -> Path:
+    """Render to PNG in memory, then write atomically."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def plot_oscr_curves(
+    curves: Mapping[str, tuple[Tensor, Tensor, Tensor]],
+    path: str | Path,
+    *,
+    fpr_targets: Sequence[float] = (),
+    title: str = "OSCR",
+) -> Path:
+    """CCR against FPR on a logarithmic FPR axis, one curve per group (points with FPR = 0 are off-axis)."""
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    smallest = 1.0
+    for group, (fpr, ccr, _) in curves.items():
+        fpr_np, ccr_np = fpr.cpu().numpy(), ccr.cpu().numpy()
+        shown = fpr_np > 0
+        if shown.any():
+            smallest = min(smallest, float(fpr_np[shown].min()))
+        axis.step(fpr_np[shown], ccr_np[shown], where="post", label=group, color=COLOURS.get(group))
+    for target in fpr_targets:
+        axis.axvline(target, color="grey", linewidth=0.5, linestyle=":")
+    axis.set_xscale("log")
+    axis.set_xlim(min(smallest, *(t for t in fpr_targets if t > 0), 1.0) / 1.5, 1.05)
+    axis.set_ylim(0, 1.0)
+    axis.set_xlabel("False Positive Rate (log)")
+    axis.set_ylabel("Correct Classification Rate")
+    axis.set_title(title)
+    axis.grid(True, which="major", alpha=0.3)
+    axis.legend(loc="lower right")
+    return save_figure(figure, path)
+
+
+def plot_score_histograms(scores: Mapping[str, Tensor], path: str | Path, *, bins: int = 50, title: str = "") -> Path:
+    """Histograms of the known samples' true-class score and of each negative group's max score."""
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    labels = {"known_target": "known: $S_y$", "negatives_max": "negatives: max $S_c$", "unknowns_max": "unknowns: max $S_c$"}
+    for name, values in scores.items():
+        colour = COLOURS.get(name.removesuffix("_max"))
+        axis.hist(values.cpu().double().numpy(), bins=edges, alpha=0.5, density=True, label=labels.get(name, name), color=colour)
+    axis.set_xlabel("score")
+    axis.set_ylabel("density")
+    axis.set_title(title or "Score distributions")
+    axis.legend(loc="upper center")
+    return save_figure(figure, path)

@@ -1,0 +1,42 @@
+"""The sample and batch structure every datamodule of the project yields.
+
+A batch carries the dataset index of each sample, so evaluation metrics can drop the duplicates that
+``DistributedSampler`` adds, and the dataset indices of the unreadable images that were skipped in it, so
+a run that skips images reports exactly which and how many.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class Sample(NamedTuple):
+    """One sample; ``image`` is ``None`` when the file could not be read and the dataset skips it."""
+
+    image: Tensor | None
+    target: int
+    index: int
+
+
+class Batch(NamedTuple):
+    images: Tensor  # (B, C, H, W)
+    targets: Tensor  # (B,) int64, project label convention
+    indices: Tensor  # (B,) int64 dataset indices
+    skipped: Tensor  # (S,) int64 dataset indices of unreadable images dropped from this batch
+
+
+def collate_samples(samples: list[Sample]) -> Batch:
+    """Stack readable samples; drop the unreadable ones and record their indices."""
+    readable = [s for s in samples if s.image is not None]
+    skipped = torch.tensor([s.index for s in samples if s.image is None], dtype=torch.long)
+    if not readable:
+        return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), skipped)
+    return Batch(
+        images=torch.stack([s.image for s in readable]),  # type: ignore[misc]
+        targets=torch.tensor([s.target for s in readable], dtype=torch.long),
+        indices=torch.tensor([s.index for s in readable], dtype=torch.long),
+        skipped=skipped,
+    )

@@ -1,0 +1,185 @@
+"""The embedded default: an open-set protocol on the real Fashion-MNIST data set.
+
+Fashion-MNIST (Xiao, Rasul, Vollgraf, 2017) has ten classes of 28x28 grey-scale clothing images. The
+demo protocol mirrors the ImageNet protocols on a small scale:
+
+    known     T-shirt/top, Trouser, Sneaker, Bag     -> labels 0..3 (in class-index order)
+    negative  Pullover, Dress, Sandal                -> -1 (seen in training as "other")
+    unknown   Coat, Shirt, Ankle boot                -> -2 (never seen)
+
+The unknowns are near the knowns and negatives (a coat looks like a pullover, a shirt like a T-shirt, an
+ankle boot like a sneaker and a sandal), so rejecting them is not trivial.
+
+Train/val: the official training images of the known and negative classes, split with the ImageNet
+protocols' rule (``train_test_split(train_size=0.8, stratify=class, random_state=42)``). Test: the
+official test images of all ten classes.
+
+The IDX files come from Debian's ``dataset-fashion-mnist`` package (``/usr/share/datasets/fashion-mnist``);
+where it is missing, ``prepare_data`` falls back to torchvision's download into ``download_dir``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+
+from datamodules.base import OpenSetDataModule, TensorImageDataset, TrainNegatives
+
+DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+DEMO_KNOWN = (0, 1, 7, 8)
+DEMO_NEGATIVE = (2, 3, 5)
+DEMO_UNKNOWN = (4, 6, 9)
+_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read a (gzipped) IDX file of unsigned bytes: images ``(N, H, W)`` or labels ``(N,)``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise ValueError(f"{path} is not an IDX file of unsigned bytes (magic {data[:4].hex()})")
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if array.size != int(np.prod(shape)):
+        raise ValueError(f"{path} is truncated: header says {shape}, found {array.size} values")
+    return array.reshape(shape)
+
+
+def find_fashion_mnist(data_dir: str | Path) -> Path | None:
+    """The folder holding the four IDX files (Debian's layout or torchvision's ``FashionMNIST/raw``)."""
+    for candidate in (Path(data_dir), Path(data_dir) / "FashionMNIST" / "raw"):
+        if all((candidate / name).is_file() for pair in _FILES.values() for name in pair):
+            return candidate
+    return None
+
+
+def load_fashion_mnist(data_dir: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(images (N, 28, 28) uint8, labels (N,) uint8)`` of the ``"train"`` or ``"test"`` split."""
+    folder = find_fashion_mnist(data_dir)
+    if folder is None:
+        raise FileNotFoundError(
+            f"Fashion-MNIST IDX files not found in {data_dir}: install Debian's dataset-fashion-mnist "
+            f"(files in {DEBIAN_FASHION_MNIST_DIR}) or let prepare_data download them with torchvision"
+        )
+    images_file, labels_file = _FILES[split]
+    images, labels = read_idx(folder / images_file), read_idx(folder / labels_file)
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"{folder}: {images.shape[0]} {split} images but {labels.shape[0]} labels")
+    return images, labels
+
+
+def open_set_labels(classes: np.ndarray, known: Sequence[int], negative: Sequence[int], unknown: Sequence[int]) -> np.ndarray:
+    """Map original class ids to project labels; classes in no role get ``-3`` (to be dropped)."""
+    mapping = np.full(max(max(known), max(negative, default=0), max(unknown, default=0)) + 1, -3, dtype=np.int64)
+    mapping[list(known)] = np.arange(len(known))
+    mapping[list(negative)] = -1
+    mapping[list(unknown)] = -2
+    out = np.full(classes.shape, -3, dtype=np.int64)
+    inside = classes < len(mapping)
+    out[inside] = mapping[classes[inside]]
+    return out
+
+
+class FashionMNISTOpenSetDataModule(OpenSetDataModule):
+    """Fashion-MNIST open-set protocol (see the module docstring).
+
+    Args:
+        data_dir: folder with the IDX files (Debian's by default).
+        download_dir: where torchvision downloads them if ``data_dir`` has none.
+        known, negative, unknown: original class ids (0-9) of each role.
+        train_negatives: ``"include"`` / ``"exclude"`` / ``"background"``, linked to the loss.
+        max_train_per_class: keep at most this many training images per class (a faster demo).
+    """
+
+    def __init__(
+        self,
+        data_dir: str = DEBIAN_FASHION_MNIST_DIR,
+        download_dir: str = "data/fashion-mnist",
+        known: Sequence[int] = DEMO_KNOWN,
+        negative: Sequence[int] = DEMO_NEGATIVE,
+        unknown: Sequence[int] = DEMO_UNKNOWN,
+        train_negatives: TrainNegatives = "include",
+        batch_size: int = 128,
+        num_workers: int = 0,
+        max_train_per_class: int | None = None,
+        seed: int = 42,
+    ) -> None:
+        super().__init__(batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives)
+        self.save_hyperparameters()
+        roles = [*known, *negative, *unknown]
+        if len(set(roles)) != len(roles) or not set(roles) <= set(range(10)) or not known:
+            raise ValueError(f"known/negative/unknown must be disjoint class ids in 0..9, got {known}/{negative}/{unknown}")
+        self.known, self.negative, self.unknown = sorted(known), sorted(negative), sorted(unknown)
+        self.data_dir, self.download_dir = data_dir, download_dir
+        self.max_train_per_class = max_train_per_class
+        self.seed = seed
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.known)
+
+    @property
+    def class_names(self) -> list[str]:
+        return [CLASS_NAMES[c] for c in self.known]
+
+    def _folder(self) -> str:
+        return self.data_dir if find_fashion_mnist(self.data_dir) else self.download_dir
+
+    def prepare_data(self) -> None:
+        if find_fashion_mnist(self.data_dir) is None and find_fashion_mnist(self.download_dir) is None:
+            from torchvision.datasets import FashionMNIST
+
+            for train in (True, False):
+                FashionMNIST(self.download_dir, train=train, download=True)
+
+    def _labels(self, classes: np.ndarray) -> np.ndarray:
+        return open_set_labels(classes, self.known, self.negative, self.unknown)
+
+    def split_train_val(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices of the official training images in the train and val sets, and their class ids."""
+        _, classes = load_fashion_mnist(self._folder(), "train")
+        pool = np.flatnonzero(np.isin(classes, self.known + self.negative))
+        if self.max_train_per_class is not None:
+            rng = np.random.default_rng(self.seed)
+            pool = np.sort(np.concatenate([
+                rng.choice(np.flatnonzero(classes == c), size=min(self.max_train_per_class, int((classes == c).sum())),
+                           replace=False)
+                for c in self.known + self.negative
+            ]))
+        train_idx, val_idx = train_test_split(pool, train_size=0.8, stratify=classes[pool], random_state=42)
+        return np.asarray(train_idx), np.asarray(val_idx), classes
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit", "validate"):
+            images, _ = load_fashion_mnist(self._folder(), "train")
+            train_idx, val_idx, classes = self.split_train_val()
+            images_t = torch.from_numpy(images.copy()).unsqueeze(1)
+            labels = self._labels(classes)
+            kept = train_idx[self.filter_train_labels(labels[train_idx].tolist())]
+            self.set_train_labels(labels[kept].tolist())
+            self.train_set = TensorImageDataset(
+                images_t[kept], torch.from_numpy(labels[kept]), target_transform=self.train_target_transform()
+            )
+            self.val_set = TensorImageDataset(images_t[val_idx], torch.from_numpy(labels[val_idx]))
+        if stage in (None, "test", "predict"):
+            images, classes = load_fashion_mnist(self._folder(), "test")
+            labels = self._labels(classes)
+            keep = labels != -3
+            self.test_set = TensorImageDataset(
+                torch.from_numpy(images[keep].copy()).unsqueeze(1), torch.from_numpy(labels[keep])
+            )
+
+    def predict_dataloader(self) -> torch.utils.data.DataLoader:
+        return self.test_dataloader()

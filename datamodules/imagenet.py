@@ -1,0 +1,160 @@
+"""ILSVRC2012 open-set protocols P1-P3 as a LightningDataModule (Palechor et al., WACV 2023).
+
+Expects the ILSVRC2012 folder layout ``<root>/train/<wnid>/*.JPEG`` and ``<root>/val/<wnid>/*.JPEG``.
+The protocol CSV files are read from ``protocol_dir`` (``p<n>_{train,val,test}.csv``, the authors' names
+and format, so their published files can be used as they are); missing files are written there from the
+ImageNet folder by ``prepare_data`` with the authors' split rule (:mod:`datamodules.protocols`).
+
+Every class folder the protocol needs is checked before training starts, with one error that lists all
+missing wnids. Unreadable images fail with the file's path, or are skipped and counted
+(``on_bad_image="skip"``); ``verify_images=True`` decodes every image once before training so that
+neither happens hours into an epoch.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from datamodules.base import (
+    BadImagePolicy,
+    ImageFileDataset,
+    OpenSetDataModule,
+    TrainNegatives,
+    read_rgb_image,
+)
+from datamodules.io import atomic_write_text
+from datamodules.protocols import (
+    SPLITS,
+    check_class_folders,
+    csv_path,
+    imagenet_protocol,
+    read_protocol_csv,
+    write_protocol_csvs,
+)
+from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transform, train_transform
+
+
+class ImageNetProtocolDataModule(OpenSetDataModule):
+    """ImageNet protocol P1, P2 or P3.
+
+    Args:
+        root: ILSVRC2012 folder with ``train/`` and ``val/`` class folders.
+        protocol: 1, 2 or 3.
+        protocol_dir: folder of the protocol CSV files (read if present, else written there).
+        train_negatives: ``"include"`` (EOS), ``"exclude"`` (SoftMax) or ``"background"`` (BG); linked to
+            the model's loss by ``train.py``.
+        batch_size: per-device batch size (the paper: 64).
+        num_workers: data-loading processes per device.
+        resize_size, crop_size: Resize(256) then a 224 crop, as the paper.
+        normalize: subtract ``mean`` and divide by ``std`` (off in the paper).
+        on_bad_image: ``"fail"`` or ``"skip"`` unreadable images.
+        verify_images: decode every image of the protocol once in ``prepare_data``.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        protocol: int = 1,
+        protocol_dir: str = "data/protocols",
+        train_negatives: TrainNegatives = "include",
+        batch_size: int = 64,
+        num_workers: int = 8,
+        resize_size: int = 256,
+        crop_size: int = 224,
+        normalize: bool = False,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        on_bad_image: BadImagePolicy = "fail",
+        verify_images: bool = False,
+        pin_memory: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives, pin_memory=pin_memory
+        )
+        self.save_hyperparameters()
+        self.root = str(root)
+        self.protocol_number = protocol
+        self.protocol = imagenet_protocol(protocol)
+        self.protocol_dir = Path(protocol_dir)
+        self.on_bad_image = on_bad_image
+        self.verify_images = verify_images
+        transform_kwargs = {"resize": resize_size, "crop": crop_size, "normalize": normalize, "mean": mean, "std": std}
+        self.train_transform = train_transform(**transform_kwargs)
+        self.eval_transform = eval_transform(**transform_kwargs)
+
+    @property
+    def num_classes(self) -> int:
+        return self.protocol.num_classes
+
+    def csv_file(self, split: str) -> Path:
+        return csv_path(self.protocol_dir, self.protocol_number, split)
+
+    @property
+    def unreadable_file(self) -> Path:
+        return self.protocol_dir / f"p{self.protocol_number}_unreadable.txt"
+
+    def check_folders(self, rows_by_split: dict[str, list[tuple[str, int]]]) -> None:
+        """One error listing every class folder that the CSV rows refer to and that does not exist."""
+        required: dict[str, set[str]] = {}
+        for rows in rows_by_split.values():
+            for relative, _ in rows:
+                parts = relative.split("/")
+                if len(parts) >= 3:
+                    required.setdefault(parts[-3], set()).add(parts[-2])
+        check_class_folders(self.root, required)
+
+    def prepare_data(self) -> None:
+        """Write missing protocol CSVs; optionally decode every image once (rank 0 of each node)."""
+        if not all(self.csv_file(split).is_file() for split in SPLITS):
+            write_protocol_csvs(self.root, self.protocol_number, self.protocol_dir, protocol=self.protocol)
+        if self.verify_images:
+            rows = [row for split in SPLITS for row in read_protocol_csv(self.csv_file(split), self.num_classes)]
+            self.check_folders({"all": rows})
+            self._verify([relative for relative, _ in rows])
+
+    def _verify(self, relatives: list[str]) -> None:
+        def readable(relative: str) -> bool:
+            try:
+                read_rgb_image(os.path.join(self.root, relative))
+                return True
+            except Exception:
+                return False
+
+        with ThreadPoolExecutor(max_workers=max(1, self.num_workers)) as pool:
+            bad = [relative for relative, ok in zip(relatives, pool.map(readable, relatives), strict=True) if not ok]
+        if bad and self.on_bad_image == "fail":
+            shown = ", ".join(os.path.join(self.root, b) for b in bad[:20])
+            raise OSError(f"{len(bad)} unreadable images under {self.root}: {shown}{' ...' if len(bad) > 20 else ''}")
+        atomic_write_text(self.unreadable_file, "".join(f"{b}\n" for b in bad))
+
+    def _rows(self, split: str) -> list[tuple[str, int]]:
+        rows = read_protocol_csv(self.csv_file(split), self.num_classes)
+        if self.verify_images and self.on_bad_image == "skip" and self.unreadable_file.is_file():
+            unreadable = set(self.unreadable_file.read_text().split())
+            rows = [row for row in rows if row[0] not in unreadable]
+        return rows
+
+    def setup(self, stage: str | None = None) -> None:
+        splits = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
+        wanted = splits[stage] if stage in splits else SPLITS
+        rows = {split: self._rows(split) for split in wanted}
+        self.check_folders(rows)
+        dataset_kwargs = {"root": self.root, "on_bad_image": self.on_bad_image}
+        if "train" in rows:
+            labels = [label for _, label in rows["train"]]
+            kept = [rows["train"][i] for i in self.filter_train_labels(labels)]
+            self.set_train_labels([label for _, label in kept])
+            self.train_set = ImageFileDataset(
+                rows=kept, transform=self.train_transform, target_transform=self.train_target_transform(), **dataset_kwargs
+            )
+        if "val" in rows:
+            self.val_set = ImageFileDataset(rows=rows["val"], transform=self.eval_transform, **dataset_kwargs)
+        if "test" in rows:
+            self.test_set = ImageFileDataset(rows=rows["test"], transform=self.eval_transform, **dataset_kwargs)
+
+    def predict_dataloader(self) -> torch.utils.data.DataLoader:
+        return self.test_dataloader()

@@ -1,0 +1,275 @@
+"""ImageNet open-set protocols P1-P3 (Palechor, Bhoumik, Günther, WACV 2023) and their CSV files.
+
+``imagenet_protocol(n)`` returns the published class lists (package data, ``data/SOURCES.md``).
+``write_protocol_csvs`` writes the authors' train/val/test CSV files from an ILSVRC2012 folder with
+their exact split rule, and ``read_protocol_csv`` reads those files (theirs or ours):
+
+- known classes get the index in the sorted known wnid list, negatives ``-1``, unknowns ``-2``;
+- train/val: the images of ``train/<wnid>/`` of the known then the negative classes (files sorted within
+  a class) -> ``sklearn.model_selection.train_test_split(train_size=0.8, stratify=wnid, random_state=42)``;
+- test: the images of ``val/<wnid>/`` of the known, negative and unknown classes;
+- rows ``train/<wnid>/<file>,<label>``, paths relative to the ImageNet root, no header.
+
+``protocol_from_superclasses`` builds a protocol from any WordNet superclasses.
+
+Command line::
+
+    python -m datamodules.protocols write --imagenet-root /data/ILSVRC2012 --protocol 1 --out-dir data/protocols
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from sklearn.model_selection import train_test_split
+
+from datamodules.io import atomic_write_text
+
+NEGATIVE_LABEL = -1
+UNKNOWN_LABEL = -2
+SPLITS = ("train", "val", "test")
+ROLES = ("known", "negative", "unknown")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Sorted wnid lists of the known, negative and unknown classes."""
+
+    known: list[str]
+    negative: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for role in ROLES:
+            wnids = getattr(self, role)
+            if list(wnids) != sorted(set(wnids)):
+                object.__setattr__(self, role, sorted(set(wnids)))
+        seen: dict[str, str] = {}
+        clashes = []
+        for role in ROLES:
+            for wnid in getattr(self, role):
+                if wnid in seen:
+                    clashes.append(f"{wnid} ({seen[wnid]} and {role})")
+                seen[wnid] = role
+        if clashes:
+            raise ValueError(f"classes in more than one role: {', '.join(clashes)}")
+        if not self.known:
+            raise ValueError("a protocol needs at least one known class")
+
+    @property
+    def num_classes(self) -> int:
+        """``K``, the number of known classes."""
+        return len(self.known)
+
+    def labels(self) -> dict[str, int]:
+        """wnid -> label: index in the sorted known list, ``-1`` negative, ``-2`` unknown."""
+        labels = {wnid: i for i, wnid in enumerate(self.known)}
+        labels.update({wnid: NEGATIVE_LABEL for wnid in self.negative})
+        labels.update({wnid: UNKNOWN_LABEL for wnid in self.unknown})
+        return labels
+
+
+@cache
+def _published_lists() -> dict[int, dict[str, list[tuple[int, str]]]]:
+    text = resources.files("datamodules").joinpath("data/protocol_class_lists.csv").read_text()
+    lists: dict[int, dict[str, list[tuple[int, str]]]] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        lists.setdefault(int(row["protocol"]), {r: [] for r in ROLES})[row["role"]].append(
+            (int(row["label"]), row["wnid"])
+        )
+    return lists
+
+
+def imagenet_protocol(number: int) -> Protocol:
+    """The published class lists of protocol ``number`` (1, 2 or 3): 116/67/166, 30/31/55, 151/97/164."""
+    lists = _published_lists()
+    if number not in lists:
+        raise ValueError(f"ImageNet protocols are 1, 2 and 3, got {number!r}")
+    roles = {role: [wnid for _, wnid in lists[number][role]] for role in ROLES}
+    protocol = Protocol(**roles)
+    published_labels = {wnid: label for label, wnid in lists[number]["known"]}
+    if published_labels != {wnid: i for i, wnid in enumerate(protocol.known)}:
+        raise RuntimeError(f"package data for P{number}: known labels are not the sorted-wnid order")
+    return protocol
+
+
+def imagenet1k_wnids() -> list[str]:
+    """The 1000 ILSVRC2012 wnids, in class-index order (timm's synset list)."""
+    import timm.data
+
+    path = Path(timm.data.__file__).parent / "_info" / "imagenet_synsets.txt"
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
+def protocol_from_superclasses(
+    known: Sequence[str],
+    negative: Sequence[str] = (),
+    unknown: Sequence[str] = (),
+    *,
+    candidates: Iterable[str] | None = None,
+    wordnet: object = None,
+) -> Protocol:
+    """A protocol from WordNet superclasses: each role gets every candidate class below its superclasses.
+
+    Args:
+        known, negative, unknown: superclass wnids of each role.
+        candidates: the classes to choose from (default: the ImageNet-1k classes).
+        wordnet: an NLTK WordNet reader (default: :func:`datamodules.wordnet.load_wordnet`).
+
+    Raises:
+        ValueError: if a class falls below superclasses of two roles (name them apart) or a role is empty.
+    """
+    from datamodules.wordnet import descendants_in
+
+    candidates = list(candidates) if candidates is not None else imagenet1k_wnids()
+    roles = {role: descendants_in(roots, candidates, wordnet) for role, roots in zip(ROLES, (known, negative, unknown), strict=True)}
+    for role, roots in zip(ROLES, (known, negative, unknown), strict=True):
+        if roots and not roles[role]:
+            raise ValueError(f"no candidate class lies below the {role} superclasses {list(roots)}")
+    return Protocol(**roles)
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV files
+
+
+def csv_path(directory: str | os.PathLike, number: int | str, split: str) -> Path:
+    """``<directory>/p<number>_<split>.csv``, the authors' file names."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return Path(directory) / f"p{number}_{split}.csv"
+
+
+def _image_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, Iterable[str]]) -> None:
+    """Raise one ``FileNotFoundError`` that lists every missing ``<split>/<wnid>`` folder."""
+    root = Path(imagenet_root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"ImageNet root {root} does not exist")
+    missing = [f"{split}/{wnid}" for split, wnids in required.items() for wnid in sorted(set(wnids))
+               if not (root / split / wnid).is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} class folders are missing under {root}: {', '.join(missing)}. "
+            "Expected the ILSVRC2012 layout train/<wnid>/*.JPEG and val/<wnid>/*.JPEG "
+            "(the validation images sorted into class folders)"
+        )
+
+
+def protocol_rows(
+    imagenet_root: str | os.PathLike, protocol: Protocol, *, random_state: int = 42
+) -> dict[str, list[tuple[str, int]]]:
+    """The rows of the train, val and test files of a protocol (see the module docstring for the rule)."""
+    root = Path(imagenet_root)
+    check_class_folders(
+        root, {"train": protocol.known + protocol.negative, "val": protocol.known + protocol.negative + protocol.unknown}
+    )
+    labels = protocol.labels()
+    images, classes = [], []
+    for wnid in protocol.known + protocol.negative:
+        files = _image_files(root / "train" / wnid)
+        images += [f"train/{wnid}/{name}" for name in files]
+        classes += [wnid] * len(files)
+    train_images, val_images, train_classes, val_classes = train_test_split(
+        images, classes, train_size=0.8, stratify=classes, random_state=random_state
+    )
+    test = [(f"val/{wnid}/{name}", labels[wnid])
+            for wnid in protocol.known + protocol.negative + protocol.unknown
+            for name in _image_files(root / "val" / wnid)]
+    return {
+        "train": [(path, labels[wnid]) for path, wnid in zip(train_images, train_classes, strict=True)],
+        "val": [(path, labels[wnid]) for path, wnid in zip(val_images, val_classes, strict=True)],
+        "test": test,
+    }
+
+
+def write_protocol_csvs(
+    imagenet_root: str | os.PathLike,
+    number: int,
+    out_dir: str | os.PathLike,
+    *,
+    protocol: Protocol | None = None,
+    random_state: int = 42,
+) -> dict[str, Path]:
+    """Write ``p<n>_train.csv``, ``p<n>_val.csv`` and ``p<n>_test.csv`` (each atomically).
+
+    Args:
+        imagenet_root: folder with ``train/<wnid>/`` and ``val/<wnid>/``.
+        number: protocol number (names the files; selects the published lists unless ``protocol`` is given).
+        out_dir: where to write.
+        protocol: a custom protocol (for example from :func:`protocol_from_superclasses`).
+    """
+    protocol = protocol or imagenet_protocol(number)
+    rows = protocol_rows(imagenet_root, protocol, random_state=random_state)
+    paths = {}
+    for split in SPLITS:
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(rows[split])
+        paths[split] = csv_path(out_dir, number, split)
+        atomic_write_text(paths[split], buffer.getvalue())
+    return paths
+
+
+def read_protocol_csv(path: str | os.PathLike, num_classes: int) -> list[tuple[str, int]]:
+    """Read a protocol CSV (``relative/path.JPEG,label`` rows, no header; the authors' or ours).
+
+    Raises:
+        ValueError: naming the file and line of a malformed row or a label outside ``-2 .. num_classes-1``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"protocol file {path} does not exist")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for line_number, row in enumerate(csv.reader(handle), start=1):
+            if not row:
+                continue
+            if len(row) != 2:
+                raise ValueError(f"{path}:{line_number}: expected 'relative/path,label', got {row!r}")
+            try:
+                label = int(row[1])
+            except ValueError:
+                raise ValueError(f"{path}:{line_number}: label {row[1]!r} is not an integer") from None
+            if not UNKNOWN_LABEL <= label < num_classes:
+                raise ValueError(
+                    f"{path}:{line_number}: label {label} is out of range for {num_classes} known classes "
+                    f"(expected {UNKNOWN_LABEL}..{num_classes - 1})"
+                )
+            rows.append((row[0], label))
+    if not rows:
+        raise ValueError(f"protocol file {path} is empty")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m datamodules.protocols", description="ImageNet protocols P1-P3")
+    sub = parser.add_subparsers(dest="command", required=True)
+    write = sub.add_parser("write", help="write p<n>_{train,val,test}.csv from an ILSVRC2012 folder")
+    write.add_argument("--imagenet-root", required=True, type=Path)
+    write.add_argument("--protocol", type=int, choices=(1, 2, 3), required=True)
+    write.add_argument("--out-dir", type=Path, required=True)
+    show = sub.add_parser("show", help="print the class counts of a protocol")
+    show.add_argument("--protocol", type=int, choices=(1, 2, 3), required=True)
+    args = parser.parse_args(argv)
+    if args.command == "write":
+        for split, path in write_protocol_csvs(args.imagenet_root, args.protocol, args.out_dir).items():
+            print(f"{split}: {path}")
+    else:
+        protocol = imagenet_protocol(args.protocol)
+        print(f"P{args.protocol}: {len(protocol.known)} known, {len(protocol.negative)} negative, "
+              f"{len(protocol.unknown)} unknown classes")
+
+
+if __name__ == "__main__":
+    main()

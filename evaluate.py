@@ -1,0 +1,147 @@
+"""Evaluation entry point.
+
+    python evaluate.py oscr --ckpt runs/.../checkpoints/best.ckpt [--devices 2 --strategy ddp]
+
+``oscr``: the open-set test report of Palechor et al. (CCR at FPR on negatives and unknowns, AUROC,
+closed-set accuracy, OSCR curves and score histograms) of a checkpoint of ``train.py``. The model and the
+datamodule are rebuilt from the checkpoint alone; ``--data KEY=VALUE`` overrides a datamodule argument
+(for example the ImageNet root on another machine). The report goes next to the checkpoint unless
+``--output-dir`` is given, and to W&B (offline unless ``--wandb-mode online``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import yaml
+from pytorch_lightning.loggers import Logger, WandbLogger
+
+from callbacks import OpenSetEvaluation
+from metrics import DEFAULT_FPR_TARGETS
+
+
+def import_class(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"{path!r} is not a module.Class path")
+    return getattr(importlib.import_module(module), name)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["root=/data", "batch_size=32"]`` -> ``{"root": "/data", "batch_size": 32}`` (values parsed as YAML)."""
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--data expects KEY=VALUE, got {pair!r}")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+def load_checkpoint_run(ckpt: str, data_overrides: dict[str, Any]) -> tuple[pl.LightningModule, pl.LightningDataModule, dict]:
+    """Rebuild the model and datamodule recorded in a checkpoint of ``train.py``."""
+    path = Path(ckpt)
+    if not path.is_file():
+        raise SystemExit(f"checkpoint {path} does not exist")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    for key in ("model_class", "datamodule_class", "datamodule_hyper_parameters"):
+        if key not in checkpoint:
+            raise SystemExit(f"checkpoint {path} has no {key!r}: it was not written by train.py with a datamodule")
+    model_class = import_class(checkpoint["model_class"])
+    hparams = dict(checkpoint.get("hyper_parameters", {}))
+    overrides = {"pretrained": False} if "pretrained" in hparams else {}  # weights come from the checkpoint
+    model = model_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+    # LightningCLI records bookkeeping keys such as "_class_path" next to the arguments.
+    saved = {k: v for k, v in checkpoint["datamodule_hyper_parameters"].items() if not k.startswith("_")}
+    datamodule_args = {**saved, **data_overrides}
+    datamodule = import_class(checkpoint["datamodule_class"])(**datamodule_args)
+    return model, datamodule, checkpoint
+
+
+def make_logger(args: argparse.Namespace, checkpoint: dict, name: str) -> Logger | bool:
+    if args.wandb_mode == "disabled":
+        return False
+    version = args.wandb_id or checkpoint.get("logger_version")
+    return WandbLogger(
+        project=args.wandb_project,
+        name=name,
+        save_dir=args.log_dir,
+        offline=args.wandb_mode == "offline",
+        id=version if isinstance(version, str) else None,
+        resume="allow",
+    )
+
+
+def make_trainer(args: argparse.Namespace, logger: Logger | bool, callbacks: list[pl.Callback]) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy=args.strategy,
+        num_nodes=args.num_nodes,
+        precision=args.precision,
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        inference_mode=True,
+    )
+
+
+def run_oscr(args: argparse.Namespace) -> dict[str, Any] | None:
+    model, datamodule, checkpoint = load_checkpoint_run(args.ckpt, parse_overrides(args.data))
+    evaluation = OpenSetEvaluation(fpr_targets=args.fpr, output_dir=args.output_dir, plots=not args.no_plots)
+    logger = make_logger(args, checkpoint, name=f"oscr-{Path(args.ckpt).stem}")
+    trainer = make_trainer(args, logger, [evaluation])
+    trainer.test(model, datamodule=datamodule, ckpt_path=args.ckpt)
+    if trainer.is_global_zero and evaluation.report_path is not None:
+        report = json.loads((evaluation.report_path / "metrics.json").read_text())
+        print(f"\nOpen-set report written to {evaluation.report_path}")
+        for name, value in sorted(report["scalars"].items()):
+            print(f"  {name:32s} {value:.4f}")
+        return report
+    return None
+
+
+def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("trainer")
+    group.add_argument("--accelerator", default="auto")
+    group.add_argument("--devices", default="auto", help="number of devices per node, or 'auto'")
+    group.add_argument("--strategy", default="auto", help="e.g. ddp for several devices")
+    group.add_argument("--num-nodes", type=int, default=1)
+    group.add_argument("--precision", default="32-true", help="e.g. bf16-mixed on GPUs")
+    group.add_argument("--wandb-mode", choices=("offline", "online", "disabled"), default="offline")
+    group.add_argument("--wandb-project", default="openset-bench")
+    group.add_argument("--wandb-id", default=None, help="log into this W&B run (default: the checkpoint's run)")
+    group.add_argument("--log-dir", default="runs", help="where W&B writes its run folders")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    oscr = commands.add_parser("oscr", help="open-set report of a checkpoint (Palechor et al.)")
+    oscr.add_argument("--ckpt", required=True, help="checkpoint written by train.py")
+    oscr.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override a datamodule argument")
+    oscr.add_argument("--fpr", type=float, nargs="+", default=list(DEFAULT_FPR_TARGETS), help="FPR targets for CCR")
+    oscr.add_argument("--output-dir", default=None, help="report folder (default: <checkpoint dir>/<name>-oscr)")
+    oscr.add_argument("--no-plots", action="store_true")
+    add_trainer_arguments(oscr)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> Any:
+    args = build_parser().parse_args(argv)
+    if isinstance(args.devices, str) and args.devices.isdigit():
+        args.devices = int(args.devices)
+    if args.command == "oscr":
+        return run_oscr(args)
+    raise SystemExit(f"unknown command {args.command}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny ImageNet-shaped folders with real wnids, made by the tests themselves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datamodules.protocols import imagenet_protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_IMAGES_PER_CLASS = 5
+VAL_IMAGES_PER_CLASS = 2
+
+# Keep W&B and matplotlib quiet and offline in every test, and never let a test reach the network.
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def write_jpeg(path: Path, rng: np.random.Generator, size: int = 12) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path, format="JPEG", quality=70)
+
+
+def make_imagenet_folder(root: Path, wnids: list[str], *, train: int = TRAIN_IMAGES_PER_CLASS, val: int = VAL_IMAGES_PER_CLASS,
+                         seed: int = 0) -> Path:
+    """``root/train/<wnid>/<wnid>_<i>.JPEG`` and ``root/val/<wnid>/ILSVRC2012_val_<j>.JPEG``."""
+    rng = np.random.default_rng(seed)
+    counter = 0
+    for wnid in wnids:
+        for i in range(train):
+            write_jpeg(root / "train" / wnid / f"{wnid}_{i + 1}.JPEG", rng)
+        for _ in range(val):
+            counter += 1
+            write_jpeg(root / "val" / wnid / f"ILSVRC2012_val_{counter:08d}.JPEG", rng)
+    return root
+
+
+def protocol_wnids(*numbers: int) -> list[str]:
+    wnids: set[str] = set()
+    for number in numbers:
+        protocol = imagenet_protocol(number)
+        wnids |= set(protocol.known) | set(protocol.negative) | set(protocol.unknown)
+    return sorted(wnids)
+
+
+@pytest.fixture(scope="session")
+def tiny_imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every class of P1, P2 and P3, 5 train and 2 val images each (read-only for tests)."""
+    return make_imagenet_folder(tmp_path_factory.mktemp("imagenet"), protocol_wnids(1, 2, 3))
+
+
+@pytest.fixture()
+def tiny_p2(tmp_path: Path) -> Path:
+    """A private, writable ImageNet folder with the classes of P2 only (tests may break it)."""
+    return make_imagenet_folder(tmp_path / "imagenet", protocol_wnids(2))
