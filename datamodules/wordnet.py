@@ -87,19 +87,25 @@ def install_wordnet_corpus(target_dir: Path | None = None, source_dir: Path = DE
     return corpus
 
 
+def open_corpus(corpus: Path) -> Any:
+    """An NLTK WordNet reader of a corpus folder (which must lie under a folder of ``nltk.data.path``)."""
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    with warnings.catch_warnings():  # "multilingual functions are not available": not needed here
+        warnings.simplefilter("ignore", UserWarning)
+        return WordNetCorpusReader(str(corpus), None)
+
+
 @lru_cache(maxsize=1)
 def load_wordnet() -> Any:
     """The NLTK WordNet 3.0 reader; a clear error says how to install it when it is missing."""
     import nltk
-    from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
     data_dirs = [default_nltk_data_dir(), *map(Path, nltk.data.path)]
     for data_dir in data_dirs:
         corpus = data_dir / "corpora" / "wordnet"
         if (corpus / "lexnames").is_file() and (corpus / "data.noun").is_file():
-            with warnings.catch_warnings():  # "multilingual functions are not available": not needed here
-                warnings.simplefilter("ignore", UserWarning)
-                reader = WordNetCorpusReader(str(corpus), None)
+            reader = open_corpus(corpus)
             if reader.get_version() != "3.0":
                 raise RuntimeError(f"{corpus} holds WordNet {reader.get_version()}; ImageNet wnids need WordNet 3.0")
             return reader
@@ -146,11 +152,13 @@ def main(argv: list[str] | None = None) -> None:
     install.add_argument("--target", type=Path, default=None, help="NLTK data folder (default: <venv>/share/nltk_data)")
     install.add_argument("--source", type=Path, default=DEBIAN_WORDNET_DIR, help="folder with data.noun etc.")
     args = parser.parse_args(argv)
-    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+    import nltk
 
     corpus = install_wordnet_corpus(args.target, args.source)
+    if str(corpus.parent.parent) not in nltk.data.path:  # NLTK reads only from its data path
+        nltk.data.path.append(str(corpus.parent.parent))
     load_wordnet.cache_clear()
-    print(f"WordNet {WordNetCorpusReader(str(corpus), None).get_version()} for NLTK installed in {corpus}")
+    print(f"WordNet {open_corpus(corpus).get_version()} for NLTK installed in {corpus}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+import csv
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+from sklearn.model_selection import train_test_split
+
+from datamodules.protocols import (
+    Protocol,
+    imagenet1k_wnids,
+    imagenet_protocol,
+    protocol_from_superclasses,
+    read_protocol_csv,
+    write_protocol_csvs,
+)
+from datamodules.wordnet import descendants_in
+
+# Published counts and a fingerprint of each exact wnid set (sha256 of the sorted wnids joined by ",")
+# of the authors' protocol files.
+PUBLISHED = {
+    (1, "known"): (116, "ad9c19facd1fe952"),
+    (1, "negative"): (67, "11ea624b12a19fab"),
+    (1, "unknown"): (166, "11469ae159992f80"),
+    (2, "known"): (30, "f527191a071c05c7"),
+    (2, "negative"): (31, "b119e39823b57f1b"),
+    (2, "unknown"): (55, "47fc00d5295192c4"),
+    (3, "known"): (151, "e293ab30beb39edc"),
+    (3, "negative"): (97, "e1efcc3e121a14c9"),
+    (3, "unknown"): (164, "8490096f84378734"),
+}
+
+
+@pytest.mark.parametrize(("number", "role"), sorted(PUBLISHED))
+def test_published_counts_and_exact_sets(number, role):
+    wnids = getattr(imagenet_protocol(number), role)
+    count, fingerprint = PUBLISHED[(number, role)]
+    assert len(wnids) == count
+    assert wnids == sorted(wnids)
+    assert hashlib.sha256(",".join(wnids).encode()).hexdigest()[:16] == fingerprint
+
+
+def test_named_classes_and_labels():
+    p1 = imagenet_protocol(1)
+    labels = p1.labels()
+    assert labels["n02085620"] == 0  # Chihuahua: first known wnid
+    assert labels["n02113978"] == 115  # Mexican hairless: last known wnid
+    assert labels["n02120079"] == -1  # Arctic fox: a negative (fox)
+    assert labels["n04037443"] == -2  # racer (a motor vehicle): unknown
+    assert p1.num_classes == 116
+    assert set(imagenet_protocol(3).known) & {"n01440764"}  # tench (fish) is a known class of P3
+    with pytest.raises(ValueError, match="1, 2 and 3"):
+        imagenet_protocol(4)
+
+
+def test_p1_lists_follow_the_superclass_rule_where_wordnet_agrees():
+    # WordNet 3.0's hyponym closure is a superset of the lists built from ImageNet's own hierarchy
+    built = protocol_from_superclasses(
+        known=["n02084071"],
+        negative=["n02118333", "n02115335", "n02114100", "n02120997", "n02131653", "n02441326", "n02370806", "n02469914"],
+        unknown=["n07555863", "n03791235", "n03183080"],
+    )
+    published = imagenet_protocol(1)
+    assert (len(built.known), len(built.negative), len(built.unknown)) == (118, 72, 179)
+    for role in ("known", "negative", "unknown"):
+        assert set(getattr(published, role)) <= set(getattr(built, role)), role
+
+
+def test_p2_and_p3_lists_lie_below_their_superclasses():
+    in1k = imagenet1k_wnids()
+    p2 = imagenet_protocol(2)
+    hunting_dogs = descendants_in(["n02087122"], in1k)
+    assert set(p2.known) | set(p2.negative) <= set(hunting_dogs)
+    # P2's rule: sorted hunting-dog classes, the first half known, the rest negative
+    assert max(p2.known) < min(p2.negative)
+    unknown_roots = ["n02085374", "n02118333", "n02115335", "n02114100", "n02120997", "n02131653", "n02441326", "n02370806"]
+    assert set(p2.unknown) <= set(descendants_in(unknown_roots, in1k))
+    p3 = imagenet_protocol(3)
+    mixed_13 = ["n02084071", "n01503061", "n02159955", "n03405725", "n02512053", "n02484322", "n02958343",
+                "n02120997", "n04490091", "n13134947", "n12992868", "n02858304", "n03082979"]
+    below_mixed = set(descendants_in(mixed_13, in1k))
+    assert set(p3.known) | set(p3.negative) <= below_mixed
+    p3_unknown_roots = ["n01661091", "n03051540", "n02370806", "n07707451", "n02686568"]
+    assert set(p3.unknown) <= below_mixed | set(descendants_in(p3_unknown_roots, in1k))
+
+
+def test_protocol_rejects_overlapping_roles():
+    with pytest.raises(ValueError, match="n1.*known and negative"):
+        Protocol(known=["n1", "n2"], negative=["n1"])
+
+
+def test_generated_csvs_follow_the_split_rule(tiny_imagenet, tmp_path):
+    protocol = imagenet_protocol(2)
+    paths = write_protocol_csvs(tiny_imagenet, 2, tmp_path)
+    assert {split: p.name for split, p in paths.items()} == {"train": "p2_train.csv", "val": "p2_val.csv", "test": "p2_test.csv"}
+    rows = {split: read_protocol_csv(path, protocol.num_classes) for split, path in paths.items()}
+    expected_label = {w: i for i, w in enumerate(protocol.known)} | {w: -1 for w in protocol.negative} | {w: -2 for w in protocol.unknown}
+    for split, split_rows in rows.items():
+        for relative, label in split_rows:
+            folder, wnid, name = relative.split("/")
+            assert folder == ("val" if split == "test" else "train")
+            assert label == expected_label[wnid], relative
+            assert (tiny_imagenet / relative).is_file()
+    # independent re-derivation of the rule: files sorted within a class, known then negative classes
+    images, classes = [], []
+    for wnid in protocol.known + protocol.negative:
+        names = sorted(p.name for p in (tiny_imagenet / "train" / wnid).iterdir())
+        images += [f"train/{wnid}/{n}" for n in names]
+        classes += [wnid] * len(names)
+    x_train, x_val = train_test_split(images, train_size=0.8, stratify=classes, random_state=42)
+    assert [r for r, _ in rows["train"]] == x_train
+    assert [r for r, _ in rows["val"]] == x_val
+    test_classes = protocol.known + protocol.negative + protocol.unknown
+    assert len(rows["test"]) == 2 * len(test_classes)
+    assert {r.split("/")[1] for r, _ in rows["test"]} == set(test_classes)
+    # no header, one "path,label" per line
+    first = paths["train"].read_text().splitlines()[0]
+    assert first.count(",") == 1 and first.startswith("train/n0")
+
+
+def test_reads_the_authors_format(tmp_path):
+    # the authors wrote their files with csv.writer's default "\r\n" line ends
+    path = tmp_path / "p2_val.csv"
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle).writerows([("train/n02098286/n02098286_321.JPEG", -1), ("train/n02094433/n02094433_1443.JPEG", 26)])
+    assert read_protocol_csv(path, 30) == [("train/n02098286/n02098286_321.JPEG", -1), ("train/n02094433/n02094433_1443.JPEG", 26)]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("a.JPEG,30\n", r"bad\.csv:1: label 30 is out of range for 30 known classes"),
+    ("a.JPEG,0\nb.JPEG,-3\n", r"bad\.csv:2: label -3 is out of range"),
+    ("a.JPEG,zero\n", r"bad\.csv:1: label 'zero' is not an integer"),
+    ("a.JPEG\n", r"bad\.csv:1: expected 'relative/path,label'"),
+    ("", "is empty"),
+])
+def test_bad_csv_rows_name_file_and_line(tmp_path, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_protocol_csv(path, 30)
+
+
+def test_missing_class_folders_are_listed_in_one_error(tiny_p2: Path, tmp_path):
+    protocol = imagenet_protocol(2)
+    gone = [protocol.known[3], protocol.negative[0]]
+    for wnid in gone:
+        shutil.rmtree(tiny_p2 / "train" / wnid)
+        shutil.rmtree(tiny_p2 / "val" / wnid)
+    shutil.rmtree(tiny_p2 / "val" / protocol.unknown[-1])
+    with pytest.raises(FileNotFoundError) as error:
+        write_protocol_csvs(tiny_p2, 2, tmp_path / "out")
+    message = str(error.value)
+    assert message.startswith("5 class folders are missing")
+    for wnid in gone:
+        assert f"train/{wnid}" in message and f"val/{wnid}" in message
+    assert f"val/{protocol.unknown[-1]}" in message
+    assert not (tmp_path / "out").exists()  # nothing half-written
