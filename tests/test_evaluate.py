@@ -1,0 +1,56 @@
+import contextlib
+import json
+import sys
+
+import pytest
+import torch
+
+import evaluate
+import train
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def best_checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("run")
+    argv, sys.argv = sys.argv, ["train.py"]
+    try:
+        with contextlib.chdir(directory):
+            train.main(["fit", "--config", str(ROOT / "configs/demo/fashion_mnist_eos.yaml"), "--trainer.max_epochs=1",
+                        "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+                        "--data.init_args.max_train_per_class=40"])
+    finally:
+        sys.argv = argv
+    return directory / "runs/demo/checkpoints/best.ckpt"
+
+
+def test_oscr_report_next_to_the_checkpoint(best_checkpoint, tmp_path, capsys):
+    report = evaluate.main(["oscr", "--ckpt", str(best_checkpoint), "--log-dir", str(tmp_path), "--accelerator", "cpu"])
+    directory = best_checkpoint.parent / "best-oscr"
+    assert f"Open-set report written to {directory}" in capsys.readouterr().out
+    saved = json.loads((directory / "metrics.json").read_text())
+    assert saved == report
+    assert saved["checkpoint"] == str(best_checkpoint)
+    assert saved["counts"] == {"known": 4000, "negatives": 3000, "unknowns": 3000, "skipped_images": 0}
+    assert set(saved["files"]) == {"oscr_negatives", "oscr_unknowns", "oscr_curves", "score_histograms"}
+    assert 0 <= saved["scalars"]["unknowns/ccr@fpr=0.1"] <= saved["scalars"]["unknowns/ccr@fpr=1"] <= 1
+    assert list(tmp_path.glob("wandb/offline-run-*"))  # logged to W&B, offline
+
+
+def test_results_do_not_depend_on_the_batch_size(best_checkpoint, tmp_path):
+    common = ["oscr", "--ckpt", str(best_checkpoint), "--wandb-mode", "disabled", "--no-plots", "--accelerator", "cpu"]
+    first = evaluate.main([*common, "--output-dir", str(tmp_path / "a")])
+    second = evaluate.main([*common, "--output-dir", str(tmp_path / "b"), "--data", "batch_size=37"])
+    assert first["scalars"] == second["scalars"]
+
+
+def test_bad_checkpoints_are_explained(tmp_path, best_checkpoint):
+    with pytest.raises(SystemExit, match="does not exist"):
+        evaluate.main(["oscr", "--ckpt", str(tmp_path / "none.ckpt")])
+    stripped = torch.load(best_checkpoint, weights_only=False)
+    del stripped["datamodule_class"]
+    torch.save(stripped, tmp_path / "stripped.ckpt")
+    with pytest.raises(SystemExit, match="has no 'datamodule_class'"):
+        evaluate.main(["oscr", "--ckpt", str(tmp_path / "stripped.ckpt")])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        evaluate.main(["oscr", "--ckpt", str(best_checkpoint), "--data", "batch_size"])

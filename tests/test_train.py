@@ -1,0 +1,178 @@
+"""train.py: every YAML in configs/ runs (fast_dev_run on tiny data), resume, and DDP equals 1 process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import wandb
+
+import evaluate
+import train
+from tests.conftest import ROOT
+
+CONFIGS = ROOT / "configs"
+IMAGENET_BASE = ["trainer/default.yaml", "protocol/p2.yaml", "model/resnet50.yaml", "loss/eos.yaml"]
+
+
+def composition(config: str) -> list[str]:
+    """The configs a YAML is run with: each ImageNet part with the defaults of the other concerns."""
+    concern = config.split("/")[0]
+    if concern == "demo":
+        return [config]
+    if concern == "trainer" and config != "trainer/default.yaml":
+        return ["trainer/default.yaml", config, *IMAGENET_BASE[1:]]
+    index = {"trainer": 0, "protocol": 1, "model": 2, "loss": 3}[concern]
+    return [config if i == index else part for i, part in enumerate(IMAGENET_BASE)]
+
+
+ALL_CONFIGS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml"))
+
+
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_run(monkeypatch):
+    # LightningCLI(args=...) warns when pytest's own command line is in sys.argv
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    for name in DISTRIBUTED_ENV:  # a single-process DDP run leaves these behind
+        monkeypatch.delenv(name, raising=False)
+    yield
+    wandb.finish()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def test_every_config_is_covered():
+    assert {c.split("/")[0] for c in ALL_CONFIGS} <= {"demo", "trainer", "protocol", "model", "loss"}
+    assert len(ALL_CONFIGS) >= 10
+
+
+def config_args(parts: list[str]) -> list[str]:
+    return [arg for part in parts for arg in ("--config", str(CONFIGS / part))]
+
+
+def imagenet_overrides(root: Path, protocol_dir: Path) -> list[str]:
+    return [
+        f"--data.init_args.root={root}", f"--data.init_args.protocol_dir={protocol_dir}",
+        "--data.init_args.num_workers=0", "--data.init_args.batch_size=4", "--data.init_args.pin_memory=false",
+    ]
+
+
+DEMO_FAST = ["--data.init_args.max_train_per_class=40", "--trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.parametrize("config", ALL_CONFIGS)
+def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parts = composition(config)
+    args = ["fit", *config_args(parts), "--trainer.fast_dev_run=true", "--trainer.accelerator=cpu"]
+    if config.startswith("demo/"):
+        args += DEMO_FAST
+    else:
+        args += imagenet_overrides(tiny_imagenet, tmp_path / "protocols")
+    if config == "trainer/gpu.yaml":  # keep its DDP strategy and bf16 precision, on one CPU process
+        args += ["--trainer.devices=1"]
+    cli = train.main(args)
+    model, data = cli.model, cli.datamodule
+    assert cli.trainer.state.finished and cli.trainer.global_step == 1
+    assert model.num_classes == data.num_classes
+    assert data.train_negatives == model.train_negatives  # linked from the loss
+    loss = model.loss_name
+    assert data.train_negatives == {"softmax": "exclude", "bg": "background", "eos": "include"}[loss]
+    assert model.network.logits.out_features == data.num_classes + (loss == "bg")
+    if loss == "bg":  # BG weights from the training counts: 4 per known class, 4 x 31 negatives
+        torch.testing.assert_close(model.criterion.weight, torch.tensor([(4 * 61) / (c * 31) for c in [4] * 30 + [124]]))
+    assert "val/gamma" in cli.trainer.callback_metrics
+
+
+def test_test_subcommand_writes_report(tiny_imagenet, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["test", *config_args(composition("loss/bg.yaml")), "--trainer.accelerator=cpu", "--trainer.logger=false",
+            "--model.init_args.backbone=small_cnn", "--data.init_args.resize_size=36", "--data.init_args.crop_size=32",
+            "--trainer.enable_progress_bar=false", *imagenet_overrides(tiny_imagenet, tmp_path / "protocols")]
+    cli = train.main(args)
+    metrics = cli.trainer.callback_metrics
+    assert {"test/unknowns/ccr@fpr=1", "test/negatives/auroc", "test/closed_set_accuracy"} <= set(metrics)
+    evaluation = next(c for c in cli.trainer.callbacks if type(c).__name__ == "OpenSetEvaluation")
+    assert evaluation.report["counts"] == {"known": 60, "negatives": 62, "unknowns": 110, "skipped_images": 0}
+    assert json.loads((evaluation.report_path / "metrics.json").read_text())["scalars"] == pytest.approx(
+        {k.removeprefix("test/"): v.item() for k, v in metrics.items() if k.startswith("test/")}
+    )
+
+
+def test_resume_continues_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = ["fit", "--config", str(CONFIGS / "demo/fashion_mnist_eos.yaml"), *DEMO_FAST]
+    first = train.main([*base, "--trainer.max_epochs=1"])
+    steps_per_epoch = first.trainer.global_step
+    wandb.finish()  # the process of a real run ends here
+    last = tmp_path / "runs/demo/checkpoints/last.ckpt"
+    after_first = torch.load(last, weights_only=False)
+    run_id = after_first["logger_version"]
+    assert isinstance(run_id, str) and steps_per_epoch == 2  # 224 training images, batch 128
+    assert after_first["global_step"] == 2
+    second = train.main([*base, "--trainer.max_epochs=2", f"--ckpt_path={last}",
+                         "--trainer.callbacks+=tests.test_train.BatchCounter"])
+    counter = next(c for c in second.trainer.callbacks if isinstance(c, BatchCounter))
+    assert counter.batches == steps_per_epoch  # one more epoch, not two from scratch
+    assert second.trainer.global_step == 2 * steps_per_epoch
+    assert second.trainer.current_epoch == 2
+    resumed = torch.load(last, weights_only=False)
+    assert resumed["global_step"] == 4
+    assert resumed["logger_version"] == run_id
+    assert second.trainer.logger.version == run_id
+    runs = sorted(p.name for p in (tmp_path / "runs/demo/wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.endswith(run_id) for r in runs)
+
+
+class BatchCounter(pl.Callback):
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        self.batches += 1
+
+
+def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise AssertionError(f"{args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def test_ddp_two_processes_equal_one_process(tmp_path, monkeypatch):
+    """Train with 2 gloo processes; gamma, OSCR and AUROC from 2 processes equal those of 1 process."""
+    monkeypatch.chdir(tmp_path)
+    config = str(CONFIGS / "demo/fashion_mnist_eos.yaml")
+    small = ["--data.init_args.max_train_per_class=60", "--trainer.max_epochs=1", "--trainer.logger=false",
+             "--trainer.enable_progress_bar=false"]
+    run_script(str(ROOT / "train.py"), "fit", "--config", config, *small, "--trainer.devices=2",
+               "--trainer.strategy=ddp", cwd=tmp_path)
+    best = tmp_path / "runs/demo/checkpoints/best.ckpt"
+    checkpoint = torch.load(best, weights_only=False)
+    ddp_gamma = next(v["best_model_score"] for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    # gamma of the validation set: logged by the 2-process training, recomputed by 1 process
+    single = train.main(["validate", "--config", config, *small, f"--ckpt_path={best}"])
+    assert single.trainer.callback_metrics["val/gamma"].item() == ddp_gamma.item()
+    # the open-set report from 2 processes equals the one from 1 process
+    evaluate.main(["oscr", "--ckpt", str(best), "--output-dir", str(tmp_path / "one"), "--wandb-mode", "disabled",
+                   "--accelerator", "cpu", "--devices", "1", "--no-plots"])
+    run_script(str(ROOT / "evaluate.py"), "oscr", "--ckpt", str(best), "--output-dir", str(tmp_path / "two"),
+               "--wandb-mode", "disabled", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--no-plots",
+               cwd=tmp_path)
+    one = json.loads((tmp_path / "one/metrics.json").read_text())
+    two = json.loads((tmp_path / "two/metrics.json").read_text())
+    assert two["counts"] == one["counts"] == {"known": 4000, "negatives": 3000, "unknowns": 3000, "skipped_images": 0}
+    assert two["scalars"] == one["scalars"]
+    for group in ("negatives", "unknowns"):
+        assert (tmp_path / f"two/oscr_{group}.csv").read_text() == (tmp_path / f"one/oscr_{group}.csv").read_text()
