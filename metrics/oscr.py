@@ -43,11 +43,12 @@ def _known_and_unknown_scores(
         raise ValueError("OSCR needs at least one known sample (label >= 0); none was given")
     if not unknown.any():
         raise ValueError(f"OSCR needs at least one sample with unknown_label={unknown_label}; none was given")
-    known_probs = probs[known]
-    labels = target[known]
-    target_score = known_probs.gather(1, labels[:, None]).squeeze(1)
-    correct = known_probs.argmax(dim=1) == labels
-    unknown_score = probs[unknown].max(dim=1).values
+    # one pass over (N, K) for all rows, then select: cheaper than copying the known and unknown rows
+    max_score, prediction = probs.max(dim=1)
+    labels = target.clamp(min=0)
+    target_score = probs.gather(1, labels[:, None]).squeeze(1)[known]
+    correct = (prediction == labels)[known]
+    unknown_score = max_score[unknown]
     return target_score, correct, unknown_score
 
 
@@ -75,20 +76,20 @@ def oscr_curve(
     )
     num_known, num_unknown = target_score.numel(), unknown_score.numel()
     scores = torch.cat([target_score, unknown_score])
-    is_correct = torch.cat([correct, correct.new_zeros(num_unknown)])
-    is_unknown = torch.cat([correct.new_zeros(num_known), correct.new_ones(num_unknown)])
+    # One int64 code per sample: bit 0 marks a correct known, bit 32 an unknown, so a single cumulative
+    # sum counts both (counts stay far below 2**32).
+    codes = torch.cat([correct.long(), torch.full((num_unknown,), 1 << 32, dtype=torch.long, device=scores.device)])
 
     sorted_scores, order = torch.sort(scores, descending=True)
     # Counts of samples strictly above each position's score: a cumulative sum shifted by one,
     # read off at the first occurrence of every distinct value (ties share that count).
-    correct_above = torch.cumsum(is_correct[order], dim=0, dtype=torch.int64)
-    unknown_above = torch.cumsum(is_unknown[order], dim=0, dtype=torch.int64)
+    above = torch.cumsum(codes[order], dim=0)
     first = torch.ones_like(sorted_scores, dtype=torch.bool)
     first[1:] = sorted_scores[1:] != sorted_scores[:-1]
     positions = first.nonzero().squeeze(1)
-    zero = correct_above.new_zeros(1)
-    correct_above = torch.cat([zero, correct_above])[positions]
-    unknown_above = torch.cat([zero, unknown_above])[positions]
+    above = torch.cat([above.new_zeros(1), above])[positions]
+    correct_above = above & 0xFFFFFFFF
+    unknown_above = above >> 32
     ccr = correct_above.double() / num_known
     fpr = unknown_above.double() / num_unknown
     return fpr, ccr, sorted_scores[positions]
