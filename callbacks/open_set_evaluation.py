@@ -104,7 +104,9 @@ class OpenSetEvaluation(pl.Callback):
         report = open_set_report(probs, targets, fpr_targets=self.fpr_targets, background=background)
         report["counts"]["skipped_images"] = int(skipped_indices.numel())
         self.report = report
-        pl_module.log_dict({f"test/{name}": value for name, value in report["scalars"].items()}, sync_dist=False)
+        # equal on every rank (computed from the gathered predictions); max keeps them exact
+        pl_module.log_dict({f"test/{name}": value for name, value in report["scalars"].items()}, sync_dist=True,
+                           reduce_fx="max")
         if trainer.is_global_zero:
             self.report_path = self._write(trainer, report, background=background)
 

@@ -139,7 +139,7 @@ class OpenSetClassifier(pl.LightningModule):
             return None
         logits, _ = self.network(images)
         loss = self._loss(logits.float(), targets, stage="train")
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=targets.numel())
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=targets.numel(), sync_dist=True)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -155,9 +155,11 @@ class OpenSetClassifier(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.val_gamma.update_count == 0:
             return
-        gamma_plus, gamma_minus, gamma = self.val_gamma.compute()  # synced over all ranks
-        self.log_dict({"val/gamma_plus": gamma_plus.float(), "val/gamma_minus": gamma_minus.float()})
-        self.log("val/gamma", gamma.float(), prog_bar=True)
+        gamma_plus, gamma_minus, gamma = self.val_gamma.compute()  # gathered from all ranks: equal everywhere
+        # The values are equal on every rank; a max-reduction keeps them bit for bit for any world size.
+        exact = {"sync_dist": True, "reduce_fx": "max"}
+        self.log_dict({"val/gamma_plus": gamma_plus.float(), "val/gamma_minus": gamma_minus.float()}, **exact)
+        self.log("val/gamma", gamma.float(), prog_bar=True, **exact)
         self.val_gamma.reset()
 
     def _predict(self, batch: Any) -> dict[str, Tensor]:

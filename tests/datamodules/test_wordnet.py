@@ -5,7 +5,6 @@ from datamodules import wordnet
 
 def test_install_from_debian_files(tmp_path, monkeypatch):
     import nltk
-    from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path), *nltk.data.path])
     corpus = wordnet.install_wordnet_corpus(tmp_path)
@@ -13,7 +12,7 @@ def test_install_from_debian_files(tmp_path, monkeypatch):
     assert not (corpus / "data.noun").is_symlink()
     lexnames = (corpus / "lexnames").read_text().splitlines()
     assert lexnames[0] == "00\tadj.all\t3" and lexnames[5] == "05\tnoun.animal\t1" and len(lexnames) == 45
-    reader = WordNetCorpusReader(str(corpus), None)
+    reader = wordnet.open_corpus(corpus)
     assert reader.get_version() == "3.0"
     assert not list(tmp_path.glob("corpora/.wordnet-*"))  # no staging folder left behind
 
