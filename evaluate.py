@@ -1,12 +1,21 @@
 """Evaluation entry point.
 
     python evaluate.py oscr --ckpt runs/.../checkpoints/best.ckpt [--devices 2 --strategy ddp]
+    python evaluate.py severity --model timm:resnet50 --kappa softmax entropy odin --data imagenet \
+        --data-arg id_root=/data/ILSVRC2012/val --data-arg pool_root=/data/imagenet21k --data-arg pool_file=pool.csv
 
 ``oscr``: the open-set test report of Palechor et al. (CCR at FPR on negatives and unknowns, AUROC,
 closed-set accuracy, OSCR curves and score histograms) of a checkpoint of ``train.py``. The model and the
 datamodule are rebuilt from the checkpoint alone; ``--data KEY=VALUE`` overrides a datamodule argument
 (for example the ImageNet root on another machine). The report goes next to the checkpoint unless
 ``--output-dir`` is given, and to W&B (offline unless ``--wandb-mode online``).
+
+``severity``: the model-tailored C-OOD severity benchmark of Galil et al. (11 severity levels built for
+each (model, κ) pair, AUROC per level) of any timm/torchvision ImageNet classifier or checkpoint of
+``train.py``. Model outputs are cached in ``--cache-dir``, so a second κ on the same model does not run
+the model again. ``--data imagenet`` uses ImageNet-1k val and the ImageNet-21k pool file of
+``python -m datamodules.imagenet21k sample``; ``--data fashion`` is the embedded Fashion-MNIST + digits
+default.
 """
 
 from __future__ import annotations
@@ -79,7 +88,9 @@ def make_logger(args: argparse.Namespace, checkpoint: dict, name: str) -> Logger
     )
 
 
-def make_trainer(args: argparse.Namespace, logger: Logger | bool, callbacks: list[pl.Callback]) -> pl.Trainer:
+def make_trainer(
+    args: argparse.Namespace, logger: Logger | bool, callbacks: list[pl.Callback], *, inference_mode: bool = True
+) -> pl.Trainer:
     return pl.Trainer(
         accelerator=args.accelerator,
         devices=args.devices,
@@ -89,7 +100,8 @@ def make_trainer(args: argparse.Namespace, logger: Logger | bool, callbacks: lis
         logger=logger,
         callbacks=callbacks,
         enable_checkpointing=False,
-        inference_mode=True,
+        inference_mode=inference_mode,
+        enable_progress_bar=not args.no_progress_bar,
     )
 
 
@@ -108,6 +120,57 @@ def run_oscr(args: argparse.Namespace) -> dict[str, Any] | None:
     return None
 
 
+DATA_SHORTCUTS = {
+    "imagenet": "datamodules.severity.ImageNetSeverityDataModule",
+    "fashion": "datamodules.severity.FashionSeverityDataModule",
+}
+
+
+def build_severity_data(args: argparse.Namespace, scoring: pl.LightningModule) -> Any:
+    import inspect
+
+    data_class = import_class(DATA_SHORTCUTS.get(args.data, args.data))
+    data_args = parse_overrides(args.data_arg)
+    parameters = inspect.signature(data_class).parameters
+    if "transform" in parameters and "transform" not in data_args:
+        data_args["transform"] = scoring.eval_transform  # the model's own evaluation transform
+    if "known" in parameters and "known" not in data_args and args.model.endswith(".ckpt"):
+        saved = torch.load(args.model, map_location="cpu", weights_only=False, mmap=True)
+        known = saved.get("datamodule_hyper_parameters", {}).get("known")
+        if known is not None:  # the classes this checkpoint was trained on
+            data_args["known"] = list(known)
+    for name in ("batch_size", "num_workers"):
+        if getattr(args, name) is not None and name in parameters:
+            data_args.setdefault(name, getattr(args, name))
+    return data_class(**data_args)
+
+
+def run_severity(args: argparse.Namespace) -> dict[str, Any]:
+    from callbacks.prediction_cache import PredictionCollector
+    from callbacks.severity_benchmark import SeverityBenchmark, slug
+    from lightning_modules.scoring import ScoringModel
+    from metrics import get_kappa
+
+    kappas = [get_kappa(name) for name in args.kappa]
+    scoring = ScoringModel(args.model, pretrained=not args.random_weights, pretrained_file=args.pretrained_file,
+                           features=any(k.kind == "features" for k in kappas))
+    datamodule = build_severity_data(args, scoring)
+    output_dir = Path(args.output_dir or Path("runs/severity") / slug(scoring.display_name))
+    logger = make_logger(args, {}, name=f"severity-{scoring.display_name}")
+    trainer = make_trainer(args, logger, [PredictionCollector()],
+                           inference_mode=not any(k.kind == "model" for k in kappas))
+    benchmark = SeverityBenchmark(scoring, datamodule, args.kappa, trainer, cache_dir=args.cache_dir,
+                                  output_dir=output_dir, num_levels=args.num_levels)
+    tables = benchmark.run()
+    if trainer.is_global_zero:
+        print(f"\nSeverity tables written to {output_dir} ({benchmark.model_calls} model passes, "
+              f"the rest from the cache {args.cache_dir})")
+        for name, rows in tables.items():
+            print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
+                  + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
+    return tables
+
+
 def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("trainer")
     group.add_argument("--accelerator", default="auto")
@@ -119,6 +182,7 @@ def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--wandb-project", default="openset-bench")
     group.add_argument("--wandb-id", default=None, help="log into this W&B run (default: the checkpoint's run)")
     group.add_argument("--log-dir", default="runs", help="where W&B writes its run folders")
+    group.add_argument("--no-progress-bar", action="store_true")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
     oscr.add_argument("--output-dir", default=None, help="report folder (default: <checkpoint dir>/<name>-oscr)")
     oscr.add_argument("--no-plots", action="store_true")
     add_trainer_arguments(oscr)
+    severity = commands.add_parser("severity", help="C-OOD severity benchmark of a model (Galil et al.)")
+    severity.add_argument("--model", required=True, help="timm:<name>, torchvision:<name> or a train.py checkpoint")
+    severity.add_argument("--kappa", nargs="+", default=["softmax"], help="confidence functions (metrics.KAPPAS)")
+    severity.add_argument("--data", default="imagenet", help="imagenet, fashion, or a datamodule class path")
+    severity.add_argument("--data-arg", action="append", default=[], metavar="KEY=VALUE", help="datamodule argument")
+    severity.add_argument("--num-levels", type=int, default=11)
+    severity.add_argument("--batch-size", type=int, default=None)
+    severity.add_argument("--num-workers", type=int, default=None)
+    severity.add_argument("--cache-dir", default="runs/cache", help="cached model outputs")
+    severity.add_argument("--output-dir", default=None, help="tables and figure (default: runs/severity/<model>)")
+    severity.add_argument("--pretrained-file", default=None, help="explicit weights file (timm)")
+    severity.add_argument("--random-weights", action="store_true", help="no pretrained weights (tests only)")
+    add_trainer_arguments(severity)
     return parser
 
 
@@ -140,6 +217,8 @@ def main(argv: list[str] | None = None) -> Any:
         args.devices = int(args.devices)
     if args.command == "oscr":
         return run_oscr(args)
+    if args.command == "severity":
+        return run_severity(args)
     raise SystemExit(f"unknown command {args.command}")
 
 

@@ -68,3 +68,16 @@ def plot_score_histograms(scores: Mapping[str, Tensor], path: str | Path, *, bin
     axis.set_title(title or "Score distributions")
     axis.legend(loc="upper center")
     return save_figure(figure, path)
+
+
+def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str | Path, *, title: str = "") -> Path:
+    """OOD AUROC against severity level, one line per (model, κ) table."""
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for label, rows in tables.items():
+        axis.plot([r["severity level"] for r in rows], [r["ood-auroc"] for r in rows], marker="o", label=label)
+    axis.set_xlabel("severity level (0 = easiest)")
+    axis.set_ylabel("OOD AUROC")
+    axis.set_title(title or "C-OOD detection by severity")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize="small")
+    return save_figure(figure, path)

@@ -125,17 +125,14 @@ def cached_timm_weights(name: str) -> Path | None:
     return None
 
 
-def _timm_backbone(
-    name: str, *, pretrained: bool, in_channels: int, pretrained_file: str | None
-) -> tuple[nn.Module, int]:
+def local_timm_weights(name: str, pretrained_file: str | None = None) -> Path:
+    """The weight file of a timm model from an explicit path or the local caches; never the network.
+
+    Raises:
+        PretrainedWeightsMissing: naming the model's weight source and where to put the file.
+    """
     import timm
 
-    if not timm.is_model(name):
-        raise ValueError(f"unknown timm model {name!r}; see timm.list_models()")
-    if not pretrained:
-        model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels)
-        return model, int(model.num_features)
-    # Never reach the network: the weights come from an explicit file or the local caches only.
     weights = Path(pretrained_file) if pretrained_file is not None else cached_timm_weights(name)
     if weights is None or not weights.is_file():
         cfg = timm.models.get_pretrained_cfg(name)
@@ -146,6 +143,20 @@ def _timm_backbone(
             + f". Put them (from {source}) in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface) "
             f"or in {torch.hub.get_dir()}/checkpoints, or pass pretrained_file=<path to the weights file>"
         )
+    return weights
+
+
+def _timm_backbone(
+    name: str, *, pretrained: bool, in_channels: int, pretrained_file: str | None
+) -> tuple[nn.Module, int]:
+    import timm
+
+    if not timm.is_model(name):
+        raise ValueError(f"unknown timm model {name!r}; see timm.list_models()")
+    if not pretrained:
+        model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels)
+        return model, int(model.num_features)
+    weights = local_timm_weights(name, pretrained_file)
     model = timm.create_model(
         name, pretrained=True, num_classes=0, in_chans=in_channels, pretrained_cfg_overlay={"file": str(weights)}
     )
@@ -206,3 +217,48 @@ class OpenSetNetwork(nn.Module):
         """Return ``(logits (N, K'), deep features (N, D))``."""
         features = self.deep_features(self.backbone(images))
         return self.logits(features), features
+
+
+def build_classifier(
+    name: str, *, pretrained: bool = True, pretrained_file: str | None = None
+) -> tuple[nn.Module, Callable | None]:
+    """A full ImageNet classifier (logits over its classes) and its evaluation transform.
+
+    Args:
+        name: ``timm:<model>`` or ``torchvision:<model>``.
+        pretrained: load the weights from the local cache (clear error when missing); ``False`` gives a
+            randomly initialised model (tests).
+
+    Returns:
+        ``(model, transform)``; the transform is derived from the model's own data configuration (timm)
+        or weights (torchvision), so resolution, crop, mean and std cannot drift from the weights.
+    """
+    source, _, model_name = name.partition(":")
+    if source == "timm" and model_name:
+        import timm
+        from timm.data import create_transform, resolve_model_data_config
+
+        if not timm.is_model(model_name):
+            raise ValueError(f"unknown timm model {model_name!r}; see timm.list_models()")
+        if pretrained:
+            weights = local_timm_weights(model_name, pretrained_file)
+            model = timm.create_model(model_name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+        else:
+            model = timm.create_model(model_name, pretrained=False)
+        return model, create_transform(**resolve_model_data_config(model), is_training=False)
+    if source == "torchvision" and model_name:
+        import torchvision
+
+        if model_name not in torchvision.models.list_models():
+            raise ValueError(f"unknown torchvision model {model_name!r}; see torchvision.models.list_models()")
+        weights = torchvision.models.get_model_weights(model_name).DEFAULT
+        if pretrained:
+            path = _torchvision_weights_path(weights)
+            if not path.is_file():
+                raise PretrainedWeightsMissing(
+                    f"pretrained weights for torchvision:{model_name} are not in the local cache: put {path.name} "
+                    f"(from {weights.url}) at {path} (set TORCH_HOME to use another cache folder)"
+                )
+        model = torchvision.models.get_model(model_name, weights=weights if pretrained else None)
+        return model, weights.transforms()
+    raise ValueError(f"unknown classifier {name!r}: use 'timm:<model>' or 'torchvision:<model>'")

@@ -6,6 +6,7 @@ This package imports nothing from the rest of the project.
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
 from metrics.gamma import Gamma, gamma
+from metrics.kappa import KAPPAS, Kappa, from_pytorch_ood, get_kappa
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
     OSCR,
@@ -17,8 +18,24 @@ from metrics.oscr import (
     oscr_curve,
 )
 from metrics.report import GROUPS, fpr_key, open_set_report
+from metrics.severity import (
+    TABLE_COLUMNS,
+    class_mean_scores,
+    level_percentiles,
+    severity_levels,
+    severity_table,
+)
 
 __all__ = [
+    "KAPPAS",
+    "TABLE_COLUMNS",
+    "Kappa",
+    "class_mean_scores",
+    "from_pytorch_ood",
+    "get_kappa",
+    "level_percentiles",
+    "severity_levels",
+    "severity_table",
     "DEFAULT_FPR_TARGETS",
     "GROUPS",
     "OSCR",

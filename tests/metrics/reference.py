@@ -60,3 +60,16 @@ def random_open_set_data(rng: np.random.Generator, n: int, k: int, background: b
     # make sure every group is present
     target[:3] = [0, -1, -2]
     return probs.astype(np.float32), target.astype(np.int64)
+
+
+def severity_reference(class_scores, group_size, num_levels=11):
+    """The paper's procedure, written out: sort ascending, all windows of G, pick 11 window starts."""
+    scores = [float(s) for s in class_scores]
+    order = sorted(range(len(scores)), key=lambda i: (scores[i], i))
+    num_windows = len(scores) - group_size + 1
+    windows = [order[j:j + group_size] for j in range(num_windows)]
+    means = [sum(scores[c] for c in window) / group_size for window in windows]
+    starts = [int(i * 0.1 * num_windows) if num_levels == 11 else int(i / (num_levels - 1) * num_windows)
+              for i in range(num_levels)]
+    starts[-1] -= 1
+    return [windows[s] for s in starts], [means[s] for s in starts]

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from metrics import KAPPAS, from_pytorch_ood
+from metrics.kappa import mc_dropout, odin
+
+
+class LogitsModel(nn.Module):
+    """Treats its input as the logits, through a dropout layer and a learnable-free identity."""
+
+    def __init__(self, p: float = 0.2) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(x)
+
+
+@pytest.mark.parametrize("name", sorted(KAPPAS))
+def test_kappa_contract(name):
+    kappa = KAPPAS[name]
+    confident = torch.eye(5)[[0, 1, 2, 3, 4, 0]] * 8.0
+    uniform = torch.zeros(6, 5)
+    if kappa.kind == "model":
+        model = LogitsModel().eval()
+        scores_confident, scores_uniform = kappa(model, confident), kappa(model, uniform)
+    else:
+        scores_confident, scores_uniform = kappa(confident), kappa(uniform)
+    assert scores_confident.shape == (6,) and scores_uniform.shape == (6,)
+    assert torch.isfinite(scores_confident).all() and torch.isfinite(scores_uniform).all()
+    assert (scores_confident > scores_uniform).all(), "higher must mean more in-distribution"
+
+
+def test_logit_kappas_against_numpy():
+    logits = np.random.default_rng(0).normal(size=(50, 7)) * 3
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    torch_logits = torch.from_numpy(logits)
+    np.testing.assert_allclose(KAPPAS["softmax"](torch_logits).numpy(), p.max(1), rtol=1e-12)
+    np.testing.assert_allclose(KAPPAS["max_logit"](torch_logits).numpy(), logits.max(1))
+    np.testing.assert_allclose(KAPPAS["entropy"](torch_logits).numpy(), (p * np.log(p)).sum(1), rtol=1e-10)
+    np.testing.assert_allclose(KAPPAS["energy"](torch_logits).numpy(), np.log(np.exp(logits).sum(1)), rtol=1e-10)
+
+
+def test_odin_step_direction_on_a_linear_model():
+    torch.manual_seed(0)
+    model = nn.Linear(6, 4).eval()
+    images = torch.randn(10, 6)
+    with torch.inference_mode(False):
+        scores = odin(model, images, temperature=2.0, epsilon=0.01)
+    # hand-derived: for a linear model, d CE / dx = W^T (softmax(z/T) - onehot(ŷ)) / T
+    with torch.no_grad():
+        logits = model(images) / 2.0
+        p = torch.softmax(logits, 1)
+        onehot = torch.eye(4)[logits.argmax(1)]
+        gradient = (p - onehot) @ model.weight / 2.0
+        perturbed = images - 0.01 * gradient.sign()
+        expected = torch.softmax(model(perturbed) / 2.0, 1).max(1).values
+        unperturbed = p.max(1).values
+    torch.testing.assert_close(scores, expected)
+    assert (scores > unperturbed).all(), "the ODIN step must raise the temperature-scaled softmax score"
+
+
+def test_odin_refuses_inference_mode():
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode=False"):
+        odin(nn.Linear(3, 2), torch.randn(2, 3))
+
+
+def test_mc_dropout_varies_across_passes_and_restores_modes():
+    torch.manual_seed(0)
+    model = LogitsModel(p=0.5).eval()
+    logits = torch.randn(8, 5) * 2
+    one_pass = mc_dropout(model, logits, passes=1)
+    torch.manual_seed(1)
+    another = mc_dropout(model, logits, passes=1)
+    assert not torch.allclose(one_pass, another), "dropout must be active during the passes"
+    assert not model.dropout.training  # mode restored
+    # with many passes the score approaches the entropy of the mean prediction, and differs from no dropout
+    plain = KAPPAS["entropy"](logits)
+    assert not torch.allclose(mc_dropout(model, logits, passes=30), plain)
+    with pytest.raises(ValueError, match="no dropout layer"):
+        mc_dropout(nn.Linear(5, 5), logits)
+
+
+def test_pytorch_ood_adapter_negates_outlier_scores():
+    from pytorch_ood.detector import MaxSoftmax
+
+    kappa = from_pytorch_ood(MaxSoftmax(model=None), name="msp", kind="logits")
+    logits = torch.randn(9, 4)
+    torch.testing.assert_close(kappa(logits), torch.softmax(logits, 1).max(1).values)
