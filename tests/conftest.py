@@ -60,3 +60,22 @@ def tiny_imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_p2(tmp_path: Path) -> Path:
     """A private, writable ImageNet folder with the classes of P2 only (tests may break it)."""
     return make_imagenet_folder(tmp_path / "imagenet", protocol_wnids(2))
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Fashion-MNIST OpenSetClassifier checkpoint (small CNN, a few training steps) written by Lightning."""
+    import pytorch_lightning as pl
+
+    from datamodules import FashionMNISTOpenSetDataModule
+    from lightning_modules import OpenSetClassifier
+
+    pl.seed_everything(0)
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=32)
+    model = OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=5, limit_val_batches=0, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=data)
+    path = tmp_path_factory.mktemp("checkpoint") / "demo" / "checkpoints" / "best.ckpt"
+    trainer.save_checkpoint(path)
+    return path
