@@ -43,7 +43,13 @@ $(WORDNET): $(DEBIAN_STAMP) $(PIP_STAMP)
 demo: setup
 	$(PY) train.py fit --config configs/demo/fashion_mnist_eos.yaml
 	$(PY) evaluate.py oscr --ckpt runs/demo/checkpoints/best.ckpt --log-dir runs/demo --wandb-project openset-bench-demo
-	@echo "Demo done. Reports: runs/demo/checkpoints/best-oscr/  W&B offline runs: runs/demo/wandb/"
+	$(PY) evaluate.py severity --model runs/demo/checkpoints/best.ckpt --data fashion \
+		--kappa softmax max_logit entropy energy odin --output-dir runs/demo/severity --cache-dir runs/demo/cache \
+		--log-dir runs/demo --wandb-project openset-bench-demo
+	@echo "Demo done."
+	@echo "  open-set report:  runs/demo/checkpoints/best-oscr/ (metrics.json, metrics.csv, oscr_curves.png, score_histograms.png)"
+	@echo "  severity report:  runs/demo/severity/ (one table per confidence function, severity_auroc.png)"
+	@echo "  W&B offline runs: runs/demo/wandb/ (upload with: wandb sync runs/demo/wandb/offline-run-*)"
 
 lint: setup
 	$(PY) -m ruff check .
@@ -58,6 +64,7 @@ test-all: setup
 
 benchmark: setup
 	$(PY) -m benchmarks.oscr_benchmark
+	$(PY) -m benchmarks.severity_benchmark
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

@@ -171,6 +171,29 @@ def run_severity(args: argparse.Namespace) -> dict[str, Any]:
     return tables
 
 
+def run_severity_plot(args: argparse.Namespace) -> Path:
+    """One figure of OOD AUROC against severity for every (model, κ) in the given tables."""
+    import csv
+
+    from callbacks.plots import plot_severity
+    from metrics import TABLE_COLUMNS
+
+    tables: dict[str, list[dict[str, float]]] = {}
+    for path in args.tables:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in ("severity level", "ood-auroc", "model name - confidence function")
+                       if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SystemExit(f"{path} is not a severity table: columns {missing} are missing ({list(TABLE_COLUMNS)})")
+            for row in reader:
+                tables.setdefault(row["model name - confidence function"], []).append(
+                    {"severity level": int(row["severity level"]), "ood-auroc": float(row["ood-auroc"])})
+    figure = plot_severity(tables, args.output)
+    print(f"Severity figure of {len(tables)} tables: {figure}")
+    return figure
+
+
 def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("trainer")
     group.add_argument("--accelerator", default="auto")
@@ -208,17 +231,22 @@ def build_parser() -> argparse.ArgumentParser:
     severity.add_argument("--pretrained-file", default=None, help="explicit weights file (timm)")
     severity.add_argument("--random-weights", action="store_true", help="no pretrained weights (tests only)")
     add_trainer_arguments(severity)
+    severity_plot = commands.add_parser("severity-plot", help="plot several severity tables (models, κ) together")
+    severity_plot.add_argument("tables", nargs="+", help="CSV tables of `evaluate.py severity` or the paper's")
+    severity_plot.add_argument("--output", required=True, help="PNG file to write")
     return parser
 
 
 def main(argv: list[str] | None = None) -> Any:
     args = build_parser().parse_args(argv)
-    if isinstance(args.devices, str) and args.devices.isdigit():
+    if isinstance(getattr(args, "devices", None), str) and args.devices.isdigit():
         args.devices = int(args.devices)
     if args.command == "oscr":
         return run_oscr(args)
     if args.command == "severity":
         return run_severity(args)
+    if args.command == "severity-plot":
+        return run_severity_plot(args)
     raise SystemExit(f"unknown command {args.command}")
 
 

@@ -31,7 +31,7 @@ from torch import Tensor
 from callbacks.plots import plot_severity
 from callbacks.prediction_cache import PredictionCache, PredictionCollector, cache_key
 from datamodules.io import atomic_write_text
-from metrics import TABLE_COLUMNS, class_mean_scores, get_kappa, severity_levels, severity_table
+from metrics import TABLE_COLUMNS, Kappa, class_mean_scores, get_kappa, severity_levels, severity_table
 
 
 def slug(text: str) -> str:
@@ -52,7 +52,8 @@ class SeverityBenchmark:
     Args:
         scoring: the model wrapper (its ``display_name`` names the tables).
         datamodule: the ID and OOD data.
-        kappas: κ names of :data:`metrics.KAPPAS`.
+        kappas: κ names of :data:`metrics.KAPPAS`, or :class:`metrics.Kappa` objects (e.g. from
+            :func:`metrics.from_pytorch_ood`).
         trainer: a Trainer whose callbacks include a :class:`PredictionCollector` (``inference_mode=False``
             when a κ needs input gradients, e.g. ODIN).
         cache_dir: where model outputs are cached.
@@ -64,7 +65,7 @@ class SeverityBenchmark:
         self,
         scoring: pl.LightningModule,
         datamodule: Any,
-        kappas: Sequence[str],
+        kappas: Sequence[str | Kappa],
         trainer: pl.Trainer,
         cache_dir: str | Path,
         output_dir: str | Path,
@@ -72,7 +73,7 @@ class SeverityBenchmark:
     ) -> None:
         self.scoring = scoring
         self.datamodule = datamodule
-        self.kappas = [get_kappa(name) for name in kappas]
+        self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
         self.trainer = trainer

@@ -54,3 +54,26 @@ def test_bad_checkpoints_are_explained(tmp_path, best_checkpoint):
         evaluate.main(["oscr", "--ckpt", str(tmp_path / "stripped.ckpt")])
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         evaluate.main(["oscr", "--ckpt", str(best_checkpoint), "--data", "batch_size"])
+
+
+def test_severity_tables_have_the_published_columns_and_plot_together(tmp_path, demo_checkpoint):
+    from importlib import resources
+
+    from metrics import TABLE_COLUMNS
+
+    published = resources.files("datamodules").joinpath("data/galil_resnet50_softmax_severity.csv")
+    assert published.read_text().splitlines()[0].split(",") == list(TABLE_COLUMNS)
+    tables = evaluate.main(["severity", "--model", str(demo_checkpoint), "--data", "fashion", "--data-arg", "estimation=20",
+                            "--data-arg", "test=10", "--kappa", "softmax", "max_logit", "--cache-dir", str(tmp_path / "c"),
+                            "--output-dir", str(tmp_path / "out"), "--accelerator", "cpu", "--devices", "1",
+                            "--wandb-mode", "disabled", "--no-progress-bar"])
+    ours = (tmp_path / "out" / "severity.csv").read_text().splitlines()
+    assert ours[0].split(",") == list(TABLE_COLUMNS) and len(ours) == 1 + 2 * 11
+    assert [row["percentile"] for row in tables["softmax"]] == [
+        float(line.split(",")[1]) for line in published.read_text().splitlines()[1:]]
+    figure = evaluate.main(["severity-plot", str(tmp_path / "out" / "severity.csv"), str(published),
+                            "--output", str(tmp_path / "all.png")])
+    assert figure == tmp_path / "all.png" and figure.stat().st_size > 10_000
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="not a severity table"):
+        evaluate.main(["severity-plot", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "x.png")])
