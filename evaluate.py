@@ -21,26 +21,18 @@ default.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 import yaml
 from pytorch_lightning.loggers import Logger, WandbLogger
 
 from callbacks import OpenSetEvaluation
+from lightning_modules.checkpoint import import_class, load_module, read_checkpoint
 from metrics import DEFAULT_FPR_TARGETS
-
-
-def import_class(path: str) -> type:
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"{path!r} is not a module.Class path")
-    return getattr(importlib.import_module(module), name)
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -57,16 +49,14 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def load_checkpoint_run(ckpt: str, data_overrides: dict[str, Any]) -> tuple[pl.LightningModule, pl.LightningDataModule, dict]:
     """Rebuild the model and datamodule recorded in a checkpoint of ``train.py``."""
     path = Path(ckpt)
-    if not path.is_file():
-        raise SystemExit(f"checkpoint {path} does not exist")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    try:
+        checkpoint = read_checkpoint(path)
+    except FileNotFoundError as error:
+        raise SystemExit(str(error)) from None
     for key in ("model_class", "datamodule_class", "datamodule_hyper_parameters"):
         if key not in checkpoint:
             raise SystemExit(f"checkpoint {path} has no {key!r}: it was not written by train.py with a datamodule")
-    model_class = import_class(checkpoint["model_class"])
-    hparams = dict(checkpoint.get("hyper_parameters", {}))
-    overrides = {"pretrained": False} if "pretrained" in hparams else {}  # weights come from the checkpoint
-    model = model_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+    model = load_module(path, checkpoint)
     # LightningCLI records bookkeeping keys such as "_class_path" next to the arguments.
     saved = {k: v for k, v in checkpoint["datamodule_hyper_parameters"].items() if not k.startswith("_")}
     datamodule_args = {**saved, **data_overrides}
@@ -135,8 +125,7 @@ def build_severity_data(args: argparse.Namespace, scoring: pl.LightningModule) -
     if "transform" in parameters and "transform" not in data_args:
         data_args["transform"] = scoring.eval_transform  # the model's own evaluation transform
     if "known" in parameters and "known" not in data_args and args.model.endswith(".ckpt"):
-        saved = torch.load(args.model, map_location="cpu", weights_only=False, mmap=True)
-        known = saved.get("datamodule_hyper_parameters", {}).get("known")
+        known = read_checkpoint(args.model).get("datamodule_hyper_parameters", {}).get("known")
         if known is not None:  # the classes this checkpoint was trained on
             data_args["known"] = list(known)
     for name in ("batch_size", "num_workers"):

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.cli import LightningCLI
 
+from lightning_modules.checkpoint import read_checkpoint
 from lightning_modules.open_set_classifier import train_negatives_for_loss
 
 
@@ -29,8 +29,7 @@ def _loggers(trainer_config: Any) -> list[Any]:
 
 def checkpoint_logger_version(path: str) -> Any:
     """The logger version (W&B run id, CSV version) recorded in a checkpoint, or ``None``."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    return checkpoint.get("logger_version")
+    return read_checkpoint(path).get("logger_version")
 
 
 class OpenSetCLI(LightningCLI):

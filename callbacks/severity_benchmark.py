@@ -31,6 +31,7 @@ from torch import Tensor
 from callbacks.plots import plot_severity
 from callbacks.prediction_cache import PredictionCache, PredictionCollector, cache_key
 from datamodules.io import atomic_write_text
+from lightning_modules.scoring import weights_fingerprint
 from metrics import TABLE_COLUMNS, Kappa, class_mean_scores, get_kappa, severity_levels, severity_table
 
 
@@ -92,8 +93,6 @@ class SeverityBenchmark:
 
     def model_fingerprint(self) -> str:
         if self._model_fingerprint is None:
-            from lightning_modules.scoring import weights_fingerprint
-
             self._model_fingerprint = weights_fingerprint(self.scoring.network)
         return self._model_fingerprint
 

@@ -243,7 +243,7 @@ class PoolSample:
         return sorted({wnid for _, wnid, _ in self.rows})
 
 
-def _class_rng(seed: int, wnid: str) -> np.random.Generator:
+def class_rng(seed: int, wnid: str) -> np.random.Generator:
     # one generator per class: a class's sample does not depend on which other classes are present
     return np.random.default_rng([seed, int(wnid[1:])])
 
@@ -283,7 +283,7 @@ def sample_pool(
         if len(files) < min_images:
             dropped.append((wnid, len(files), f"fewer than {min_images} images"))
             continue
-        chosen = _class_rng(seed, wnid).choice(len(files), size=per_class, replace=False)
+        chosen = class_rng(seed, wnid).choice(len(files), size=per_class, replace=False)
         for position, index in enumerate(chosen):
             rows.append((f"{wnid}/{files[index]}", wnid, "estimation" if position < estimation else "test"))
     return PoolSample(rows=rows, dropped=dropped)

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from datamodules.base import BadImagePolicy, ImageFileDataset, TensorImageDataset, check_choice
 from datamodules.batch import collate_samples
 from datamodules.fashion_mnist import CLASS_NAMES, DEBIAN_FASHION_MNIST_DIR, DEMO_KNOWN, load_fashion_mnist
-from datamodules.imagenet21k import _class_rng, class_names, read_pool_file
+from datamodules.imagenet21k import class_names, class_rng, read_pool_file
 from datamodules.protocols import check_class_folders, imagenet1k_wnids
 
 SEVERITY_SPLITS = ("id", "ood_estimation", "ood_test")
@@ -205,7 +205,7 @@ class FashionSeverityDataModule(SeverityDataModule):
             if class_images.shape[0] < per_class:
                 raise ValueError(f"OOD class {self.ood_classes[index]!r} has {class_images.shape[0]} images, "
                                  f"fewer than estimation + test = {per_class}")
-            rng = _class_rng(self.seed, f"n{index:08d}")
+            rng = class_rng(self.seed, f"n{index:08d}")
             chosen = torch.from_numpy(rng.choice(class_images.shape[0], size=per_class, replace=False))
             for split, take in (("ood_estimation", chosen[: self.estimation]), ("ood_test", chosen[self.estimation:])):
                 parts[split].append(class_images[take])

@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from lightning_modules.checkpoint import load_module
 from lightning_modules.networks import build_classifier
 from lightning_modules.open_set_classifier import unpack_batch
 from metrics.kappa import get_kappa
@@ -42,17 +43,9 @@ def load_scoring_network(model: str, *, pretrained: bool = True, pretrained_file
     """``(network, eval transform or None, display name)`` for a model name or a checkpoint path."""
     if model.endswith(".ckpt"):
         path = Path(model)
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {path} does not exist")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        class_path = checkpoint.get("model_class")
-        if class_path is None:
-            raise ValueError(f"checkpoint {path} has no 'model_class': it was not written by train.py")
-        module_name, _, class_name = class_path.rpartition(".")
-        module_class = getattr(__import__(module_name, fromlist=[class_name]), class_name)
-        overrides = {"pretrained": False} if "pretrained" in checkpoint.get("hyper_parameters", {}) else {}
-        module = module_class.load_from_checkpoint(path, map_location="cpu", **overrides)
-        return _KnownLogits(module), None, path.stem if path.stem not in ("best", "last") else f"{path.parent.parent.name}-{path.stem}"
+        module = load_module(path)
+        name = path.stem if path.stem not in ("best", "last") else f"{path.parent.parent.name}-{path.stem}"
+        return _KnownLogits(module), None, name
     network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file)
     return network, transform, model.partition(":")[2]
 
