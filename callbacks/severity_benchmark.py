@@ -89,6 +89,7 @@ class SeverityBenchmark:
         self.num_levels = num_levels
         self.model_name = getattr(scoring, "display_name", type(scoring).__name__)
         self._model_fingerprint: str | None = None
+        self._loaded: dict[str, dict[str, Tensor]] = {}  # per cache key: each split is read from disk once
         self.model_calls = 0  # predict passes actually run (cache misses)
 
     def model_fingerprint(self) -> str:
@@ -102,10 +103,13 @@ class SeverityBenchmark:
         key = cache_key(model=self.model_fingerprint(), data=self.datamodule.fingerprint(split),
                         kappa=kappa.name if kappa is not None else None, kappa_args=kappa_args,
                         features=bool(getattr(self.scoring, "features", False)) and kappa is None)
+        if key in self._loaded:
+            return self._loaded[key]
         name = slug(f"{self.model_name}-{split}" + (f"-{kappa.name}" if kappa is not None else ""))
         rows = len(self.datamodule.dataset(split))
         cached = self.cache.load(name, key, rows=rows)
         if cached is not None:
+            self._loaded[key] = cached
             return cached
         self.scoring.kappa = kappa
         self.trainer.predict(self.scoring, dataloaders=self.datamodule.dataloader(split), return_predictions=False)
@@ -120,6 +124,7 @@ class SeverityBenchmark:
         if self.trainer.is_global_zero:
             self.cache.save(name, key, result, {"model": self.model_name, "split": split,
                                                 "kappa": kappa.name if kappa is not None else None})
+        self._loaded[key] = result
         return result
 
     def scores(self, split: str, kappa: Any) -> Tensor:

@@ -39,8 +39,12 @@ def test_second_kappa_does_not_run_the_model(demo_checkpoint, tmp_path):
     assert first.model_calls == 3  # estimation, test and ID images: one pass each
     batches = scoring.forward_calls
     second = benchmark(scoring, ["max_logit", "entropy", "energy"], tmp_path)
+    loads = []
+    load = second.cache.load
+    second.cache.load = lambda *args, **kwargs: loads.append(args[0]) or load(*args, **kwargs)
     tables = second.run()
     assert second.model_calls == 0 and scoring.forward_calls == batches
+    assert len(loads) == 3  # each split is read from disk once, whatever the number of kappas
     assert set(tables) == {"max_logit", "entropy", "energy"}
     # a fresh process (a new model object with the same weights) reuses the cache too
     third = benchmark(ScoringModel(str(demo_checkpoint)), ["softmax"], tmp_path)
