@@ -14,8 +14,11 @@ datamodule are rebuilt from the checkpoint alone; ``--data KEY=VALUE`` overrides
 each (model, κ) pair, AUROC per level) of any timm/torchvision ImageNet classifier or checkpoint of
 ``train.py``. Model outputs are cached in ``--cache-dir``, so a second κ on the same model does not run
 the model again. ``--data imagenet`` uses ImageNet-1k val and the ImageNet-21k pool file of
-``python -m datamodules.imagenet21k sample``; ``--data fashion`` is the embedded Fashion-MNIST + digits
-default.
+``python -m datamodules.imagenet21k sample``; ``--data protocol`` the pool of a P1-P3 checkpoint (its
+unknown classes); ``--data fashion`` is the embedded Fashion-MNIST + digits default.
+
+Both commands run the same callbacks as training (:class:`callbacks.OpenSetEvaluation`,
+:class:`callbacks.SeverityAUROC`) through ``trainer.test``; this file only parses, builds and runs.
 """
 
 from __future__ import annotations
@@ -31,19 +34,30 @@ import yaml
 from pytorch_lightning.loggers import Logger, WandbLogger
 
 from callbacks import OpenSetEvaluation
-from lightning_modules.checkpoint import import_class, load_module, read_checkpoint
+from lightning_modules.checkpoint import CheckpointError, import_class, load_module, read_checkpoint
 from metrics import DEFAULT_FPR_TARGETS
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+def parse_overrides(pairs: list[str], option: str = "--data") -> dict[str, Any]:
     """``["root=/data", "batch_size=32"]`` -> ``{"root": "/data", "batch_size": 32}`` (values parsed as YAML)."""
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--data expects KEY=VALUE, got {pair!r}")
+            raise SystemExit(f"{option} expects KEY=VALUE, got {pair!r}")
         overrides[key] = yaml.safe_load(value)
     return overrides
+
+
+def parse_kappa_args(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """``["odin.temperature=1000"]`` -> ``{"odin": {"temperature": 1000}}``."""
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in parse_overrides(pairs, "--kappa-arg").items():
+        kappa, dot, name = key.partition(".")
+        if not dot or not name:
+            raise SystemExit(f"--kappa-arg expects KAPPA.NAME=VALUE (e.g. odin.temperature=1000), got {key!r}")
+        nested.setdefault(kappa, {})[name] = value
+    return nested
 
 
 def load_checkpoint_run(ckpt: str, data_overrides: dict[str, Any]) -> tuple[pl.LightningModule, pl.LightningDataModule, dict]:
@@ -51,7 +65,7 @@ def load_checkpoint_run(ckpt: str, data_overrides: dict[str, Any]) -> tuple[pl.L
     path = Path(ckpt)
     try:
         checkpoint = read_checkpoint(path)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, CheckpointError) as error:
         raise SystemExit(str(error)) from None
     for key in ("model_class", "datamodule_class", "datamodule_hyper_parameters"):
         if key not in checkpoint:
@@ -78,9 +92,8 @@ def make_logger(args: argparse.Namespace, checkpoint: dict, name: str) -> Logger
     )
 
 
-def make_trainer(
-    args: argparse.Namespace, logger: Logger | bool, callbacks: list[pl.Callback], *, inference_mode: bool = True
-) -> pl.Trainer:
+def make_trainer(args: argparse.Namespace, logger: Logger | bool, callbacks: list[pl.Callback], **overrides: Any
+                 ) -> pl.Trainer:
     return pl.Trainer(
         accelerator=args.accelerator,
         devices=args.devices,
@@ -90,30 +103,36 @@ def make_trainer(
         logger=logger,
         callbacks=callbacks,
         enable_checkpointing=False,
-        inference_mode=inference_mode,
         enable_progress_bar=not args.no_progress_bar,
+        **overrides,
     )
 
 
 def run_oscr(args: argparse.Namespace) -> dict[str, Any] | None:
     model, datamodule, checkpoint = load_checkpoint_run(args.ckpt, parse_overrides(args.data))
-    evaluation = OpenSetEvaluation(fpr_targets=args.fpr, output_dir=args.output_dir, plots=not args.no_plots)
+    evaluation = OpenSetEvaluation(fpr_targets=args.fpr, output_dir=args.output_dir, plots=not args.no_plots,
+                                   conventions=args.ccr_convention)
     logger = make_logger(args, checkpoint, name=f"oscr-{Path(args.ckpt).stem}")
     trainer = make_trainer(args, logger, [evaluation])
     trainer.test(model, datamodule=datamodule, ckpt_path=args.ckpt)
     if trainer.is_global_zero and evaluation.report_path is not None:
         report = json.loads((evaluation.report_path / "metrics.json").read_text())
-        print(f"\nOpen-set report written to {evaluation.report_path}")
+        print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
+              + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in args.ccr_convention)
+              + "; nan = the authors' '—')")
         for name, value in sorted(report["scalars"].items()):
-            print(f"  {name:32s} {value:.4f}")
+            print(f"  {name:40s} {value:.4f}")
         return report
     return None
 
 
 DATA_SHORTCUTS = {
     "imagenet": "datamodules.severity.ImageNetSeverityDataModule",
+    "protocol": "datamodules.severity.ProtocolSeverityDataModule",
     "fashion": "datamodules.severity.FashionSeverityDataModule",
 }
+# arguments of a severity datamodule that a checkpoint's own datamodule determines (its classes, its data)
+FROM_CHECKPOINT = {"known": "known", "negative": "negative", "protocol": "protocol", "root": "root"}
 
 
 def build_severity_data(args: argparse.Namespace, scoring: pl.LightningModule) -> Any:
@@ -124,10 +143,12 @@ def build_severity_data(args: argparse.Namespace, scoring: pl.LightningModule) -
     parameters = inspect.signature(data_class).parameters
     if "transform" in parameters and "transform" not in data_args:
         data_args["transform"] = scoring.eval_transform  # the model's own evaluation transform
-    if "known" in parameters and "known" not in data_args and args.model.endswith(".ckpt"):
-        known = read_checkpoint(args.model).get("datamodule_hyper_parameters", {}).get("known")
-        if known is not None:  # the classes this checkpoint was trained on
-            data_args["known"] = list(known)
+    if args.model.endswith(".ckpt"):  # the classes (and data) this checkpoint was trained on
+        trained = read_checkpoint(args.model).get("datamodule_hyper_parameters", {})
+        for name, source in FROM_CHECKPOINT.items():
+            if name in parameters and name not in data_args and trained.get(source) is not None:
+                value = trained[source]
+                data_args[name] = list(value) if isinstance(value, (list, tuple)) else value
     for name in ("batch_size", "num_workers"):
         if getattr(args, name) is not None and name in parameters:
             data_args.setdefault(name, getattr(args, name))
@@ -135,24 +156,28 @@ def build_severity_data(args: argparse.Namespace, scoring: pl.LightningModule) -
 
 
 def run_severity(args: argparse.Namespace) -> dict[str, Any]:
-    from callbacks.prediction_cache import PredictionCollector
-    from callbacks.severity_benchmark import SeverityBenchmark, slug
+    from callbacks import SeverityAUROC
+    from callbacks.severity import slug
     from lightning_modules.scoring import ScoringModel
-    from metrics import get_kappa
 
-    kappas = [get_kappa(name) for name in args.kappa]
-    scoring = ScoringModel(args.model, pretrained=not args.random_weights, pretrained_file=args.pretrained_file,
-                           features=any(k.kind == "features" for k in kappas))
+    try:
+        scoring = ScoringModel(args.model, pretrained=not args.random_weights, pretrained_file=args.pretrained_file,
+                               model_args=parse_overrides(args.model_arg, "--model-arg"))
+    except (FileNotFoundError, CheckpointError) as error:
+        raise SystemExit(str(error)) from None
     datamodule = build_severity_data(args, scoring)
     output_dir = Path(args.output_dir or Path("runs/severity") / slug(scoring.display_name))
+    severity = SeverityAUROC(data=datamodule, kappas=args.kappa, kappa_args=parse_kappa_args(args.kappa_arg),
+                             every_n_epochs=0, num_levels=args.num_levels, cache_dir=args.cache_dir,
+                             output_dir=str(output_dir), plots=not args.no_plots)
     logger = make_logger(args, {}, name=f"severity-{scoring.display_name}")
-    trainer = make_trainer(args, logger, [PredictionCollector()],
-                           inference_mode=not any(k.kind == "model" for k in kappas))
-    benchmark = SeverityBenchmark(scoring, datamodule, args.kappa, trainer, cache_dir=args.cache_dir,
-                                  output_dir=output_dir, num_levels=args.num_levels)
-    tables = benchmark.run()
+    # The callback shards its own passes over the ID and OOD splits; the test loop only starts the processes
+    # and calls it, so one batch of the ID images is all it needs to see.
+    trainer = make_trainer(args, logger, [severity], limit_test_batches=1)
+    trainer.test(scoring, dataloaders=datamodule.dataloader("id"))
+    tables = severity.tables
     if trainer.is_global_zero:
-        print(f"\nSeverity tables written to {output_dir} ({benchmark.model_calls} model passes, "
+        print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, "
               f"the rest from the cache {args.cache_dir})")
         for name, rows in tables.items():
             print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
@@ -206,10 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
     oscr.add_argument("--fpr", type=float, nargs="+", default=list(DEFAULT_FPR_TARGETS), help="FPR targets for CCR")
     oscr.add_argument("--output-dir", default=None, help="report folder (default: <checkpoint dir>/<name>-oscr)")
     oscr.add_argument("--no-plots", action="store_true")
+    oscr.add_argument("--ccr-convention", nargs="+", choices=("exact", "authors"), default=["exact"],
+                      help="CCR@FPR: exact (largest CCR with FPR <= target) and/or the authors' table procedure")
     add_trainer_arguments(oscr)
     severity = commands.add_parser("severity", help="C-OOD severity benchmark of a model (Galil et al.)")
     severity.add_argument("--model", required=True, help="timm:<name>, torchvision:<name> or a train.py checkpoint")
     severity.add_argument("--kappa", nargs="+", default=["softmax"], help="confidence functions (metrics.KAPPAS)")
+    severity.add_argument("--kappa-arg", action="append", default=[], metavar="KAPPA.NAME=VALUE",
+                          help="a κ argument, e.g. odin.temperature=1000 or mc_dropout.passes=10")
+    severity.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                          help="timm/torchvision model argument, e.g. drop_rate=0.2 (for mc_dropout)")
+    severity.add_argument("--no-plots", action="store_true")
     severity.add_argument("--data", default="imagenet", help="imagenet, fashion, or a datamodule class path")
     severity.add_argument("--data-arg", action="append", default=[], metavar="KEY=VALUE", help="datamodule argument")
     severity.add_argument("--num-levels", type=int, default=11)

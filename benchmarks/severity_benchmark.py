@@ -6,7 +6,7 @@
    (a) a straightforward implementation of the paper's procedure (a loop over classes for the means, a loop
    over the windows, scikit-learn's ``roc_auc_score`` per level) and (b) one ``torch.sort`` of all scores.
 2. Five logit-based κ on the Fashion-MNIST severity data with the demo's small CNN on the CPU: one cached
-   forward pass shared by the five κ (``SeverityBenchmark``) against five separate passes.
+   forward pass shared by the five κ (``callbacks.SeverityAUROC``) against five separate passes.
 
     python -m benchmarks.severity_benchmark
 """
@@ -110,8 +110,7 @@ def construction(classes: int, group: int) -> str:
 
 
 def kappa_passes() -> str:
-    from callbacks.prediction_cache import PredictionCollector
-    from callbacks.severity_benchmark import SeverityBenchmark
+    from callbacks import SeverityAUROC
     from datamodules.severity import FashionSeverityDataModule
     from lightning_modules import OpenSetClassifier
     from lightning_modules.scoring import ScoringModel
@@ -129,11 +128,12 @@ def kappa_passes() -> str:
         data.setup()
 
         def run(kappas: list, cache: str) -> int:
-            bench_trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[PredictionCollector()],
-                                       enable_progress_bar=False, enable_model_summary=False)
-            bench = SeverityBenchmark(scoring, data, kappas, bench_trainer, cache_dir=cache, output_dir=Path(tmp) / "out")
-            bench.run()
-            return bench.model_calls
+            severity = SeverityAUROC(data=data, kappas=kappas, every_n_epochs=0, cache_dir=cache,
+                                     output_dir=str(Path(tmp) / "out"))
+            bench_trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[severity],
+                                       limit_test_batches=1, enable_progress_bar=False, enable_model_summary=False)
+            bench_trainer.test(scoring, dataloaders=data.dataloader("id"), verbose=False)
+            return severity.model_passes
 
         start = time.perf_counter()
         kappas = logit_kappas()

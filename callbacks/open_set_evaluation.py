@@ -1,13 +1,21 @@
-"""Test-set evaluation of an open-set classifier: collect -> score -> metric -> log/plot.
+"""Open-set evaluation of a classifier during validation and at test: collect -> score -> metric -> log/plot.
 
-On ``trainer.test`` this callback gathers the probabilities, labels and dataset indices of every test
-sample from all processes (without the ``DistributedSampler`` padding), computes the report of
-:func:`metrics.open_set_report` (CCR at FPR 1e-3/1e-2/1e-1/1 on negatives and on unknowns, known-vs-group
-AUROC, closed-set accuracy, γ), logs the scalars to the trainer's loggers and the figures to W&B, and
-writes everything next to the checkpoint:
+The callback gathers the probabilities, labels and dataset indices that ``validation_step`` /
+``test_step`` return, from all processes and without the ``DistributedSampler`` padding (every rank joins
+the gather, also one without a batch), one collection per dataloader (their indices may overlap), and
+computes :func:`metrics.open_set_report`: CCR at FPR 1e-3/1e-2/1e-1/1 on negatives and on unknowns (the
+exact convention, and the authors' table convention if asked), known-vs-group AUROC, closed-set accuracy
+and γ.
+
+During training (every ``every_n_epochs`` validation epochs) the scalars are logged as ``val/...``
+(``val/negatives/ccr@fpr=0.1``, ``val/negatives/auroc``, ...) so that W&B draws them over epochs next to
+``val/gamma``; every ``plot_every_n_epochs`` the OSCR curve image is logged and written to
+``<checkpoint dir>/val-oscr/epoch_<n>.png``.
+
+On ``trainer.test`` it logs ``test/...`` and writes everything next to the checkpoint:
 
     <checkpoint dir>/<checkpoint name>-oscr/
-        metrics.json   every number, the sample counts, the checkpoint and the skipped images
+        metrics.json   every number, the sample counts, the checkpoint, the CCR convention(s), skipped images
         metrics.csv    one ``name,value`` row per scalar
         oscr_<group>.csv         the OSCR curve: fpr, ccr, threshold
         oscr_curves.png          CCR against FPR on a log axis
@@ -31,8 +39,8 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 
 from callbacks.plots import plot_oscr_curves, plot_score_histograms
-from datamodules.io import atomic_write_text
-from metrics import DEFAULT_FPR_TARGETS, IndexedPredictions, open_set_report
+from common import atomic_write_text
+from metrics import DEFAULT_FPR_TARGETS, IndexedPredictions, fpr_key, open_set_report
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:
@@ -55,14 +63,27 @@ def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, A
     atomic_write_text(directory / "metrics.csv", buffer.getvalue())
 
 
+def num_dataloaders(trainer: pl.Trainer, stage: str) -> int:
+    """How many dataloaders the running evaluation loop has (every rank knows, also one without batches)."""
+    if stage == "val":
+        counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+    else:
+        counts = trainer.num_test_batches
+    return max(1, len(counts)) if isinstance(counts, list) else 1
+
+
 class OpenSetEvaluation(pl.Callback):
-    """Open-set test report (Palechor et al., WACV 2023); see the module docstring.
+    """Open-set report (Palechor et al., WACV 2023) during validation and at test; see the module docstring.
 
     Args:
         fpr_targets: FPR values at which CCR is reported.
-        output_dir: where to write the report (default: next to the tested checkpoint).
+        output_dir: where to write the test report (default: next to the tested checkpoint).
         plots: write and log the OSCR and histogram figures.
         histogram_bins: bins of the score histograms.
+        every_n_epochs: evaluate on validation every n-th epoch (0: only at test).
+        plot_every_n_epochs: log the validation OSCR curve image every n-th epoch (0: never).
+        conventions: CCR@FPR conventions to report: ``"exact"`` (DESIGN.md §5.1) and/or ``"authors"`` (the
+            procedure of the published tables, keys ``authors_ccr@fpr=...``, NaN where they print "—").
     """
 
     def __init__(
@@ -71,47 +92,143 @@ class OpenSetEvaluation(pl.Callback):
         output_dir: str | None = None,
         plots: bool = True,
         histogram_bins: int = 50,
+        every_n_epochs: int = 1,
+        plot_every_n_epochs: int = 10,
+        conventions: Sequence[str] = ("exact",),
     ) -> None:
         super().__init__()
         self.fpr_targets = tuple(float(t) for t in fpr_targets)
+        for convention in conventions:
+            fpr_key(1.0, convention)  # fail at construction on an unknown convention
+        if every_n_epochs < 0 or plot_every_n_epochs < 0:
+            raise ValueError(f"every_n_epochs and plot_every_n_epochs must be >= 0, got {every_n_epochs}, "
+                             f"{plot_every_n_epochs}")
+        self.conventions = tuple(conventions)
         self.output_dir = output_dir
         self.plots = plots
         self.histogram_bins = histogram_bins
-        self.predictions = IndexedPredictions()
+        self.every_n_epochs = every_n_epochs
+        self.plot_every_n_epochs = plot_every_n_epochs
+        self.predictions: dict[int, IndexedPredictions] = {}
         self.skipped = IndexedPredictions()
-        self.report: dict[str, Any] | None = None
+        self.report: dict[str, Any] | None = None  # of dataloader 0 (test), or the last validation epoch
+        self.reports: dict[int, dict[str, Any]] = {}
         self.report_path: Path | None = None
+        self.history: list[dict[str, float]] = []  # validation scalars per evaluated epoch
+
+    # -- collect -----------------------------------------------------------------------------------
+
+    def _validation_due(self, trainer: pl.Trainer) -> bool:
+        return (not trainer.sanity_checking and self.every_n_epochs > 0
+                and (trainer.current_epoch + 1) % self.every_n_epochs == 0)
+
+    def _reset(self, pl_module: pl.LightningModule) -> None:
+        self.predictions = {}
+        self.skipped = IndexedPredictions().to(pl_module.device)
+        self.report, self.reports = None, {}
+
+    def _store(self, dataloader_idx: int, device: torch.device) -> IndexedPredictions:
+        if dataloader_idx not in self.predictions:
+            self.predictions[dataloader_idx] = IndexedPredictions().to(device)
+        return self.predictions[dataloader_idx]
+
+    def _collect(self, pl_module: pl.LightningModule, outputs: Any, dataloader_idx: int) -> None:
+        if outputs is None:  # a batch of skipped (unreadable) images only
+            return
+        if not isinstance(outputs, dict) or "probs" not in outputs or "targets" not in outputs:
+            raise TypeError("OpenSetEvaluation needs the step to return a dict with 'probs' and 'targets'")
+        self._store(dataloader_idx, pl_module.device).update(outputs["probs"], outputs["targets"],
+                                                              outputs.get("indices"))
+        skipped = outputs.get("skipped", torch.empty(0, dtype=torch.long, device=pl_module.device))
+        self.skipped.update(skipped, torch.zeros_like(skipped), skipped)
+
+    def _reports(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> dict[int, dict[str, Any]]:
+        background = bool(getattr(pl_module, "background_class", False))
+        num_classes = getattr(pl_module, "num_classes", None)
+        reports = {}
+        for dataloader_idx in range(num_dataloaders(trainer, stage)):
+            # gathered on every rank (also one that saw no batch of this dataloader), padding removed
+            probs, targets = self._store(dataloader_idx, pl_module.device).gather()
+            reports[dataloader_idx] = open_set_report(probs, targets, fpr_targets=self.fpr_targets,
+                                                      background=background, conventions=self.conventions,
+                                                      num_classes=num_classes)
+        return reports
+
+    @staticmethod
+    def _log(pl_module: pl.LightningModule, stage: str, reports: dict[int, dict[str, Any]]) -> None:
+        scalars = {}
+        for dataloader_idx, report in reports.items():
+            suffix = "" if dataloader_idx == 0 else f"/dataloader_idx_{dataloader_idx}"
+            scalars.update({f"{stage}/{name}{suffix}": value for name, value in report["scalars"].items()
+                            if not (stage == "val" and name.startswith("gamma"))})  # val/gamma: the model's own
+        # equal on every rank (computed from the gathered predictions); max keeps them exact
+        pl_module.log_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in scalars.items()}, sync_dist=True,
+                           reduce_fx="max", add_dataloader_idx=False)
+
+    # -- validation --------------------------------------------------------------------------------
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validation_due(trainer):
+            self._reset(pl_module)
+
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._validation_due(trainer):
+            self._collect(pl_module, outputs, dataloader_idx)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._validation_due(trainer):
+            return
+        self.reports = self._reports(trainer, pl_module, "val")
+        self.report = self.reports[0]
+        self._log(pl_module, "val", self.reports)
+        if trainer.is_global_zero:
+            self.history.append({"epoch": trainer.current_epoch, **self.report["scalars"]})
+            epoch = trainer.current_epoch + 1
+            if self.plots and self.plot_every_n_epochs and epoch % self.plot_every_n_epochs == 0:
+                self._plot_validation(trainer, self.report)
+
+    def _plot_validation(self, trainer: pl.Trainer, report: dict[str, Any]) -> None:
+        checkpointing = trainer.checkpoint_callback
+        folder = getattr(checkpointing, "dirpath", None) or trainer.log_dir or trainer.default_root_dir
+        path = plot_oscr_curves(report["curves"], Path(folder) / "val-oscr" / f"epoch_{trainer.current_epoch:03d}.png",
+                                fpr_targets=self.fpr_targets, title=f"OSCR on validation, epoch {trainer.current_epoch}")
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_image(key="val/oscr_curves", images=[str(path)], step=trainer.global_step)
+
+    # -- test --------------------------------------------------------------------------------------
 
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.predictions = IndexedPredictions().to(pl_module.device)
-        self.skipped = IndexedPredictions().to(pl_module.device)
-        self.report = None
+        self._reset(pl_module)
 
     def on_test_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if not isinstance(outputs, dict) or "probs" not in outputs or "targets" not in outputs:
-            raise TypeError("OpenSetEvaluation needs test_step to return a dict with 'probs' and 'targets'")
-        self.predictions.update(outputs["probs"], outputs["targets"], outputs.get("indices"))
-        skipped = outputs.get("skipped", torch.empty(0, dtype=torch.long, device=pl_module.device))
-        self.skipped.update(skipped, torch.zeros_like(skipped), skipped)
+        self._collect(pl_module, outputs, dataloader_idx)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        probs, targets = self.predictions.compute()  # gathered on every rank, padding removed
-        skipped_indices, _ = self.skipped.compute()  # unique dataset indices
-        background = bool(getattr(pl_module, "background_class", False))
-        report = open_set_report(probs, targets, fpr_targets=self.fpr_targets, background=background)
-        report["counts"]["skipped_images"] = int(skipped_indices.numel())
-        self.report = report
-        # equal on every rank (computed from the gathered predictions); max keeps them exact
-        pl_module.log_dict({f"test/{name}": value for name, value in report["scalars"].items()}, sync_dist=True,
-                           reduce_fx="max")
+        reports = self._reports(trainer, pl_module, "test")
+        skipped_indices, _ = self.skipped.gather()  # unique dataset indices
+        for report in reports.values():
+            report["counts"]["skipped_images"] = int(skipped_indices.numel())
+        self.reports, self.report = reports, reports[0]
+        self._log(pl_module, "test", reports)
         if trainer.is_global_zero:
-            self.report_path = self._write(trainer, report, background=background)
+            background = bool(getattr(pl_module, "background_class", False))
+            for dataloader_idx, report in reports.items():
+                suffix = "oscr" if dataloader_idx == 0 else f"oscr-dataloader_{dataloader_idx}"
+                directory = report_dir(trainer, self.output_dir, suffix)
+                if self.output_dir is not None and dataloader_idx > 0:
+                    directory = directory / f"dataloader_{dataloader_idx}"
+                path = self._write(trainer, report, directory, background=background)
+                if dataloader_idx == 0:
+                    self.report_path = path
 
-    def _write(self, trainer: pl.Trainer, report: dict[str, Any], *, background: bool) -> Path:
-        directory = report_dir(trainer, self.output_dir, "oscr")
+    def _write(self, trainer: pl.Trainer, report: dict[str, Any], directory: Path, *, background: bool) -> Path:
         files: dict[str, str] = {}
         for group, (fpr, ccr, thresholds) in report["curves"].items():
             buffer = io.StringIO()
@@ -139,6 +256,7 @@ class OpenSetEvaluation(pl.Callback):
                 "checkpoint": str(trainer.ckpt_path) if trainer.ckpt_path else None,
                 "background_class": background,
                 "fpr_targets": list(self.fpr_targets),
+                "ccr_conventions": list(self.conventions),
                 "counts": report["counts"],
                 "files": files,
             },

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from datamodules.io import atomic_write_bytes  # noqa: E402
+from common import atomic_write_bytes  # noqa: E402
 
 COLOURS = {"negatives": "tab:orange", "unknowns": "tab:red", "known_target": "tab:blue"}
 

@@ -1,67 +1,89 @@
-"""One forward pass, many confidence functions: gathered predictions and their on-disk cache.
+"""Sharded model passes over a data set, gathered exactly, and their on-disk cache.
 
-:class:`PredictionCollector` gathers every tensor a ``predict_step`` returns from all processes, drops
-the duplicates a distributed sampler may add and orders the samples by dataset index, so the result is
-identical on 1 and N processes.
+:func:`sharded_outputs` runs a step function over a data set inside a running Trainer: rank ``r`` of ``W``
+takes the samples ``r, r+W, r+2W, ...`` (no padding, so shards are uneven and a rank may have none), and
+every output is gathered from all ranks through :class:`metrics.IndexedPredictions`, which drops nothing
+and orders the samples by dataset index. Every rank joins every gather, also a rank without a batch, so
+the result is identical on 1 and N processes and no rank waits for another that skipped a collective.
 
-:class:`PredictionCache` keeps those results on disk per (model weights, transform and data, κ): the key
-is a digest of all of them, the file is written atomically, and a file whose key, content or shape does
-not match is rejected (with a warning) and recomputed, never used.
+:class:`PredictionCache` keeps those results on disk per key (model weights, data files, transform,
+precision, κ and its parameters; built by the caller with :func:`common.digest`). Global rank zero decides
+hit or miss and broadcasts the payload, so every rank takes the same decision (a rank that cannot read
+the file, or reads it a moment later, cannot diverge into a different collective). Files are written
+atomically; a file whose key, type, content or shape does not match is rejected with a warning and
+recomputed, never used.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Subset
 
-from datamodules.io import atomic_write_bytes
+from common import atomic_write_bytes
+from datamodules.batch import collate_samples
+from lightning_modules.open_set_classifier import unpack_batch
 from metrics import IndexedPredictions
 
-INDEX_KEYS = ("targets", "indices")
+
+def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:
+    """The dataset indices of one rank: ``rank, rank + W, ...`` (no padding; possibly none)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside a world of {world_size} processes")
+    return list(range(rank, num_samples, world_size))
 
 
-class PredictionCollector(pl.Callback):
-    """Gathers ``predict_step`` dict outputs: ``result[key]`` for every tensor key plus ``result["targets"]``."""
+def sharded_outputs(
+    trainer: pl.Trainer,
+    dataset: Dataset,
+    step: Callable[[Tensor], dict[str, Tensor]],
+    *,
+    keys: Sequence[str],
+    batch_size: int,
+    num_workers: int = 0,
+    device: torch.device | str = "cpu",
+) -> dict[str, Tensor]:
+    """``{key: gathered values, "targets": labels}`` of ``step(images)`` over a data set, on every rank.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.stores: dict[str, IndexedPredictions] = {}
-        self.result: dict[str, Tensor] | None = None
+    Args:
+        trainer: the running Trainer (its rank, world size and precision).
+        dataset: yields :class:`datamodules.batch.Sample`.
+        step: images ``(B, ...)`` on ``device`` -> ``{key: (B, ...) tensor}`` for every key of ``keys``.
+        keys: the step's output keys, the same on every rank (a rank without data never calls ``step``).
+        batch_size, num_workers: of this rank's data loader.
 
-    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.stores, self.result = {}, None
-
-    def on_predict_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if not isinstance(outputs, dict) or not set(INDEX_KEYS) <= set(outputs):
-            raise TypeError("PredictionCollector needs predict_step to return a dict with 'targets' and 'indices'")
-        for key, value in outputs.items():
-            if key not in INDEX_KEYS:
-                store = self.stores.setdefault(key, IndexedPredictions().to(pl_module.device))
-                store.update(value, outputs["targets"], outputs["indices"])
-
-    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        result: dict[str, Tensor] = {}
-        for key in sorted(self.stores):  # the same order on every rank: the gathers are collective
-            values, targets = self.stores[key].compute()
-            result[key] = values.cpu()
-            result["targets"] = targets.cpu()
-        self.result = result
-
-
-def cache_key(**parts: Any) -> str:
-    """sha256 of the JSON of everything that determines a cached result."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    Raises:
+        RuntimeError: when the gathered samples are not exactly the data set (images skipped as unreadable).
+    """
+    shard = shard_indices(len(dataset), trainer.global_rank, trainer.world_size)
+    loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        collate_fn=collate_samples)
+    stores = {key: IndexedPredictions().to(device) for key in keys}
+    for batch in loader:
+        images, targets, indices, _ = unpack_batch(batch)  # indices: of the full data set (Subset keeps them)
+        if images.numel() == 0:
+            continue
+        with trainer.precision_plugin.forward_context():
+            outputs = step(images.to(device))
+        for key in keys:
+            stores[key].update(outputs[key].float(), targets.to(device), indices.to(device))
+    result: dict[str, Tensor] = {}
+    for key in keys:  # the same order on every rank: each compute() is a collective
+        values, targets = stores[key].gather()
+        result[key] = values.cpu()
+        result["targets"] = targets.cpu()
+    if result["targets"].shape[0] != len(dataset):
+        raise RuntimeError(
+            f"predictions cover {result['targets'].shape[0]} of {len(dataset)} samples (unreadable images skipped?)"
+        )
+    return result
 
 
 class PredictionCache:
@@ -74,7 +96,7 @@ class PredictionCache:
         return self.directory / f"{name}-{key[:16]}.pt"
 
     def load(self, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
-        """The cached tensors, or ``None`` when absent or rejected (unreadable, other key, wrong shape)."""
+        """The cached tensors, or ``None`` when absent or rejected (unreadable, other key, wrong type or shape)."""
         path = self.path(name, key)
         if not path.is_file():
             return None
@@ -82,15 +104,25 @@ class PredictionCache:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # a truncated or foreign file
             return self._reject(path, f"unreadable ({type(error).__name__}: {error})")
-        if not isinstance(payload, dict) or payload.get("key") != key:
+        if not isinstance(payload, dict):
+            return self._reject(path, f"it holds a {type(payload).__name__}, not a cache entry")
+        if payload.get("key") != key:
             return self._reject(path, "its key does not match this model, data and confidence function")
         tensors = payload.get("tensors")
-        if not isinstance(tensors, dict) or "targets" not in tensors:
-            return self._reject(path, "it holds no tensors")
-        wrong = {k: tuple(v.shape) for k, v in tensors.items() if not isinstance(v, Tensor) or v.shape[0] != rows}
+        if not isinstance(tensors, dict) or not tensors:
+            return self._reject(path, f"its 'tensors' is a {type(tensors).__name__}, not a dict of tensors")
+        wrong_type = sorted(k for k, v in tensors.items() if not isinstance(v, Tensor) or v.ndim == 0)
+        if wrong_type or "targets" not in tensors:
+            return self._reject(path, f"entries {wrong_type or ['targets (missing)']} are not per-sample tensors")
+        wrong = {k: tuple(v.shape) for k, v in tensors.items() if v.shape[0] != rows}
         if wrong:
             return self._reject(path, f"expected {rows} rows, found shapes {wrong}")
         return tensors
+
+    def load_on_rank_zero(self, trainer: pl.Trainer, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
+        """:meth:`load` on global rank zero, broadcast to every rank: one decision for all."""
+        payload = self.load(name, key, rows=rows) if trainer.is_global_zero else None
+        return trainer.strategy.broadcast(payload, src=0)
 
     @staticmethod
     def _reject(path: Path, reason: str) -> None:

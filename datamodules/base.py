@@ -12,6 +12,7 @@ treats negatives depends on the loss (Palechor et al. §4), set by ``train_negat
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -22,13 +23,12 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from common import NEGATIVE_LABEL, UNKNOWN_LABEL
 from datamodules.batch import Sample, collate_samples
 from datamodules.transforms import BackgroundClassTarget
 
 TrainNegatives = Literal["include", "exclude", "background"]
 BadImagePolicy = Literal["fail", "skip"]
-NEGATIVE_LABEL = -1
-UNKNOWN_LABEL = -2
 
 
 class UnreadableImageError(RuntimeError):
@@ -73,7 +73,8 @@ class ImageFileDataset(Dataset):
         return len(self.rows)
 
     def path(self, index: int) -> str:
-        return f"{self.root}/{self.rows[index][0]}"
+        """The file of a row: its path under ``root``, or the path itself when absolute."""
+        return os.path.join(self.root, self.rows[index][0])
 
     def __getitem__(self, index: int) -> Sample:
         relative, label = self.rows[index]
@@ -120,6 +121,15 @@ class TensorImageDataset(Dataset):
         return Sample(self.transform(image) if self.transform else image, target, index)
 
 
+def dataset_labels(dataset: Dataset) -> Tensor:
+    """The labels of an :class:`ImageFileDataset` or :class:`TensorImageDataset`, in dataset order."""
+    if isinstance(dataset, TensorImageDataset):
+        return dataset.labels.clone()
+    if isinstance(dataset, ImageFileDataset):
+        return torch.tensor([label for _, label in dataset.rows], dtype=torch.long)
+    raise TypeError(f"cannot read the labels of a {type(dataset).__name__}")
+
+
 class OpenSetDataModule(pl.LightningDataModule):
     """Base class: subclasses set ``num_classes`` and build ``train_set``/``val_set``/``test_set`` in ``setup``."""
 
@@ -162,6 +172,12 @@ class OpenSetDataModule(pl.LightningDataModule):
         if self.train_negatives == "exclude":
             return [i for i, label in enumerate(labels) if label != NEGATIVE_LABEL]
         return list(range(len(labels)))
+
+    def split_labels(self, split: str) -> Tensor | None:
+        """Labels of the ``"train"``, ``"val"`` or ``"test"`` set as set up (``None`` before ``setup``)."""
+        dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[check_choice(
+            "split", split, ("train", "val", "test"))]
+        return None if dataset is None else dataset_labels(dataset)
 
     def train_target_transform(self) -> Callable | None:
         return BackgroundClassTarget(self.num_classes) if self.background_class else None

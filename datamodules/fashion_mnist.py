@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -180,6 +181,14 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
             self.test_set = TensorImageDataset(
                 torch.from_numpy(images[keep].copy()).unsqueeze(1), torch.from_numpy(labels[keep])
             )
+
+    def severity_data(self, **kwargs: Any) -> Any:
+        """The C-OOD severity data of a model trained here: ID = the known classes (test images), pool = the
+        other Fashion-MNIST classes (test images; negatives marked) and scikit-learn's digits."""
+        from datamodules.severity import FashionSeverityDataModule
+
+        return FashionSeverityDataModule(**{"data_dir": self._folder(), "known": self.known, "negative": self.negative,
+                                            **kwargs})
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         return self.test_dataloader()

@@ -2,8 +2,10 @@
 
 Expects the ILSVRC2012 folder layout ``<root>/train/<wnid>/*.JPEG`` and ``<root>/val/<wnid>/*.JPEG``.
 The protocol CSV files are read from ``protocol_dir`` (``p<n>_{train,val,test}.csv``, the authors' names
-and format, so their published files can be used as they are); missing files are written there from the
-ImageNet folder by ``prepare_data`` with the authors' split rule (:mod:`datamodules.protocols`).
+and format, so their published files can be used as they are); every row's folder and label are checked
+against the protocol. Missing files are written there from the ImageNet folder by ``prepare_data`` with the
+authors' split rule (:mod:`datamodules.protocols`): all three, or the test file alone; existing files are
+never overwritten, so a missing train or val file next to existing ones is an error.
 
 Every class folder the protocol needs is checked before training starts, with one error that lists all
 missing wnids. Unreadable images fail with the file's path, or are skipped and counted
@@ -16,9 +18,11 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from common import atomic_write_text
 from datamodules.base import (
     BadImagePolicy,
     ImageFileDataset,
@@ -26,7 +30,6 @@ from datamodules.base import (
     TrainNegatives,
     read_rgb_image,
 )
-from datamodules.io import atomic_write_text
 from datamodules.protocols import (
     SPLITS,
     check_class_folders,
@@ -108,13 +111,39 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
         check_class_folders(self.root, required)
 
     def prepare_data(self) -> None:
-        """Write missing protocol CSVs; optionally decode every image once (rank 0 of each node)."""
-        if not all(self.csv_file(split).is_file() for split in SPLITS):
-            write_protocol_csvs(self.root, self.protocol_number, self.protocol_dir, protocol=self.protocol)
+        """Write missing protocol CSVs; optionally decode every image once (rank 0 of each node).
+
+        Files already in ``protocol_dir`` are never overwritten: with all three missing, all three are
+        written; with only the test file missing, only it (it does not depend on the train/val split).
+
+        Raises:
+            ValueError: if the train or the val file is missing while another of the three exists.
+        """
+        self._write_missing_csvs()
         if self.verify_images:
-            rows = [row for split in SPLITS for row in read_protocol_csv(self.csv_file(split), self.num_classes)]
+            rows = [row for split in SPLITS for row in self._read(split)]
             self.check_folders({"all": rows})
             self._verify([relative for relative, _ in rows])
+
+    def _write_missing_csvs(self) -> None:
+        missing = [split for split in SPLITS if not self.csv_file(split).is_file()]
+        if not missing:
+            return
+        existing = [split for split in SPLITS if split not in missing]
+        if existing and missing != ["test"]:
+            missing_names = ", ".join(str(self.csv_file(split)) for split in missing)
+            existing_names = ", ".join(str(self.csv_file(split)) for split in existing)
+            raise ValueError(
+                f"protocol files: missing {missing_names} while {existing_names} "
+                f"{'exists' if len(existing) == 1 else 'exist'}. The train and val files "
+                "must come from one split of the same images (one train_test_split), so a missing one cannot be "
+                f"written next to existing ones without risking overlap; remove {existing_names} to regenerate all "
+                f"three from {self.root}, or supply the missing file(s)"
+            )
+        write_protocol_csvs(self.root, self.protocol_number, self.protocol_dir, protocol=self.protocol, splits=missing)
+
+    def _read(self, split: str) -> list[tuple[str, int]]:
+        return read_protocol_csv(self.csv_file(split), self.num_classes, protocol=self.protocol, split=split)
 
     def _verify(self, relatives: list[str]) -> None:
         def readable(relative: str) -> bool:
@@ -132,7 +161,7 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
         atomic_write_text(self.unreadable_file, "".join(f"{b}\n" for b in bad))
 
     def _rows(self, split: str) -> list[tuple[str, int]]:
-        rows = read_protocol_csv(self.csv_file(split), self.num_classes)
+        rows = self._read(split)
         if self.verify_images and self.on_bad_image == "skip" and self.unreadable_file.is_file():
             unreadable = set(self.unreadable_file.read_text().split())
             rows = [row for row in rows if row[0] not in unreadable]
@@ -155,6 +184,21 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
             self.val_set = ImageFileDataset(rows=rows["val"], transform=self.eval_transform, **dataset_kwargs)
         if "test" in rows:
             self.test_set = ImageFileDataset(rows=rows["test"], transform=self.eval_transform, **dataset_kwargs)
+
+    def severity_data(self, **kwargs: Any) -> Any:
+        """The C-OOD severity data of a model trained on this protocol (DESIGN.md §5.2): ID = the known classes
+        (their ``val/`` images), pool = the unknown classes (estimation images from their ``train/`` folders,
+        which the protocol never uses; test images from ``val/``), with this datamodule's root, evaluation
+        transform and loader settings. ``kwargs`` go to :class:`datamodules.severity.ProtocolSeverityDataModule`
+        (``estimation``, ``test``, an ImageNet-21k ``pool_root``/``pool_file``, ...)."""
+        from datamodules.severity import ProtocolSeverityDataModule
+
+        protocol = kwargs.pop("protocol", self.protocol_number)
+        if protocol != self.protocol_number:
+            raise ValueError(f"severity data for protocol {protocol} asked of a model trained on P{self.protocol_number}")
+        defaults = {"root": self.root, "transform": self.eval_transform, "batch_size": self.batch_size,
+                    "num_workers": self.num_workers, "on_bad_image": self.on_bad_image}
+        return ProtocolSeverityDataModule(protocol=protocol, **{**defaults, **kwargs})
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         return self.test_dataloader()

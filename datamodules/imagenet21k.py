@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.io import atomic_write_text
+from common import atomic_write_text
 from datamodules.protocols import imagenet1k_wnids
 
 RULES = ("id_class", "hypernym", "hyponym", "part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")

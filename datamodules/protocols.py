@@ -2,7 +2,8 @@
 
 ``imagenet_protocol(n)`` returns the published class lists (package data, ``data/SOURCES.md``).
 ``write_protocol_csvs`` writes the authors' train/val/test CSV files from an ILSVRC2012 folder with
-their exact split rule, and ``read_protocol_csv`` reads those files (theirs or ours):
+their exact split rule, and ``read_protocol_csv`` reads those files (theirs or ours); given the protocol
+and the split, it checks each row's folder (``train/`` or ``val/``), class and label against the rules:
 
 - known classes get the index in the sorted known wnid list, negatives ``-1``, unknowns ``-2``;
 - train/val: the images of ``train/<wnid>/`` of the known then the negative classes (files sorted within
@@ -23,7 +24,7 @@ import argparse
 import csv
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -31,10 +32,8 @@ from pathlib import Path
 
 from sklearn.model_selection import train_test_split
 
-from datamodules.io import atomic_write_text
+from common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
 
-NEGATIVE_LABEL = -1
-UNKNOWN_LABEL = -2
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")
 
@@ -148,7 +147,7 @@ def csv_path(directory: str | os.PathLike, number: int | str, split: str) -> Pat
     return Path(directory) / f"p{number}_{split}.csv"
 
 
-def _image_files(folder: Path) -> list[str]:
+def image_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
@@ -167,31 +166,56 @@ def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, It
         )
 
 
+def _check_splits(splits: Sequence[str]) -> tuple[str, ...]:
+    splits = tuple(splits)
+    unknown = [split for split in splits if split not in SPLITS]
+    if unknown or not splits:
+        raise ValueError(f"splits must be a non-empty selection of {SPLITS}, got {splits!r}")
+    if ("train" in splits) != ("val" in splits):
+        # the two halves of one train_test_split: written apart, they could overlap or miss images
+        raise ValueError(f"train and val come from one split and are written together, got splits={splits!r}")
+    return splits
+
+
 def protocol_rows(
-    imagenet_root: str | os.PathLike, protocol: Protocol, *, random_state: int = 42
+    imagenet_root: str | os.PathLike,
+    protocol: Protocol,
+    *,
+    random_state: int = 42,
+    splits: Sequence[str] = SPLITS,
 ) -> dict[str, list[tuple[str, int]]]:
-    """The rows of the train, val and test files of a protocol (see the module docstring for the rule)."""
+    """The rows of the train, val and test files of a protocol (see the module docstring for the rule).
+
+    Args:
+        splits: the files wanted; ``train`` and ``val`` only together (they are the halves of one split).
+            Only the folders these splits read must exist.
+    """
+    splits = _check_splits(splits)
     root = Path(imagenet_root)
-    check_class_folders(
-        root, {"train": protocol.known + protocol.negative, "val": protocol.known + protocol.negative + protocol.unknown}
-    )
     labels = protocol.labels()
-    images, classes = [], []
-    for wnid in protocol.known + protocol.negative:
-        files = _image_files(root / "train" / wnid)
-        images += [f"train/{wnid}/{name}" for name in files]
-        classes += [wnid] * len(files)
-    train_images, val_images, train_classes, val_classes = train_test_split(
-        images, classes, train_size=0.8, stratify=classes, random_state=random_state
-    )
-    test = [(f"val/{wnid}/{name}", labels[wnid])
-            for wnid in protocol.known + protocol.negative + protocol.unknown
-            for name in _image_files(root / "val" / wnid)]
-    return {
-        "train": [(path, labels[wnid]) for path, wnid in zip(train_images, train_classes, strict=True)],
-        "val": [(path, labels[wnid]) for path, wnid in zip(val_images, val_classes, strict=True)],
-        "test": test,
-    }
+    required: dict[str, list[str]] = {}
+    if "train" in splits:
+        required["train"] = protocol.known + protocol.negative
+    if "test" in splits:
+        required["val"] = protocol.known + protocol.negative + protocol.unknown
+    check_class_folders(root, required)
+    rows: dict[str, list[tuple[str, int]]] = {}
+    if "train" in splits:
+        images, classes = [], []
+        for wnid in protocol.known + protocol.negative:
+            files = image_files(root / "train" / wnid)
+            images += [f"train/{wnid}/{name}" for name in files]
+            classes += [wnid] * len(files)
+        train_images, val_images, train_classes, val_classes = train_test_split(
+            images, classes, train_size=0.8, stratify=classes, random_state=random_state
+        )
+        rows["train"] = [(path, labels[wnid]) for path, wnid in zip(train_images, train_classes, strict=True)]
+        rows["val"] = [(path, labels[wnid]) for path, wnid in zip(val_images, val_classes, strict=True)]
+    if "test" in splits:
+        rows["test"] = [(f"val/{wnid}/{name}", labels[wnid])
+                        for wnid in protocol.known + protocol.negative + protocol.unknown
+                        for name in image_files(root / "val" / wnid)]
+    return {split: rows[split] for split in SPLITS if split in splits}
 
 
 def write_protocol_csvs(
@@ -201,6 +225,7 @@ def write_protocol_csvs(
     *,
     protocol: Protocol | None = None,
     random_state: int = 42,
+    splits: Sequence[str] = SPLITS,
 ) -> dict[str, Path]:
     """Write ``p<n>_train.csv``, ``p<n>_val.csv`` and ``p<n>_test.csv`` (each atomically).
 
@@ -209,25 +234,86 @@ def write_protocol_csvs(
         number: protocol number (names the files; selects the published lists unless ``protocol`` is given).
         out_dir: where to write.
         protocol: a custom protocol (for example from :func:`protocol_from_superclasses`).
+        splits: the files to write, e.g. ``("test",)``; ``train`` and ``val`` only together.
+
+    Returns:
+        split -> path of each file written.
     """
     protocol = protocol or imagenet_protocol(number)
-    rows = protocol_rows(imagenet_root, protocol, random_state=random_state)
+    rows = protocol_rows(imagenet_root, protocol, random_state=random_state, splits=splits)
     paths = {}
-    for split in SPLITS:
+    for split, split_rows in rows.items():
         buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(rows[split])
+        csv.writer(buffer, lineterminator="\n").writerows(split_rows)
         paths[split] = csv_path(out_dir, number, split)
         atomic_write_text(paths[split], buffer.getvalue())
     return paths
 
 
-def read_protocol_csv(path: str | os.PathLike, num_classes: int) -> list[tuple[str, int]]:
+def _row_checker(protocol: Protocol, split: str) -> Callable[[str, int], str | None]:
+    """A function ``(relative, label) -> None``, or the reason why the row contradicts ``protocol`` and ``split``.
+
+    One dict lookup per row: the files of P1 have about 100k rows.
+    """
+    folder = "val" if split == "test" else "train"
+    labels = protocol.labels()
+    roles = {wnid: (labels[wnid], role) for role in ROLES for wnid in getattr(protocol, role)}
+
+    def check(relative: str, label: int) -> str | None:
+        parts = relative.split("/")
+        if len(parts) < 3 or parts[0] != folder:
+            return (f"{relative!r} (label {label}) is not under '{folder}/<wnid>/': "
+                    f"the {split} file lists ILSVRC2012 {folder}/ images")
+        wnid = parts[-2]
+        found = roles.get(wnid)
+        if found is None:
+            return (f"class {wnid} has label {label}, but it is in none of the protocol's known, negative "
+                    f"and unknown classes")
+        expected, role = found
+        if role == "unknown" and split != "test":
+            return (f"class {wnid} has label {label}, but it is an unknown class of the protocol, "
+                    f"which never appears in the {split} file (only in test, with label {UNKNOWN_LABEL})")
+        if label != expected:
+            return f"class {wnid} has label {label}, expected {expected} (its role in the protocol: {role})"
+        return None
+
+    return check
+
+
+def read_protocol_csv(
+    path: str | os.PathLike,
+    num_classes: int,
+    *,
+    protocol: Protocol | None = None,
+    split: str | None = None,
+) -> list[tuple[str, int]]:
     """Read a protocol CSV (``relative/path.JPEG,label`` rows, no header; the authors' or ours).
 
+    Args:
+        path: the CSV file.
+        num_classes: ``K``; labels must lie in ``-2 .. K-1``.
+        protocol, split: given together, every row must also agree with them: in the ``train`` and ``val``
+            files each path is ``train/<wnid>/...`` of a known (label: its index) or negative (``-1``) class;
+            in the ``test`` file each path is ``val/<wnid>/...`` with the label of the wnid's role (``-2``
+            for unknowns).
+
     Raises:
-        ValueError: naming the file and line of a malformed row or a label outside ``-2 .. num_classes-1``.
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the file and line of a malformed row, a label outside ``-2 .. num_classes-1``, or
+            a row whose folder, class or label contradicts the protocol and split.
     """
     path = Path(path)
+    check: Callable[[str, int], str | None] | None = None
+    if protocol is not None or split is not None:
+        if protocol is None:
+            raise ValueError(f"split={split!r} needs the protocol to check the rows against")
+        if split is None:
+            raise ValueError("checking the rows against a protocol needs the split (train, val or test)")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if protocol.num_classes != num_classes:
+            raise ValueError(f"num_classes={num_classes} but the protocol has {protocol.num_classes} known classes")
+        check = _row_checker(protocol, split)
     if not path.is_file():
         raise FileNotFoundError(f"protocol file {path} does not exist")
     rows = []
@@ -246,6 +332,10 @@ def read_protocol_csv(path: str | os.PathLike, num_classes: int) -> list[tuple[s
                     f"{path}:{line_number}: label {label} is out of range for {num_classes} known classes "
                     f"(expected {UNKNOWN_LABEL}..{num_classes - 1})"
                 )
+            if check is not None:
+                problem = check(row[0], label)
+                if problem is not None:
+                    raise ValueError(f"{path}:{line_number}: {problem}")
             rows.append((row[0], label))
     if not rows:
         raise ValueError(f"protocol file {path} is empty")

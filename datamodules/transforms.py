@@ -8,9 +8,10 @@ import torch
 from torch import Tensor
 from torchvision import transforms as T
 
+from common import NEGATIVE_LABEL
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-NEGATIVE_LABEL = -1
 
 
 class BackgroundClassTarget:

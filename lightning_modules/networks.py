@@ -147,18 +147,19 @@ def local_timm_weights(name: str, pretrained_file: str | None = None) -> Path:
 
 
 def _timm_backbone(
-    name: str, *, pretrained: bool, in_channels: int, pretrained_file: str | None
+    name: str, *, pretrained: bool, in_channels: int, pretrained_file: str | None, model_args: dict
 ) -> tuple[nn.Module, int]:
     import timm
 
     if not timm.is_model(name):
         raise ValueError(f"unknown timm model {name!r}; see timm.list_models()")
     if not pretrained:
-        model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels)
+        model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels, **model_args)
         return model, int(model.num_features)
     weights = local_timm_weights(name, pretrained_file)
     model = timm.create_model(
-        name, pretrained=True, num_classes=0, in_chans=in_channels, pretrained_cfg_overlay={"file": str(weights)}
+        name, pretrained=True, num_classes=0, in_chans=in_channels, pretrained_cfg_overlay={"file": str(weights)},
+        **model_args,
     )
     return model, int(model.num_features)
 
@@ -169,7 +170,8 @@ LOCAL_BACKBONES: dict[str, Callable[[int], tuple[nn.Module, int]]] = {
 
 
 def build_backbone(
-    name: str, *, pretrained: bool = False, in_channels: int = 3, pretrained_file: str | None = None
+    name: str, *, pretrained: bool = False, in_channels: int = 3, pretrained_file: str | None = None,
+    backbone_args: dict | None = None,
 ) -> tuple[nn.Module, int]:
     """Build a backbone that maps images to pooled features.
 
@@ -178,15 +180,19 @@ def build_backbone(
         pretrained: load pretrained weights from the local cache (clear error if missing).
         in_channels: number of image channels.
         pretrained_file: an explicit weight file (timm backbones).
+        backbone_args: extra keyword arguments of ``timm.create_model`` (e.g. ``{"drop_rate": 0.2}``).
 
     Returns:
         ``(module, feature_dim)``: ``module(images)`` has shape ``(N, feature_dim)``.
     """
     source, _, model_name = name.partition(":")
+    if backbone_args and source != "timm":
+        raise ValueError(f"backbone_args {sorted(backbone_args)} are passed to timm.create_model; {name!r} is not timm")
     if source == "torchvision" and model_name:
         return _torchvision_backbone(model_name, pretrained=pretrained, in_channels=in_channels)
     if source == "timm" and model_name:
-        return _timm_backbone(model_name, pretrained=pretrained, in_channels=in_channels, pretrained_file=pretrained_file)
+        return _timm_backbone(model_name, pretrained=pretrained, in_channels=in_channels, pretrained_file=pretrained_file,
+                              model_args=dict(backbone_args or {}))
     if name in LOCAL_BACKBONES:
         if pretrained:
             raise ValueError(f"backbone {name!r} has no pretrained weights")
@@ -220,7 +226,7 @@ class OpenSetNetwork(nn.Module):
 
 
 def build_classifier(
-    name: str, *, pretrained: bool = True, pretrained_file: str | None = None
+    name: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict | None = None
 ) -> tuple[nn.Module, Callable | None]:
     """A full ImageNet classifier (logits over its classes) and its evaluation transform.
 
@@ -228,12 +234,16 @@ def build_classifier(
         name: ``timm:<model>`` or ``torchvision:<model>``.
         pretrained: load the weights from the local cache (clear error when missing); ``False`` gives a
             randomly initialised model (tests).
+        model_args: extra keyword arguments of ``timm.create_model`` or torchvision's ``get_model``, e.g.
+            ``{"drop_rate": 0.2}`` (timm applies it functionally in the head; :func:`metrics.kappa.mc_dropout`
+            switches it on).
 
     Returns:
         ``(model, transform)``; the transform is derived from the model's own data configuration (timm)
         or weights (torchvision), so resolution, crop, mean and std cannot drift from the weights.
     """
     source, _, model_name = name.partition(":")
+    model_args = dict(model_args or {})
     if source == "timm" and model_name:
         import timm
         from timm.data import create_transform, resolve_model_data_config
@@ -242,9 +252,10 @@ def build_classifier(
             raise ValueError(f"unknown timm model {model_name!r}; see timm.list_models()")
         if pretrained:
             weights = local_timm_weights(model_name, pretrained_file)
-            model = timm.create_model(model_name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+            model = timm.create_model(model_name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)},
+                                      **model_args)
         else:
-            model = timm.create_model(model_name, pretrained=False)
+            model = timm.create_model(model_name, pretrained=False, **model_args)
         return model, create_transform(**resolve_model_data_config(model), is_training=False)
     if source == "torchvision" and model_name:
         import torchvision
@@ -259,6 +270,6 @@ def build_classifier(
                     f"pretrained weights for torchvision:{model_name} are not in the local cache: put {path.name} "
                     f"(from {weights.url}) at {path} (set TORCH_HOME to use another cache folder)"
                 )
-        model = torchvision.models.get_model(model_name, weights=weights if pretrained else None)
+        model = torchvision.models.get_model(model_name, weights=weights if pretrained else None, **model_args)
         return model, weights.transforms()
     raise ValueError(f"unknown classifier {name!r}: use 'timm:<model>' or 'torchvision:<model>'")

@@ -2,19 +2,27 @@
 
 The network is :class:`lightning_modules.networks.OpenSetNetwork` (a backbone by name, the deep-feature
 layer and bias-free logits). Validation logs γ (``val/gamma``, ``val/gamma_plus``, ``val/gamma_minus``),
-the checkpoint-selection metric of the paper. ``test_step`` returns probabilities, labels and dataset
-indices for the evaluation callbacks (:class:`callbacks.OpenSetEvaluation`).
+the checkpoint-selection metric of the paper, computed on all ranks from the gathered predictions (exact
+under DDP, also when a rank has no batch). ``validation_step`` and ``test_step`` return probabilities,
+labels and dataset indices for the evaluation callbacks (:class:`callbacks.OpenSetEvaluation`).
+
+γ needs known and negative validation samples: a validation split without either fails in ``setup``,
+before training starts, and a NaN γ during training is an error rather than a value that
+``ModelCheckpoint`` would rank (Lightning maps NaN to -inf, so it could become ``best.ckpt``).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
+from torchmetrics import MeanMetric
 
+from common import NEGATIVE_LABEL
 from datamodules.transforms import BackgroundClassTarget
 from lightning_modules.losses import BackgroundClassLoss, EntropicOpenSetLoss, SoftMaxLoss
 from lightning_modules.networks import OpenSetNetwork, build_backbone
@@ -52,6 +60,7 @@ class OpenSetClassifier(pl.LightningModule):
             ``torchvision:resnet50`` trained from scratch.
         pretrained: load backbone weights from the local cache (clear error if absent).
         pretrained_file: explicit weight file for timm backbones.
+        backbone_args: extra ``timm.create_model`` arguments of a timm backbone (e.g. ``{"drop_rate": 0.2}``).
         in_channels: image channels (1 for Fashion-MNIST).
         deep_feature_dim: size of the deep-feature layer (default ``K'``, as the paper).
         negative_weight: weight of the negative term of EOS (1 in the paper).
@@ -66,6 +75,7 @@ class OpenSetClassifier(pl.LightningModule):
         backbone: str = "torchvision:resnet50",
         pretrained: bool = False,
         pretrained_file: str | None = None,
+        backbone_args: dict[str, Any] | None = None,
         in_channels: int = 3,
         deep_feature_dim: int | None = None,
         negative_weight: float = 1.0,
@@ -83,7 +93,8 @@ class OpenSetClassifier(pl.LightningModule):
         self.loss_name = loss
         self.background_class = loss == "bg"
         features, feature_dim = build_backbone(
-            backbone, pretrained=pretrained, in_channels=in_channels, pretrained_file=pretrained_file
+            backbone, pretrained=pretrained, in_channels=in_channels, pretrained_file=pretrained_file,
+            backbone_args=backbone_args,
         )
         self.network = OpenSetNetwork(features, feature_dim, num_classes + int(self.background_class), deep_feature_dim)
         if loss == "softmax":
@@ -93,15 +104,28 @@ class OpenSetClassifier(pl.LightningModule):
         else:
             self.criterion = EntropicOpenSetLoss(negative_weight)
         self.to_background = BackgroundClassTarget(num_classes)
-        self.val_gamma = Gamma(background=self.background_class)
+        # Validation metrics are torchmetrics states, logged once per epoch by every rank: a `self.log(...,
+        # sync_dist=True)` per step would leave a rank without batches out of the epoch-end reduction (a hang).
+        self.val_gamma = Gamma(background=self.background_class, num_classes=num_classes)
+        self.val_loss = MeanMetric()
+        self._extra_val_metrics: list[tuple[Gamma, MeanMetric]] = []  # dataloaders 1, 2, ... (indices may overlap)
 
     @property
     def train_negatives(self) -> str:
         return TRAIN_NEGATIVES[self.loss_name]
 
+    @property
+    def display_name(self) -> str:
+        """``<backbone>-<loss>``, e.g. ``resnet50-eos``: names the model in evaluation tables."""
+        return f"{self.hparams.backbone.rpartition(':')[2]}-{self.loss_name}"
+
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(N, K')``."""
         return self.network(images)[0]
+
+    def features(self, images: Tensor) -> Tensor:
+        """Deep features ``(N, D)`` (the layer before the logits), for feature-based κ."""
+        return self.network(images)[1]
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -118,6 +142,9 @@ class OpenSetClassifier(pl.LightningModule):
                 )
             if self.background_class:
                 self.criterion.set_class_counts(datamodule.train_class_counts())  # type: ignore[operator]
+            labels = getattr(datamodule, "split_labels", lambda split: None)("val")
+            if labels is not None:
+                check_gamma_split(labels, split="validation")
 
     def _loss(self, logits: Tensor, targets: Tensor, *, stage: str) -> Tensor | None:
         if stage == "train":
@@ -142,25 +169,60 @@ class OpenSetClassifier(pl.LightningModule):
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=targets.numel(), sync_dist=True)
         return loss
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        images, targets, indices, _ = unpack_batch(batch)
-        if images.numel() == 0:
-            return
-        logits = self(images).float()
-        self.val_gamma.update(torch.softmax(logits, dim=1), targets, indices)
-        loss = self._loss(logits, targets, stage="val")
+    def _val_metrics(self, dataloader_idx: int) -> tuple[Gamma, MeanMetric]:
+        if dataloader_idx == 0:
+            return self.val_gamma, self.val_loss
+        while len(self._extra_val_metrics) < dataloader_idx:
+            self._extra_val_metrics.append((
+                Gamma(background=self.background_class, num_classes=self.num_classes).to(self.device),
+                MeanMetric().to(self.device),
+            ))
+        return self._extra_val_metrics[dataloader_idx - 1]
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor] | None:
+        out = self._predict(batch)
+        if out["targets"].numel() == 0:
+            return None
+        gamma_metric, loss_metric = self._val_metrics(dataloader_idx)
+        gamma_metric.update(out["probs"], out["targets"], out.get("indices"))
+        loss = self._loss(out["logits"], out["targets"], stage="val")
         if loss is not None:
-            self.log("val/loss", loss, on_epoch=True, sync_dist=True, batch_size=targets.numel())
+            loss_metric.update(loss.detach(), weight=out["targets"].numel())
+        return out
+
+    def _num_val_dataloaders(self) -> int:
+        trainer = self.trainer
+        counts = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+        return max(1, len(counts)) if isinstance(counts, list) else 1
 
     def on_validation_epoch_end(self) -> None:
-        if self.val_gamma.update_count == 0:
-            return
-        gamma_plus, gamma_minus, gamma = self.val_gamma.compute()  # gathered from all ranks: equal everywhere
-        # The values are equal on every rank; a max-reduction keeps them bit for bit for any world size.
-        exact = {"sync_dist": True, "reduce_fx": "max"}
-        self.log_dict({"val/gamma_plus": gamma_plus.float(), "val/gamma_minus": gamma_minus.float()}, **exact)
-        self.log("val/gamma", gamma.float(), prog_bar=True, **exact)
-        self.val_gamma.reset()
+        # Every rank computes, also one that had no batch: compute() gathers from all ranks.
+        for dataloader_idx in range(self._num_val_dataloaders()):
+            metric, loss_metric = self._val_metrics(dataloader_idx)
+            suffix = "" if dataloader_idx == 0 else f"/dataloader_idx_{dataloader_idx}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an empty side is handled just below; no loss: NaN, not logged
+                gamma_plus, gamma_minus, gamma = metric.compute()
+                loss = loss_metric.compute()
+            metric.reset()
+            loss_metric.reset()
+            # equal on every rank: max keeps them bit for bit; the dataloader suffix is ours
+            exact = {"sync_dist": True, "reduce_fx": "max", "add_dataloader_idx": False}
+            if not torch.isnan(loss):
+                self.log(f"val/loss{suffix}", loss.float(), **exact)
+            if torch.isnan(gamma):
+                reason = "no known samples" if torch.isnan(gamma_plus) else f"no negatives (label {NEGATIVE_LABEL})"
+                message = f"val/gamma{suffix} is undefined: the validation batches hold {reason}"
+                if self.trainer.sanity_checking or self.trainer.fast_dev_run or self.trainer.state.fn != "fit":
+                    warnings.warn(f"{message}; it is not logged", RuntimeWarning, stacklevel=1)
+                    continue
+                raise ValueError(
+                    f"{message}. A NaN gamma cannot select checkpoints (Lightning would rank it as -inf and could "
+                    "keep it as best.ckpt): check limit_val_batches and that the validation split holds both"
+                )
+            self.log_dict({f"val/gamma_plus{suffix}": gamma_plus.float(), f"val/gamma_minus{suffix}": gamma_minus.float()},
+                          **exact)
+            self.log(f"val/gamma{suffix}", gamma.float(), prog_bar=dataloader_idx == 0, **exact)
 
     def _predict(self, batch: Any) -> dict[str, Tensor]:
         images, targets, indices, skipped = unpack_batch(batch)
@@ -199,6 +261,18 @@ class OpenSetClassifier(pl.LightningModule):
             checkpoint["datamodule_class"] = class_path(datamodule)
         if self.logger is not None:
             checkpoint["logger_version"] = self.logger.version
+
+
+def check_gamma_split(labels: Tensor, *, split: str) -> None:
+    """γ needs known (label >= 0) and negative (label -1) samples; raise naming what is missing."""
+    missing = [name for name, present in (("known samples (label >= 0)", bool((labels >= 0).any())),
+                                           (f"negatives (label {NEGATIVE_LABEL})", bool((labels == NEGATIVE_LABEL).any())))
+               if not present]
+    if missing:
+        raise ValueError(
+            f"the {split} split ({labels.numel()} samples) holds no {' and no '.join(missing)}: gamma, the "
+            "checkpoint-selection metric, needs both (gamma+ over the knowns, gamma- over the negatives)"
+        )
 
 
 def class_path(obj: object) -> str:

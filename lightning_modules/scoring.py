@@ -1,81 +1,73 @@
-"""``ScoringModel``: runs a classifier over a data set for the C-OOD severity benchmark.
+"""``ScoringModel``: a fixed classifier to be evaluated (severity benchmark, OSCR), from a name or a checkpoint.
 
-The classifier is any timm or torchvision ImageNet model (``timm:<name>``, ``torchvision:<name>``) or a
-checkpoint of this project (``path/to/best.ckpt``: an :class:`OpenSetClassifier`, scored on its known
-classes; a background class is dropped). ``predict_step`` returns, per batch, the dataset indices and
-targets with either the logits (and, with ``features=True``, the penultimate features) for logit-based
-confidence functions, or the scores of one model-based κ (``kappa="odin"``/``"mc_dropout"``; ODIN needs
-``Trainer(inference_mode=False)``).
+The classifier is any timm or torchvision ImageNet model (``timm:<name>``, ``torchvision:<name>``, weights
+from the local cache, extra timm arguments such as ``drop_rate`` through ``model_args``) or a checkpoint of
+this project (``path/to/best.ckpt``: an :class:`OpenSetClassifier`). ``forward`` returns the model's full
+logits; for a background-class checkpoint ``background_class`` is ``True`` and the last logit is the
+background class, which every κ and metric drops *after* the softmax (DESIGN.md §3), never before.
+
+The evaluation itself is done by the callbacks (:class:`callbacks.SeverityAUROC`), which run their own
+sharded passes; ``evaluate.py`` runs ``trainer.test`` only to launch the processes and call them.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from torch import Tensor, nn
 
+from common import tensors_fingerprint
 from lightning_modules.checkpoint import load_module
 from lightning_modules.networks import build_classifier
-from lightning_modules.open_set_classifier import unpack_batch
-from metrics.kappa import get_kappa
+from lightning_modules.open_set_classifier import OpenSetClassifier
 
 
-class _KnownLogits(nn.Module):
-    """An OpenSetClassifier's logits over the known classes (the background logit dropped)."""
-
-    def __init__(self, module: pl.LightningModule) -> None:
-        super().__init__()
-        self.module = module
-        self.drop_background = bool(getattr(module, "background_class", False))
-
-    def forward(self, images: Tensor) -> Tensor:
-        logits = self.module(images)
-        return logits[:, :-1] if self.drop_background else logits
+def checkpoint_display_name(path: Path) -> str:
+    """``runs/p1-eos/checkpoints/best.ckpt`` -> ``p1-eos-best``; other names -> their stem."""
+    return path.stem if path.stem not in ("best", "last") else f"{path.parent.parent.name}-{path.stem}"
 
 
-def load_scoring_network(model: str, *, pretrained: bool = True, pretrained_file: str | None = None
-                         ) -> tuple[nn.Module, Callable | None, str]:
-    """``(network, eval transform or None, display name)`` for a model name or a checkpoint path."""
+def load_scoring_network(
+    model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
+) -> tuple[nn.Module, Callable | None, str, bool]:
+    """``(network, eval transform or None, display name, background_class)`` for a model name or checkpoint."""
     if model.endswith(".ckpt"):
-        path = Path(model)
-        module = load_module(path)
-        name = path.stem if path.stem not in ("best", "last") else f"{path.parent.parent.name}-{path.stem}"
-        return _KnownLogits(module), None, name
-    network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file)
-    return network, transform, model.partition(":")[2]
+        if model_args:
+            raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
+        module = load_module(model, expected=OpenSetClassifier)
+        return module, None, checkpoint_display_name(Path(model)), bool(module.background_class)
+    network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file,
+                                          model_args=model_args)
+    return network, transform, model.partition(":")[2], False
 
 
 def weights_fingerprint(network: nn.Module) -> str:
     """sha256 over every parameter and buffer: a cache made with other weights is never reused."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(network.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return tensors_fingerprint(network.state_dict())
 
 
 def penultimate_features(network: nn.Module, images: Tensor) -> Tensor:
-    """Pre-logit features through timm's ``forward_features``/``forward_head(pre_logits=True)`` interface."""
+    """Pre-logit features: an :class:`OpenSetClassifier`'s deep features, or timm's
+    ``forward_features``/``forward_head(pre_logits=True)`` interface."""
+    if isinstance(network, OpenSetClassifier):
+        return network.network(images)[1]
     if hasattr(network, "forward_features") and hasattr(network, "forward_head"):
         return network.forward_head(network.forward_features(images), pre_logits=True)
     raise ValueError(f"{type(network).__name__} has no forward_features/forward_head: features need a timm model")
 
 
 class ScoringModel(pl.LightningModule):
-    """Forward passes of a fixed classifier for the severity benchmark (see the module docstring).
+    """A fixed classifier for evaluation (see the module docstring).
 
     Args:
         model: ``timm:<name>``, ``torchvision:<name>`` or a ``.ckpt`` of this project.
-        pretrained: load pretrained weights from the local cache.
-        kappa: a model-based κ name, or ``None`` for logits.
-        kappa_args: keyword arguments of the κ (e.g. ``{"temperature": 2, "epsilon": 1e-5}``).
-        features: also return penultimate features (timm models).
+        pretrained: load pretrained weights from the local cache (timm/torchvision).
+        pretrained_file: explicit weights file (timm).
+        model_args: extra keyword arguments of ``timm.create_model`` / torchvision's builder, e.g.
+            ``{"drop_rate": 0.2}`` for MC dropout on a timm ResNet.
     """
 
     def __init__(
@@ -83,42 +75,27 @@ class ScoringModel(pl.LightningModule):
         model: str,
         pretrained: bool = True,
         pretrained_file: str | None = None,
-        kappa: str | None = None,
-        kappa_args: dict[str, Any] | None = None,
-        features: bool = False,
+        model_args: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.network, self.eval_transform, self.display_name = load_scoring_network(
-            model, pretrained=pretrained, pretrained_file=pretrained_file
+        self.network, self.eval_transform, self.display_name, self.background_class = load_scoring_network(
+            model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args
         )
         self.network.eval()
-        self.kappa = get_kappa(kappa) if kappa is not None else None
-        if self.kappa is not None and self.kappa.kind != "model":
-            raise ValueError(f"kappa {kappa!r} is computed from cached logits; ScoringModel runs model-based κ only")
-        self.kappa_args = dict(kappa_args or {})
-        self.features = features
-        self.forward_calls = 0  # number of batches the network saw (tests check the cache with it)
+        self.forward_calls = 0  # batches the network saw (tests check the cache with it)
 
     def forward(self, images: Tensor) -> Tensor:
+        """Logits ``(N, C)``; ``C = K+1`` with the background class last for a background-class model."""
+        self.forward_calls += 1
         return self.network(images)
 
-    def on_predict_start(self) -> None:
-        self.network.eval()  # model-based κ switch only their own layers (dropout) on
+    def features(self, images: Tensor) -> Tensor:
+        """Penultimate features ``(N, F)`` for feature-based κ."""
+        return penultimate_features(self.network, images)
 
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
-        images, targets, indices, _ = unpack_batch(batch)
-        if indices is None:
-            raise ValueError("the severity benchmark needs dataset indices in every batch")
-        self.forward_calls += 1
-        out = {"targets": targets, "indices": indices}
-        if self.kappa is not None:
-            out["scores"] = self.kappa(self.network, images, **self.kappa_args).float()
-            return out
-        with torch.no_grad():
-            if self.features:
-                features = penultimate_features(self.network, images)
-                out["features"] = features.float()
-                out["logits"] = self.network.get_classifier()(features).float()
-            else:
-                out["logits"] = self.network(images).float()
-        return out
+    def fingerprint(self) -> str:
+        return weights_fingerprint(self.network)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Nothing: the evaluation callbacks run their own sharded passes (``evaluate.py``)."""
+        return None

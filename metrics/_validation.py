@@ -1,7 +1,8 @@
 """Input checks shared by the metric functions.
 
-Every metric validates its input the same way, so a NaN in the scores or a label outside the
-protocol's range is reported with the offending value instead of producing a silently wrong number.
+Every metric validates its input the same way, so a NaN in the scores, logits passed where probabilities
+belong, or a label outside the protocol's range is reported with the offending value instead of producing
+a silently wrong number.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-KNOWN_MIN_LABEL = 0
-NEGATIVE_LABEL = -1
-UNKNOWN_LABEL = -2
+from common import LOWEST_LABEL, NEGATIVE_LABEL, UNKNOWN_LABEL, known_columns
+
+# Rows of probabilities must sum to 1 within this tolerance: loose enough for probabilities rounded to a
+# few decimals or computed in bfloat16, tight enough that logits essentially never pass.
+PROBABILITY_SUM_TOLERANCE = 0.05
 
 
 def as_tensor(values: Tensor | object, *, name: str, dtype: torch.dtype | None = None) -> Tensor:
@@ -36,10 +39,57 @@ def check_finite(values: Tensor, *, name: str) -> None:
             )
 
 
+def check_probabilities(probs: Tensor, *, name: str = "probs") -> None:
+    """Raise ``ValueError`` unless every value lies in ``[0, 1]`` and every row sums to 1 (within tolerance).
+
+    Logits, energies or unnormalised scores fail here with a message that says so, instead of giving a
+    plausible-looking but meaningless OSCR curve or γ.
+    """
+    if probs.numel() == 0:
+        return
+    low, high = torch.aminmax(probs)
+    if float(low) < 0.0 or float(high) > 1.0:
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1], found values from {float(low):.4g} to {float(high):.4g}: "
+            "this looks like logits; apply a softmax first"
+        )
+    sums = probs.sum(dim=1, dtype=torch.float64)
+    worst = int((sums - 1.0).abs().argmax())
+    if abs(float(sums[worst]) - 1.0) > PROBABILITY_SUM_TOLERANCE:
+        raise ValueError(
+            f"{name} rows must sum to 1 (a softmax over all columns, background included), but row {worst} sums "
+            f"to {float(sums[worst]):.4g}: this looks like logits or scores that are not a distribution over the classes"
+        )
+
+
+def check_labels(target: Tensor, *, num_known: int) -> None:
+    """Labels must be known ``0..K-1``, negative ``-1`` or unknown ``-2``."""
+    if target.numel() == 0:
+        return
+    low, high = int(target.min()), int(target.max())
+    if high >= num_known:
+        raise ValueError(
+            f"target holds label {high} but probs cover only {num_known} known classes "
+            f"(labels 0..{num_known - 1}, negatives {NEGATIVE_LABEL}, unknowns {UNKNOWN_LABEL})"
+        )
+    if low < LOWEST_LABEL:
+        raise ValueError(
+            f"target holds label {low}; labels are known 0..{num_known - 1}, negatives {NEGATIVE_LABEL} "
+            f"and unknowns {UNKNOWN_LABEL}, nothing below {LOWEST_LABEL}"
+        )
+
+
 def check_probs_and_target(
-    probs: Tensor | object, target: Tensor | object, *, background: bool
+    probs: Tensor | object, target: Tensor | object, *, background: bool, num_classes: int | None = None
 ) -> tuple[Tensor, Tensor, int]:
     """Validate ``probs`` ``(N, K)`` (``(N, K+1)`` with background) and ``target`` ``(N,)``.
+
+    Args:
+        probs: softmax probabilities; with ``background=True`` over ``K+1`` columns, background last.
+        target: labels, known ``0..K-1``, negatives ``-1``, unknowns ``-2``.
+        background: whether the last column is a background class.
+        num_classes: ``K`` when the caller knows it (e.g. from the model): then a width of ``K+1`` without
+            ``background=True`` (or ``K`` with it) is refused instead of read as a different class count.
 
     Returns:
         ``(probs over the K known classes, target as int64, K)``. With ``background=True`` the last
@@ -57,19 +107,22 @@ def check_probs_and_target(
         )
     if target.is_floating_point():
         raise TypeError(f"target must hold integer labels, got {target.dtype}")
+    if num_classes is not None and probs.shape[1] != num_classes + int(background):
+        if not background and probs.shape[1] == num_classes + 1:
+            raise ValueError(
+                f"probs has {probs.shape[1]} columns for {num_classes} known classes: the model has a background "
+                "class; pass background=True so that its column is dropped after the softmax"
+            )
+        raise ValueError(
+            f"probs has {probs.shape[1]} columns but the model has {num_classes} known classes"
+            + (" plus a background column" if background else "")
+        )
     check_finite(probs, name="probs")
-    if background:
-        if probs.shape[1] < 2:
-            raise ValueError(f"background=True needs at least 2 columns (K known + 1 background), got {probs.shape[1]}")
-        probs = probs[:, :-1]
+    check_probabilities(probs)
+    probs = known_columns(probs, background)
     num_known = probs.shape[1]
     target = target.long()
-    too_large = target >= num_known
-    if too_large.any():
-        raise ValueError(
-            f"target holds label {int(target[too_large][0])} but probs cover only {num_known} known classes "
-            f"(labels 0..{num_known - 1}, negatives {NEGATIVE_LABEL}, unknowns {UNKNOWN_LABEL})"
-        )
+    check_labels(target, num_known=num_known)
     return probs, target, num_known
 
 

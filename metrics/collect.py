@@ -74,7 +74,50 @@ class IndexedPredictions(Metric):
         self.target.append(target.detach().long())
         self.index.append(index.detach().long())
 
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        """Gather the states of all ranks, including ranks that saw no batch at all.
+
+        torchmetrics stands in an empty float vector for the state of a rank without updates; with values
+        of shape ``(N, C)`` or integer labels that would not match the other ranks' tensors and the gather
+        would fail or hang. So every rank first shares the dtype and trailing shape of its states (one small
+        object gather, joined by every rank), and a rank without data gathers empty tensors of the same kind.
+        """
+        import torch.distributed as dist
+
+        group = process_group or self.process_group
+        local = {name: _layout(getattr(self, name)) for name in self._reductions}
+        layouts: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(layouts, local, group=group)
+        for name in self._reductions:
+            state = getattr(self, name)
+            if isinstance(state, list) and not state:
+                layout = next((ranks[name] for ranks in layouts if ranks[name] is not None), None)
+                if layout is not None:
+                    dtype, trailing = layout
+                    state.append(torch.empty((0, *trailing), dtype=getattr(torch, dtype), device=self.device))
+        kwargs = {"process_group": process_group}
+        if dist_sync_fn is not None:
+            kwargs["dist_sync_fn"] = dist_sync_fn
+        super()._sync_dist(**kwargs)
+        for name in self._reductions:  # no rank had data: keep the state an empty list, as before the sync
+            state = getattr(self, name)
+            if isinstance(state, Tensor) and state.numel() == 0 and all(ranks[name] is None for ranks in layouts):
+                setattr(self, name, [])
+
+    def gather(self) -> tuple[Tensor, Tensor]:
+        """``(values, target)`` of every distinct sample from all ranks, in dataset-index order.
+
+        The same as ``compute()`` but without torchmetrics' squeezing of one-element results, so a set of
+        one sample keeps its sample dimension. Every rank must call it (it is a collective).
+        """
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync,
+                               should_unsync=self._should_unsync):
+            return self._gathered()
+
     def compute(self) -> tuple[Tensor, Tensor]:
+        return self._gathered()
+
+    def _gathered(self) -> tuple[Tensor, Tensor]:
         if isinstance(self.values, list) and not self.values:
             raise ValueError(f"{type(self).__name__}.compute() called before any update: no predictions collected")
         values = dim_zero_cat(self.values)
@@ -86,3 +129,12 @@ class IndexedPredictions(Metric):
         elif with_index.any():
             raise ValueError("some batches were updated with dataset indices and some without; pass index always")
         return values, target
+
+
+def _layout(state: Any) -> tuple[str, tuple[int, ...]] | None:
+    """``(dtype name, trailing shape)`` of a list state's tensors, or ``None`` for an empty state."""
+    if isinstance(state, list):
+        if not state:
+            return None
+        state = state[0]
+    return str(state.dtype).removeprefix("torch."), tuple(state.shape[1:])

@@ -26,6 +26,8 @@ def gamma(
     target: Tensor,
     negative_label: int = NEGATIVE_LABEL,
     background: bool = False,
+    *,
+    num_classes: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """γ+, γ- and γ of the paper.
 
@@ -35,6 +37,8 @@ def gamma(
         target: ``(N,)`` labels: known ``0..K-1``, negatives ``negative_label``; other labels are ignored.
         negative_label: the label of negative samples.
         background: whether ``probs`` carries a background column (changes the γ- formula).
+        num_classes: ``K`` when known (from the model): a probability width other than ``K`` (``K+1`` with
+            background) is refused.
 
     Returns:
         ``(gamma_plus, gamma_minus, gamma)`` as float64 0-dim tensors. A side without samples gives NaN
@@ -42,7 +46,7 @@ def gamma(
     """
     if negative_label >= 0:
         raise ValueError(f"negative_label must be negative, got {negative_label}")
-    probs, target, num_known = check_probs_and_target(probs, target, background=background)
+    probs, target, num_known = check_probs_and_target(probs, target, background=background, num_classes=num_classes)
     probs = probs.double()
     known = target >= 0
     negative = target == negative_label
@@ -71,11 +75,16 @@ class Gamma(IndexedPredictions):
 
     higher_is_better = True
 
-    def __init__(self, negative_label: int = NEGATIVE_LABEL, background: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, negative_label: int = NEGATIVE_LABEL, background: bool = False, num_classes: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.negative_label = negative_label
         self.background = background
+        self.num_classes = num_classes
 
     def compute(self) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
         probs, target = super().compute()
-        return gamma(probs, target, negative_label=self.negative_label, background=self.background)
+        return gamma(probs, target, negative_label=self.negative_label, background=self.background,
+                     num_classes=self.num_classes)

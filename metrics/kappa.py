@@ -7,17 +7,32 @@ The κ of Galil, Dabbah, El-Yaniv (ICLR 2023), DESIGN.md §5.2:
     entropy     Σ_c p_c log p_c, p = softmax(z)                   (negative entropy)
     energy      T log Σ_c exp(z_c / T), T = 1                     (negative energy; pytorch-ood's EnergyBased)
     odin        max_c softmax(f(x̃)/T)_c, x̃ = x - ε sign(∇_x CE(f(x)/T, ŷ)), T = 2, ε = 1e-5
-                (Liang, Li, Srikant, ICLR 2018; needs input gradients: Trainer(inference_mode=False))
+                (Liang, Li, Srikant, ICLR 2018; needs input gradients)
     mc_dropout  Σ_c p̄_c log p̄_c, p̄ = mean of 30 softmax passes with dropout active
                 (Gal, Ghahramani, ICML 2016)
 
 Logit-based κ (``kind == "logits"``) take logits ``(N, C)``, so many κ can share one cached forward
 pass; model-based κ (``kind == "model"``) take ``(model, images)``. :func:`from_pytorch_ood` turns any
 pytorch-ood detector into a κ (its outlier score negated), so Energy, ViM, KNN, Mahalanobis ... work too.
+
+Background-class models (``background=True``, DESIGN.md §3–§4): the last logit is the background class.
+The softmax runs over all ``K+1`` logits and the background column is dropped afterwards, exactly as in
+OSCR and γ, so the model's rejection signal is kept (two known classes at 0.05 and ``p_bg = 0.9`` give
+a softmax response of 0.05, not 0.5):
+
+    softmax     max_{c<K} p_c,  p = softmax over K+1
+    entropy     Σ_{c<K} p'_c log p'_c,  p'_c = p_c + p_bg / K: the background mass means "none of the known
+                classes" and is spread uniformly over them (the EOS target for negatives), so p_bg = 1 gives
+                the minimum -log K, as a uniform prediction does (the plain Σ_{c<K} p_c log p_c would instead
+                tend to its maximum 0 as p_bg -> 1)
+    mc_dropout  the same on the mean of the softmax passes
+    odin        ŷ = argmax over the known columns, softmax over K+1, max over the known columns
+    max_logit, energy   computed on the K known logits (logit-space scores have no softmax to keep)
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +40,8 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from common import known_columns
 
 KappaKind = Literal["logits", "features", "model"]
 
@@ -40,6 +57,22 @@ class Kappa:
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.fn(*args, **kwargs)
 
+    def parameters(self, **overrides: Any) -> dict[str, Any]:
+        """The κ's keyword parameters with their values (defaults updated by ``overrides``), e.g. ODIN's
+        ``{"temperature": 2.0, "epsilon": 1e-5}``: part of every cache key, so a changed argument never
+        reuses stale scores."""
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return dict(overrides)
+        values = {name: p.default for name, p in signature.parameters.items()
+                  if p.default is not inspect.Parameter.empty and name != "background"}
+        unknown = set(overrides) - set(values)
+        if unknown:
+            raise ValueError(f"confidence function {self.name!r} has no parameters {sorted(unknown)}; "
+                             f"it takes {sorted(values)}")
+        return {**values, **overrides}
+
 
 def _as_float(logits: Tensor) -> Tensor:
     if logits.ndim != 2:
@@ -47,75 +80,106 @@ def _as_float(logits: Tensor) -> Tensor:
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
-def softmax_response(logits: Tensor) -> Tensor:
-    """``max_c softmax(z)_c``."""
-    return torch.softmax(_as_float(logits), dim=1).max(dim=1).values
+def _negative_entropy_of_known(probs: Tensor, background: bool) -> Tensor:
+    """``Σ p log p`` over the known classes; with a background column its mass is spread over them."""
+    if background:
+        known = known_columns(probs, True)
+        probs = known + probs[:, -1:] / known.shape[1]
+    return torch.special.xlogy(probs, probs).sum(dim=1)
 
 
-def max_logit(logits: Tensor) -> Tensor:
-    """``max_c z_c``."""
-    return _as_float(logits).max(dim=1).values
+def softmax_response(logits: Tensor, background: bool = False) -> Tensor:
+    """``max_c softmax(z)_c`` (over the known columns of a softmax over all logits with a background)."""
+    return known_columns(torch.softmax(_as_float(logits), dim=1), background).max(dim=1).values
 
 
-def negative_entropy(logits: Tensor) -> Tensor:
+def max_logit(logits: Tensor, background: bool = False) -> Tensor:
+    """``max_c z_c`` over the known classes."""
+    return known_columns(_as_float(logits), background).max(dim=1).values
+
+
+def negative_entropy(logits: Tensor, background: bool = False) -> Tensor:
     """``Σ_c p_c log p_c`` of ``p = softmax(z)`` (``0 log 0 = 0``); the negative of the entropy."""
-    log_p = torch.log_softmax(_as_float(logits), dim=1)
+    logits = _as_float(logits)
+    if background:
+        return _negative_entropy_of_known(torch.softmax(logits, dim=1), True)
+    log_p = torch.log_softmax(logits, dim=1)
     return (log_p.exp() * log_p).sum(dim=1)
 
 
 def _check_gradients_available() -> None:
     if torch.is_inference_mode_enabled():
         raise RuntimeError(
-            "ODIN needs input gradients, which inference mode forbids: run the Trainer with inference_mode=False"
+            "ODIN needs input gradients, which inference mode forbids: run it under "
+            "torch.inference_mode(False) (the evaluation callbacks do) or a Trainer with inference_mode=False"
         )
 
 
-def odin(model: nn.Module, images: Tensor, temperature: float = 2.0, epsilon: float = 1e-5) -> Tensor:
+def odin(
+    model: nn.Module, images: Tensor, temperature: float = 2.0, epsilon: float = 1e-5, background: bool = False
+) -> Tensor:
     """ODIN score: temperature-scaled softmax response after a small input perturbation.
 
-    ``x̃ = x - ε · sign(∇_x CE(f(x)/T, ŷ))`` with ``ŷ = argmax f(x)``, i.e. a step that raises the
-    temperature-scaled softmax score of the predicted class; the score is ``max_c softmax(f(x̃)/T)_c``.
-    The model should be in eval mode so that samples do not interact (batch norm statistics).
+    ``x̃ = x - ε · sign(∇_x CE(f(x)/T, ŷ))`` with ``ŷ = argmax f(x)`` (over the known classes), i.e. a step
+    that raises the temperature-scaled softmax score of the predicted class; the score is
+    ``max_c softmax(f(x̃)/T)_c``. The model should be in eval mode so that samples do not interact
+    (batch norm statistics).
     """
     _check_gradients_available()
     with torch.enable_grad():
         inputs = images.detach().clone().requires_grad_(True)
         logits = model(inputs).float() / temperature
+        predicted = known_columns(logits, background).argmax(dim=1)
         # summed, not averaged: each sample's gradient does not depend on the batch size
-        loss = F.cross_entropy(logits, logits.argmax(dim=1), reduction="sum")
+        loss = F.cross_entropy(logits, predicted, reduction="sum")
         (gradient,) = torch.autograd.grad(loss, inputs)
     perturbed = images.detach() - epsilon * gradient.sign()
     with torch.no_grad():
-        return torch.softmax(model(perturbed).float() / temperature, dim=1).max(dim=1).values
+        return softmax_response(model(perturbed).float() / temperature, background=background)
 
 
 def dropout_modules(model: nn.Module) -> list[nn.Module]:
-    """The dropout layers of a model that drop anything (``p > 0``)."""
-    return [m for m in model.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    """The modules whose training flag switches dropout on.
+
+    - ``nn.Dropout`` layers (any ``_DropoutNd``) with ``p > 0``;
+    - modules with a ``drop_rate > 0`` attribute and no such dropout layer inside: the timm convention
+      for models that apply dropout functionally in their head (ResNet, EfficientNet, ... created with
+      ``drop_rate > 0``: ``F.dropout(x, p=self.drop_rate, training=self.training)``).
+    """
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    functional = [
+        m for m in model.modules()
+        if isinstance(getattr(m, "drop_rate", None), (int, float)) and float(m.drop_rate) > 0
+        and not any(isinstance(c, nn.modules.dropout._DropoutNd) and c.p > 0 for c in m.modules())
+    ]
+    return layers + functional
 
 
-def mc_dropout(model: nn.Module, images: Tensor, passes: int = 30) -> Tensor:
+def mc_dropout(model: nn.Module, images: Tensor, passes: int = 30, background: bool = False) -> Tensor:
     """Negative entropy of the mean softmax over ``passes`` forward passes with dropout active.
 
-    Only the dropout layers are switched to training mode (batch norm stays in eval mode); their modes
-    are restored afterwards.
+    Only the dropout modules' own training flags are switched on (batch norm and everything else stays in
+    eval mode); the flags are restored afterwards. Works for models with ``nn.Dropout`` layers and for timm
+    models created with ``drop_rate > 0`` (functional dropout in the head, see :func:`dropout_modules`).
     """
+    if passes < 1:
+        raise ValueError(f"passes must be positive, got {passes}")
     layers = dropout_modules(model)
     if not layers:
         raise ValueError(
-            f"{type(model).__name__} has no dropout layer with p > 0: MC dropout would equal the plain "
-            "entropy (for timm models, create them with drop_rate > 0)"
+            f"{type(model).__name__} has no dropout with p > 0: MC dropout would equal the plain entropy "
+            "(create timm models with drop_rate > 0, e.g. evaluate.py --model-arg drop_rate=0.2)"
         )
     modes = [layer.training for layer in layers]
     try:
         for layer in layers:
-            layer.train()
+            layer.training = True  # this module only: its children keep their modes
         with torch.no_grad():
             mean = sum(torch.softmax(model(images).float(), dim=1) for _ in range(passes)) / passes
     finally:
         for layer, mode in zip(layers, modes, strict=True):
-            layer.train(mode)
-    return torch.special.xlogy(mean, mean).sum(dim=1)
+            layer.training = mode
+    return _negative_entropy_of_known(mean, background)
 
 
 def from_pytorch_ood(detector: Any, *, name: str, kind: KappaKind = "logits") -> Kappa:
@@ -124,15 +188,28 @@ def from_pytorch_ood(detector: Any, *, name: str, kind: KappaKind = "logits") ->
     Args:
         detector: e.g. ``pytorch_ood.detector.EnergyBased(model=None)``; fitted detectors (Mahalanobis,
             KNN, ViM) must be fitted on in-distribution data first.
-        kind: ``"logits"`` calls ``predict_logits``, ``"features"`` calls ``predict_features``, ``"model"``
-            calls ``predict(images)`` (the detector holds the model; the model argument is ignored).
+        kind: ``"logits"`` calls ``predict_logits`` (on the known logits of a background-class model),
+            ``"features"`` calls ``predict_features``, ``"model"`` calls ``predict(images)`` (the detector
+            holds the model; the model argument is ignored).
     """
     if kind == "logits":
-        return Kappa(name, lambda logits: -detector.predict_logits(_as_float(logits)), kind)
+        def from_logits(logits: Tensor, background: bool = False) -> Tensor:
+            return -detector.predict_logits(known_columns(_as_float(logits), background))
+
+        return Kappa(name, from_logits, kind)
     if kind == "features":
-        return Kappa(name, lambda features: -detector.predict_features(features), kind)
+        def from_features(features: Tensor, background: bool = False) -> Tensor:
+            return -detector.predict_features(features)
+
+        return Kappa(name, from_features, kind)
     if kind == "model":
-        return Kappa(name, lambda model, images: -detector.predict(images), kind)
+        def from_model(model: nn.Module, images: Tensor, background: bool = False) -> Tensor:
+            if background:
+                raise ValueError(f"pytorch-ood detector {name!r} scores the model's own outputs, background "
+                                 "column included; it cannot score a background-class model")
+            return -detector.predict(images)
+
+        return Kappa(name, from_model, kind)
     raise ValueError(f"kind must be 'logits', 'features' or 'model', got {kind!r}")
 
 

@@ -62,20 +62,31 @@ def tiny_p2(tmp_path: Path) -> Path:
     return make_imagenet_folder(tmp_path / "imagenet", protocol_wnids(2))
 
 
-@pytest.fixture(scope="session")
-def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def train_demo_checkpoint(directory: Path, loss: str, steps: int = 5) -> Path:
     """A Fashion-MNIST OpenSetClassifier checkpoint (small CNN, a few training steps) written by Lightning."""
     import pytorch_lightning as pl
 
     from datamodules import FashionMNISTOpenSetDataModule
-    from lightning_modules import OpenSetClassifier
+    from lightning_modules import OpenSetClassifier, train_negatives_for_loss
 
     pl.seed_everything(0)
-    data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=32)
-    model = OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=5, limit_val_batches=0, logger=False,
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=32, train_negatives=train_negatives_for_loss(loss))
+    model = OpenSetClassifier(num_classes=4, loss=loss, backbone="small_cnn", in_channels=1)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=data)
-    path = tmp_path_factory.mktemp("checkpoint") / "demo" / "checkpoints" / "best.ckpt"
+    path = directory / "checkpoints" / "best.ckpt"
     trainer.save_checkpoint(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An EOS checkpoint of the demo (``.../demo/checkpoints/best.ckpt``)."""
+    return train_demo_checkpoint(tmp_path_factory.mktemp("checkpoint") / "demo", "eos")
+
+
+@pytest.fixture(scope="session")
+def bg_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A background-class checkpoint of the demo (``.../bg/checkpoints/best.ckpt``, 5 logits for 4 classes)."""
+    return train_demo_checkpoint(tmp_path_factory.mktemp("checkpoint") / "bg", "bg", steps=15)

@@ -77,3 +77,32 @@ def test_severity_tables_have_the_published_columns_and_plot_together(tmp_path, 
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="not a severity table"):
         evaluate.main(["severity-plot", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "x.png")])
+
+
+def test_background_checkpoint_through_oscr_in_both_conventions(bg_checkpoint, tmp_path, capsys):
+    import numpy as np
+
+    from datamodules import FashionMNISTOpenSetDataModule
+    from lightning_modules.checkpoint import load_module
+    from tests.metrics.reference import authors_ccr_at_fpr_reference, ccr_at_fpr_reference, gamma_reference
+
+    report = evaluate.main(["oscr", "--ckpt", str(bg_checkpoint), "--output-dir", str(tmp_path), "--wandb-mode",
+                            "disabled", "--no-plots", "--accelerator", "cpu", "--ccr-convention", "exact", "authors"])
+    assert "authors = authors_ccr@fpr" in capsys.readouterr().out
+    data = FashionMNISTOpenSetDataModule(train_negatives="background")
+    data.setup("test")
+    model = load_module(bg_checkpoint).eval()
+    with torch.no_grad():
+        probs = torch.softmax(model(data.test_set.images.float() / 255), dim=1).numpy()
+    target = data.test_set.labels.numpy()
+    assert report["background_class"] is True and probs.shape[1] == 5
+    targets = [1e-3, 1e-2, 1e-1, 1.0]
+    scalars = report["scalars"]
+    for group, label in (("negatives", -1), ("unknowns", -2)):
+        exact = ccr_at_fpr_reference(probs, target, targets, label, background=True)
+        np.testing.assert_allclose([scalars[f"{group}/ccr@fpr={t:g}"] for t in targets], exact, atol=1e-12)
+        authors = authors_ccr_at_fpr_reference(probs, target, targets, label, background=True)
+        np.testing.assert_allclose([scalars[f"{group}/authors_ccr@fpr={t:g}"] for t in targets], authors, atol=1e-12)
+    keep = target >= -1
+    assert scalars["gamma"] == pytest.approx(gamma_reference(probs[keep], target[keep], background=True)[2], abs=1e-6)
+    assert report["ccr_conventions"] == ["exact", "authors"]

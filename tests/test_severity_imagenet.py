@@ -4,6 +4,7 @@ JPEGs, a tiny randomly initialised timm model whose eval transform comes from it
 import csv
 
 import numpy as np
+import pytest
 
 import evaluate
 from datamodules.imagenet21k import ood_classes
@@ -22,13 +23,14 @@ def test_imagenet_severity_end_to_end(tmp_path):
             rows.append((f"{wnid}/{wnid}_{i}.JPEG", wnid, split))
     with open(tmp_path / "pool.csv", "w", newline="") as handle:
         csv.writer(handle).writerows([("path", "wnid", "split"), *rows])
-    tables = evaluate.main([
+    arguments = [
         "severity", "--model", "timm:test_resnet", "--random-weights", "--kappa", "softmax", "entropy",
         "--data", "imagenet", "--data-arg", f"id_root={id_root}", "--data-arg", f"pool_root={tmp_path / 'in21k'}",
         "--data-arg", f"pool_file={tmp_path / 'pool.csv'}", "--num-workers", "0", "--batch-size", "200",
         "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "out"), "--accelerator", "cpu",
         "--devices", "1", "--wandb-mode", "disabled", "--no-progress-bar",
-    ])
+    ]
+    tables = evaluate.main(arguments)
     assert len(tables["softmax"]) == 11
     with open(tmp_path / "out" / "levels_test_resnet_softmax.csv") as handle:
         levels = list(csv.DictReader(handle))
@@ -39,4 +41,7 @@ def test_imagenet_severity_end_to_end(tmp_path):
     assert len(level0) == 1000 and level0 <= set(pool) and level0 != level10
     assert all(0 <= r["ood-auroc"] <= 1 and r["id-acc"] <= 1 for r in tables["entropy"])
     cached = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "cache").glob("*.pt"))
-    assert cached == ["test_resnet-id", "test_resnet-ood_estimation", "test_resnet-ood_test"]
+    assert cached == ["test_resnet-id-logits", "test_resnet-ood_estimation-logits", "test_resnet-ood_test-logits"]
+    # a model with another head (1001 classes) is refused with both numbers, not scored
+    with pytest.raises(ValueError, match="outputs 1001 logits but the severity data has 1000 ID classes"):
+        evaluate.main([*arguments, "--model-arg", "num_classes=1001"])

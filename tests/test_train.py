@@ -15,6 +15,7 @@ import wandb
 
 import evaluate
 import train
+from datamodules.protocols import imagenet_protocol
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "configs"
@@ -26,6 +27,9 @@ def composition(config: str) -> list[str]:
     concern = config.split("/")[0]
     if concern == "demo":
         return [config]
+    if concern == "severity":  # added after a whole protocol training configuration
+        protocol = f"protocol/{Path(config).stem}.yaml"
+        return [IMAGENET_BASE[0], protocol, *IMAGENET_BASE[2:], config]
     if concern == "trainer" and config != "trainer/default.yaml":
         return ["trainer/default.yaml", config, *IMAGENET_BASE[1:]]
     index = {"trainer": 0, "protocol": 1, "model": 2, "loss": 3}[concern]
@@ -51,8 +55,9 @@ def _isolated_run(monkeypatch):
 
 
 def test_every_config_is_covered():
-    assert {c.split("/")[0] for c in ALL_CONFIGS} <= {"demo", "trainer", "protocol", "model", "loss"}
-    assert len(ALL_CONFIGS) >= 10
+    assert {c.split("/")[0] for c in ALL_CONFIGS} <= {"demo", "trainer", "protocol", "model", "loss", "severity"}
+    assert {c for c in ALL_CONFIGS if c.startswith("severity/")} == {f"severity/p{n}.yaml" for n in (1, 2, 3)}
+    assert len(ALL_CONFIGS) >= 13
 
 
 def config_args(parts: list[str]) -> list[str]:
@@ -73,11 +78,20 @@ DEMO_FAST = ["--data.init_args.max_train_per_class=40", "--trainer.enable_progre
 def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     parts = composition(config)
-    args = ["fit", *config_args(parts), "--trainer.fast_dev_run=true", "--trainer.accelerator=cpu"]
+    config_files = [arg for part in parts for arg in ("--config", str(CONFIGS / part))]
+    if config.startswith("severity/"):
+        # the tiny folder has 5 train images per class (ILSVRC2012: ~1300): 3 for estimation; evaluate at once
+        small = (CONFIGS / config).read_text().replace("estimation: 150", "estimation: 3")
+        (tmp_path / "severity.yaml").write_text(small.replace("every_n_epochs: 5", "every_n_epochs: 1"))
+        config_files[-1] = str(tmp_path / "severity.yaml")
+    args = ["fit", *config_files, "--trainer.fast_dev_run=true", "--trainer.accelerator=cpu"]
     if config.startswith("demo/"):
         args += DEMO_FAST
     else:
         args += imagenet_overrides(tiny_imagenet, tmp_path / "protocols")
+    if config.startswith("severity/"):
+        args += ["--model.init_args.backbone=small_cnn", "--data.init_args.resize_size=36",
+                 "--data.init_args.crop_size=32"]
     if config == "trainer/gpu.yaml":  # keep its DDP strategy and bf16 precision, on one CPU process
         args += ["--trainer.devices=1"]
     cli = train.main(args)
@@ -91,6 +105,11 @@ def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch):
     if loss == "bg":  # BG weights from the training counts: 4 per known class, 4 x 31 negatives
         torch.testing.assert_close(model.criterion.weight, torch.tensor([(4 * 61) / (c * 31) for c in [4] * 30 + [124]]))
     assert "val/gamma" in cli.trainer.callback_metrics
+    if config.startswith("severity/"):
+        severity = next(c for c in cli.trainer.callbacks if type(c).__name__ == "SeverityAUROC")
+        protocol = imagenet_protocol(int(Path(config).stem[1]))
+        assert severity.data.group_size == len(protocol.known) and severity.data.ood_classes == protocol.unknown
+        assert {"val/severity/softmax/mean_auroc", "val/severity/entropy/hardest_auroc"} <= set(cli.trainer.callback_metrics)
 
 
 def test_test_subcommand_writes_report(tiny_imagenet, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import OpenSetEvaluation
 from tests.metrics.reference import (
+    authors_ccr_at_fpr_reference,
     ccr_at_fpr_reference,
     gamma_reference,
     oscr_reference,
@@ -90,3 +91,72 @@ def test_padding_duplicates_are_not_counted(tmp_path):
     expected = ccr_at_fpr_reference(probs, target, [1e-3, 1e-2, 1e-1, 1.0])
     np.testing.assert_array_equal([evaluation.report["scalars"][f"unknowns/ccr@fpr={t}"] for t in ("0.001", "0.01", "0.1", "1")], expected)
     assert sum(evaluation.report["counts"][k] for k in ("known", "negatives", "unknowns")) == 50
+
+
+class FixedTraining(FixedProbabilities):
+    """FixedProbabilities that can be fitted: a dummy loss, validation returning the table's rows."""
+
+    def training_step(self, batch, batch_idx):
+        return (self.anchor ** 2).sum()
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        return self.test_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_validation_logs_ccr_and_auroc_every_epoch(tmp_path):
+    probs, target = random_open_set_data(np.random.default_rng(2), n=200, k=4)
+    target[target == -2] = -1  # a validation split: knowns and negatives
+    model = FixedTraining(torch.from_numpy(probs), False)
+    loader = DataLoader(TensorDataset(torch.arange(200), torch.from_numpy(target)), batch_size=32)
+    evaluation = OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=2)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[evaluation], max_epochs=2,
+                         default_root_dir=tmp_path, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(model, train_dataloaders=loader, val_dataloaders=loader)
+    expected = ccr_at_fpr_reference(probs, target, [1e-3, 1e-2, 1e-1, 1.0], unknown_label=-1)
+    known = target >= 0
+    confidence = probs.max(axis=1)
+    expected_auroc = roc_auc_score(known, confidence)
+    assert [h["epoch"] for h in evaluation.history] == [0, 1]
+    for entry in evaluation.history:
+        np.testing.assert_array_equal([entry[f"negatives/ccr@fpr={t}"] for t in ("0.001", "0.01", "0.1", "1")], expected)
+        assert entry["negatives/auroc"] == pytest.approx(expected_auroc, abs=1e-12)
+    logged = trainer.callback_metrics
+    assert logged["val/negatives/ccr@fpr=0.1"].item() == pytest.approx(expected[2], abs=1e-7)
+    assert "val/gamma" not in logged  # gamma is the model's own metric, not re-logged by the callback
+    # the curve image every 2nd epoch only
+    assert sorted(p.name for p in (tmp_path / "val-oscr").glob("*.png")) == ["epoch_001.png"]
+
+
+def test_multiple_test_dataloaders_with_overlapping_indices(tmp_path):
+    """Two test sets whose dataset indices overlap get a report each, not one merged by index."""
+    probs_a, target_a = random_open_set_data(np.random.default_rng(10), n=90, k=3)
+    probs_b, target_b = random_open_set_data(np.random.default_rng(11), n=60, k=3)
+
+    class TwoTables(FixedProbabilities):
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            indices, targets = batch
+            table = self.table if dataloader_idx == 0 else self.second
+            return {"probs": table[indices], "targets": targets, "indices": indices}
+
+    model = TwoTables(torch.from_numpy(probs_a), False)
+    model.register_buffer("second", torch.from_numpy(probs_b))
+    loaders = [DataLoader(TensorDataset(torch.arange(n), torch.from_numpy(t)), batch_size=16)
+               for n, t in ((90, target_a), (60, target_b))]
+    evaluation = OpenSetEvaluation(output_dir=str(tmp_path), plots=False, conventions=("exact", "authors"))
+    pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[evaluation], enable_progress_bar=False).test(
+        model, dataloaders=loaders)
+    for index, (probs, target) in enumerate(((probs_a, target_a), (probs_b, target_b))):
+        scalars = evaluation.reports[index]["scalars"]
+        expected = ccr_at_fpr_reference(probs, target, [1e-3, 1e-2, 1e-1, 1.0])
+        np.testing.assert_array_equal([scalars[f"unknowns/ccr@fpr={t}"] for t in ("0.001", "0.01", "0.1", "1")], expected)
+        authors = authors_ccr_at_fpr_reference(probs, target, [1e-3, 1e-2, 1e-1, 1.0])
+        np.testing.assert_array_equal([scalars[f"unknowns/authors_ccr@fpr={t}"] for t in ("0.001", "0.01", "0.1", "1")],
+                                      authors)
+        assert evaluation.reports[index]["counts"]["known"] == int((target >= 0).sum())
+    second = json.loads((tmp_path / "dataloader_1" / "metrics.json").read_text())
+    assert second["scalars"] == pytest.approx(evaluation.reports[1]["scalars"], nan_ok=True)
+    assert second["ccr_conventions"] == ["exact", "authors"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from datamodules import ImageNetProtocolDataModule, UnreadableImageError, imagenet_protocol
-from datamodules.protocols import read_protocol_csv
+from datamodules.protocols import read_protocol_csv, write_protocol_csvs
 
 P2 = imagenet_protocol(2)
 
@@ -67,12 +67,102 @@ def test_transforms_are_the_papers(tiny_imagenet, tmp_path):
 
 def test_reads_existing_csvs_without_rewriting(tiny_imagenet, tmp_path):
     rows = [("train/" + P2.known[0] + f"/{P2.known[0]}_1.JPEG", 0), ("train/" + P2.negative[0] + f"/{P2.negative[0]}_1.JPEG", -1)]
+    test_rows = [(f"val/{P2.unknown[0]}/ILSVRC2012_val_00000001.JPEG", -2)]  # the test file lists val/ images
     for split in ("train", "val", "test"):
-        (tmp_path / f"p2_{split}.csv").write_text("".join(f"{p},{label}\r\n" for p, label in rows))
+        (tmp_path / f"p2_{split}.csv").write_text("".join(f"{p},{label}\r\n" for p, label in (test_rows if split == "test" else rows)))
+    before = snapshot(tmp_path)
     dm = make_datamodule(tiny_imagenet, tmp_path)
     dm.prepare_data()
     dm.setup("fit")
     assert len(dm.train_set) == 2 and dm.train_set.rows == rows
+    assert snapshot(tmp_path) == before
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """The name and bytes of every file in ``folder``."""
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+def user_rows(split: str) -> list[tuple[str, int]]:
+    """A few correct rows of a protocol file, not the ones ``write_protocol_csvs`` would write."""
+    if split == "test":
+        return [(f"val/{P2.unknown[1]}/ILSVRC2012_val_00000003.JPEG", -2), (f"val/{P2.known[2]}/ILSVRC2012_val_00000001.JPEG", 2)]
+    index = {"train": 1, "val": 2}[split]
+    return [(f"train/{P2.known[2]}/{P2.known[2]}_{index}.JPEG", 2), (f"train/{P2.negative[3]}/{P2.negative[3]}_{index}.JPEG", -1)]
+
+
+def write_user_files(protocol_dir: Path, splits: tuple[str, ...]) -> None:
+    protocol_dir.mkdir(parents=True, exist_ok=True)
+    for split in splits:  # the authors' "\r\n" line ends
+        (protocol_dir / f"p2_{split}.csv").write_bytes("".join(f"{p},{label}\r\n" for p, label in user_rows(split)).encode())
+
+
+def test_only_a_missing_test_file_is_written(tiny_imagenet, tmp_path):
+    protocol_dir = tmp_path / "protocols"
+    write_user_files(protocol_dir, ("train", "val"))
+    before = snapshot(protocol_dir)
+    dm = make_datamodule(tiny_imagenet, protocol_dir)
+    dm.prepare_data()
+    after = snapshot(protocol_dir)
+    assert sorted(after) == ["p2_test.csv", "p2_train.csv", "p2_val.csv"]
+    assert {name: after[name] for name in before} == before  # the user's files, byte for byte
+    reference = write_protocol_csvs(tiny_imagenet, 2, tmp_path / "reference")
+    assert after["p2_test.csv"] == reference["test"].read_bytes()
+    dm.setup("fit")
+    assert dm.train_set.rows == user_rows("train") and dm.val_set.rows == user_rows("val")
+
+
+def test_all_missing_files_are_written(tiny_imagenet, tmp_path):
+    dm = make_datamodule(tiny_imagenet, tmp_path / "protocols")
+    dm.prepare_data()
+    reference = write_protocol_csvs(tiny_imagenet, 2, tmp_path / "reference")
+    assert snapshot(tmp_path / "protocols") == snapshot(tmp_path / "reference")
+    assert set(reference) == {"train", "val", "test"}
+
+
+@pytest.mark.parametrize("missing", [("train",), ("val",), ("train", "test"), ("val", "test")])
+def test_missing_train_or_val_file_never_overwrites_the_others(tiny_imagenet, tmp_path, missing):
+    protocol_dir = tmp_path / "protocols"
+    present = tuple(split for split in ("train", "val", "test") if split not in missing)
+    write_user_files(protocol_dir, present)
+    before = snapshot(protocol_dir)
+    dm = make_datamodule(tiny_imagenet, protocol_dir)
+    with pytest.raises(ValueError) as error:
+        dm.prepare_data()
+    message = str(error.value)
+    missing_names = ", ".join(str(protocol_dir / f"p2_{split}.csv") for split in missing)
+    present_names = ", ".join(str(protocol_dir / f"p2_{split}.csv") for split in present)
+    assert f"missing {missing_names} while {present_names} exist" in message
+    assert "train and val files must come from one split" in message
+    assert f"remove {present_names} to regenerate all three" in message and "or supply the missing file" in message
+    assert snapshot(protocol_dir) == before  # nothing overwritten, nothing added
+
+
+@pytest.mark.parametrize(("split", "stage"), [("train", "fit"), ("val", "validate"), ("test", "test")])
+def test_setup_checks_labels_against_the_protocol(tiny_imagenet, tmp_path, split, stage):
+    paths = write_protocol_csvs(tiny_imagenet, 2, tmp_path)
+    lines = paths[split].read_text().splitlines()
+    relative, label = lines[4].split(",")
+    wnid = relative.split("/")[1]
+    role = "known" if int(label) >= 0 else {-1: "negative", -2: "unknown"}[int(label)]
+    wrong = (int(label) + 1) % 30 if int(label) >= 0 else (5 if int(label) == -1 else -1)
+    lines[4] = f"{relative},{wrong}"
+    paths[split].write_text("\n".join(lines) + "\n")
+    dm = make_datamodule(tiny_imagenet, tmp_path)
+    with pytest.raises(ValueError, match=rf"p2_{split}\.csv:5: class {wnid} has label {wrong}, expected {label} "
+                                         rf"\(its role in the protocol: {role}\)"):
+        dm.setup(stage)
+
+
+def test_verify_images_checks_labels_against_the_protocol(tiny_imagenet, tmp_path):
+    paths = write_protocol_csvs(tiny_imagenet, 2, tmp_path)
+    train_lines = paths["train"].read_text().splitlines()
+    paths["test"].write_text(paths["test"].read_text() + train_lines[0] + "\n")  # a train image in the test file
+    dm = make_datamodule(tiny_imagenet, tmp_path, verify_images=True)
+    line = 2 * (30 + 31 + 55) + 1
+    with pytest.raises(ValueError, match=rf"p2_test\.csv:{line}: '{train_lines[0].split(',')[0]}' \(label -?\d+\) "
+                                         r"is not under 'val/<wnid>/'"):
+        dm.prepare_data()
 
 
 def test_label_out_of_range_in_csv(tiny_imagenet, tmp_path):

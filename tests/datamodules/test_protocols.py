@@ -155,3 +155,113 @@ def test_missing_class_folders_are_listed_in_one_error(tiny_p2: Path, tmp_path):
         assert f"train/{wnid}" in message and f"val/{wnid}" in message
     assert f"val/{protocol.unknown[-1]}" in message
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+# --------------------------------------------------------------------------------------------------
+# rows checked against the protocol and the split
+
+P2 = imagenet_protocol(2)
+
+
+def train_image_row(wnid: str, label: int, index: int = 1) -> tuple[str, int]:
+    return f"train/{wnid}/{wnid}_{index}.JPEG", label
+
+
+def val_image_row(wnid: str, label: int, index: int = 1) -> tuple[str, int]:
+    return f"val/{wnid}/ILSVRC2012_val_{index:08d}.JPEG", label
+
+
+def write_rows(path: Path, rows: list[tuple[str, int]], line_end: str = "\n") -> Path:
+    path.write_bytes("".join(f"{relative},{label}{line_end}" for relative, label in rows).encode())
+    return path
+
+
+@pytest.mark.parametrize(("split", "rows", "message"), [
+    ("train", [train_image_row(P2.known[0], 0), train_image_row(P2.known[3], 4)],
+     rf"p2_train\.csv:2: class {P2.known[3]} has label 4, expected 3 \(its role in the protocol: known\)"),
+    ("val", [train_image_row(P2.negative[0], 0)],
+     rf"p2_val\.csv:1: class {P2.negative[0]} has label 0, expected -1 \(its role in the protocol: negative\)"),
+    ("val", [train_image_row(P2.known[1], 1), train_image_row(P2.known[1], -1, 2)],
+     rf"p2_val\.csv:2: class {P2.known[1]} has label -1, expected 1 \(its role in the protocol: known\)"),
+    ("train", [train_image_row(P2.known[0], 0), train_image_row(P2.known[1], 1), train_image_row(P2.unknown[0], -2)],
+     rf"p2_train\.csv:3: class {P2.unknown[0]} has label -2, but it is an unknown class of the protocol, "
+     r"which never appears in the train file \(only in test, with label -2\)"),
+    ("val", [train_image_row(P2.unknown[4], -1)],
+     rf"p2_val\.csv:1: class {P2.unknown[4]} has label -1, but it is an unknown class"),
+    ("test", [val_image_row(P2.unknown[2], -1)],
+     rf"p2_test\.csv:1: class {P2.unknown[2]} has label -1, expected -2 \(its role in the protocol: unknown\)"),
+    ("test", [val_image_row(P2.unknown[2], -2), val_image_row(P2.known[29], -2, 2)],
+     rf"p2_test\.csv:2: class {P2.known[29]} has label -2, expected 29 \(its role in the protocol: known\)"),
+    ("test", [val_image_row(P2.negative[7], 3)],
+     rf"p2_test\.csv:1: class {P2.negative[7]} has label 3, expected -1 \(its role in the protocol: negative\)"),
+    ("train", [train_image_row("n01440764", 0)],  # tench: a class of P1/P3, in no role of P2
+     r"p2_train\.csv:1: class n01440764 has label 0, but it is in none of the protocol's known, negative "
+     r"and unknown classes"),
+    ("test", [val_image_row(P2.known[0], 0), val_image_row("n01440764", -2, 2)],
+     r"p2_test\.csv:2: class n01440764 has label -2, but it is in none of the protocol's"),
+    ("val", [(f"val/{P2.known[0]}/ILSVRC2012_val_00000001.JPEG", 0)],
+     rf"p2_val\.csv:1: 'val/{P2.known[0]}/ILSVRC2012_val_00000001\.JPEG' \(label 0\) is not under 'train/<wnid>/': "
+     r"the val file lists ILSVRC2012 train/ images"),
+    ("test", [val_image_row(P2.known[0], 0), train_image_row(P2.known[0], 0)],
+     rf"p2_test\.csv:2: 'train/{P2.known[0]}/{P2.known[0]}_1\.JPEG' \(label 0\) is not under 'val/<wnid>/': "
+     r"the test file lists ILSVRC2012 val/ images"),
+    ("train", [(f"{P2.known[0]}_1.JPEG", 0)], r"p2_train\.csv:1: .* is not under 'train/<wnid>/'"),
+])
+def test_rows_must_match_the_protocol_and_split(tmp_path, split, rows, message):
+    path = write_rows(tmp_path / f"p2_{split}.csv", rows)
+    with pytest.raises(ValueError, match=message):
+        read_protocol_csv(path, 30, protocol=P2, split=split)
+    # without the protocol only the format and the label range are checked (other callers)
+    assert read_protocol_csv(path, 30) == rows
+
+
+def test_checked_read_keeps_correct_files_ours_and_the_authors(tiny_imagenet, tmp_path):
+    ours = write_protocol_csvs(tiny_imagenet, 2, tmp_path / "ours")
+    for split, path in ours.items():
+        rows = read_protocol_csv(path, 30)
+        assert len(rows) > 0
+        assert read_protocol_csv(path, 30, protocol=P2, split=split) == rows
+        # the authors' files: csv.writer's default "\r\n" line ends
+        authors = tmp_path / "authors" / path.name
+        authors.parent.mkdir(exist_ok=True)
+        with open(authors, "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+        assert b"\r\n" in authors.read_bytes()
+        assert read_protocol_csv(authors, 30, protocol=P2, split=split) == rows
+
+
+def test_checked_read_of_the_authors_rows(tmp_path):
+    rows = [("train/n02098286/n02098286_321.JPEG", -1), ("train/n02094433/n02094433_1443.JPEG", 26)]
+    path = write_rows(tmp_path / "p2_val.csv", rows, line_end="\r\n")
+    assert read_protocol_csv(path, 30, protocol=P2, split="val") == rows
+    test_rows = [val_image_row(P2.unknown[0], -2), val_image_row(P2.negative[0], -1, 2), val_image_row(P2.known[5], 5, 3)]
+    path = write_rows(tmp_path / "p2_test.csv", test_rows, line_end="\r\n")
+    assert read_protocol_csv(path, 30, protocol=P2, split="test") == test_rows
+
+
+def test_read_protocol_csv_checks_its_arguments(tmp_path):
+    path = write_rows(tmp_path / "p2_train.csv", [train_image_row(P2.known[0], 0)])
+    with pytest.raises(ValueError, match="split='train' needs the protocol"):
+        read_protocol_csv(path, 30, split="train")
+    with pytest.raises(ValueError, match="protocol needs the split"):
+        read_protocol_csv(path, 30, protocol=P2)
+    with pytest.raises(ValueError, match=r"split must be one of \('train', 'val', 'test'\), got 'dev'"):
+        read_protocol_csv(path, 30, protocol=P2, split="dev")
+    with pytest.raises(ValueError, match="num_classes=31 but the protocol has 30 known classes"):
+        read_protocol_csv(path, 31, protocol=P2, split="train")
+
+
+def test_write_only_the_test_file(tiny_imagenet, tmp_path):
+    full = write_protocol_csvs(tiny_imagenet, 2, tmp_path / "all")
+    paths = write_protocol_csvs(tiny_imagenet, 2, tmp_path / "test_only", splits=("test",))
+    assert paths == {"test": tmp_path / "test_only" / "p2_test.csv"}
+    assert sorted(p.name for p in (tmp_path / "test_only").iterdir()) == ["p2_test.csv"]
+    assert paths["test"].read_bytes() == full["test"].read_bytes()
+
+
+@pytest.mark.parametrize("splits", [("train",), ("val", "test"), ("train", "dev")])
+def test_write_refuses_half_a_train_val_split(tiny_imagenet, tmp_path, splits):
+    with pytest.raises(ValueError, match="splits") as error:
+        write_protocol_csvs(tiny_imagenet, 2, tmp_path / "out", splits=splits)
+    assert repr(tuple(splits)) in str(error.value)
+    assert not (tmp_path / "out").exists()

@@ -25,3 +25,34 @@ def test_bad_checkpoints(tmp_path, demo_checkpoint):
         load_module(tmp_path / "foreign.ckpt")
     with pytest.raises(ValueError, match="module.Class"):
         import_class("OpenSetClassifier")
+
+
+def test_unreadable_files_give_an_error_naming_the_file(tmp_path, demo_checkpoint):
+    from lightning_modules.checkpoint import CheckpointError
+
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(demo_checkpoint.read_bytes()[:5000])
+    text = tmp_path / "notes.ckpt"
+    text.write_text("not a checkpoint\n")
+    tensor = tmp_path / "tensor.ckpt"
+    torch.save(torch.zeros(3), tensor)
+    for path, message in ((truncated, "not a readable checkpoint"), (text, "not a torch.save archive"),
+                          (tensor, "not a Lightning checkpoint .found Tensor")):
+        with pytest.raises(CheckpointError, match=message) as error:
+            read_checkpoint(path)
+        assert str(path) in str(error.value)
+        assert "mmap can only be used" not in str(error.value)
+
+
+def test_a_checkpoint_of_another_model_class_is_refused(tmp_path, demo_checkpoint):
+    from lightning_modules.checkpoint import CheckpointError
+    from lightning_modules.scoring import ScoringModel
+
+    saved = read_checkpoint(demo_checkpoint)
+    saved["model_class"] = "pytorch_lightning.demos.boring_classes.BoringModel"
+    torch.save(saved, tmp_path / "other.ckpt")
+    with pytest.raises(CheckpointError, match="holds a pytorch_lightning.demos.boring_classes.BoringModel, but a "
+                                              "lightning_modules.open_set_classifier.OpenSetClassifier is expected"):
+        load_module(tmp_path / "other.ckpt", expected=OpenSetClassifier)
+    with pytest.raises(CheckpointError, match="other.ckpt holds a"):
+        ScoringModel(str(tmp_path / "other.ckpt"))

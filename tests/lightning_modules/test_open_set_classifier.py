@@ -66,3 +66,79 @@ def test_bad_arguments():
         small_model("openmax")
     with pytest.raises(ValueError, match="at least 2"):
         OpenSetClassifier(num_classes=1, backbone="small_cnn")
+
+
+def test_background_gamma_is_over_k_plus_one_with_the_background_column_dropped():
+    torch.manual_seed(0)
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=30, batch_size=16, train_negatives="background")
+    model = small_model("bg")
+    result = trainer().validate(model, datamodule=data)[0]
+    model.eval()
+    with torch.no_grad():
+        images = torch.stack([data.val_set[i].image for i in range(len(data.val_set))])
+        probs = torch.softmax(model(images).double(), dim=1)
+    labels = data.val_set.labels
+    assert probs.shape[1] == 5
+    known, negative = labels >= 0, labels == -1
+    # written out from the paper: gamma+ = mean S_y, gamma- = mean (1 - max_{c<K} S_c), softmax over K+1
+    plus = probs[known].gather(1, labels[known][:, None]).mean()
+    minus = (1 - probs[negative][:, :4].max(1).values).mean()
+    assert result["val/gamma_plus"] == pytest.approx(plus.item(), abs=1e-6)
+    assert result["val/gamma_minus"] == pytest.approx(minus.item(), abs=1e-6)
+    assert result["val/gamma"] == pytest.approx((plus + minus).item() / 2, abs=1e-6)
+
+
+class NoNegativesInValidation(FashionMNISTOpenSetDataModule):
+    def setup(self, stage=None):
+        super().setup(stage)
+        if self.val_set is not None:
+            keep = self.val_set.labels >= 0
+            self.val_set.images, self.val_set.labels = self.val_set.images[keep], self.val_set.labels[keep]
+
+
+def test_validation_split_without_negatives_fails_before_training():
+    model = small_model()
+    with pytest.raises(ValueError, match="validation split .* holds no negatives"):
+        trainer(max_epochs=1).fit(model, datamodule=NoNegativesInValidation(max_train_per_class=10))
+    assert model.global_step == 0
+
+
+def test_nan_gamma_never_becomes_a_checkpoint(tmp_path):
+    # the full split holds both sides, but the validation batches seen do not (sorted: knowns first)
+    class KnownsFirst(FashionMNISTOpenSetDataModule):
+        def setup(self, stage=None):
+            super().setup(stage)
+            if self.val_set is not None:
+                order = torch.argsort(self.val_set.labels, descending=True, stable=True)
+                self.val_set.images, self.val_set.labels = self.val_set.images[order], self.val_set.labels[order]
+
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/gamma", mode="max", filename="best")
+    run = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[checkpoint], max_epochs=1,
+                     limit_val_batches=1, num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ValueError, match="val/gamma is undefined: the validation batches hold no negatives"):
+        run.fit(small_model(), datamodule=KnownsFirst(max_train_per_class=10, batch_size=8))
+    assert not (tmp_path / "best.ckpt").exists()
+
+
+def test_multiple_validation_dataloaders_with_overlapping_indices():
+    """Two dataloaders over different data with the same indices 0..N-1: each gets its own gamma."""
+    from torch.utils.data import DataLoader
+
+    from datamodules.base import TensorImageDataset
+    from datamodules.batch import collate_samples
+
+    torch.manual_seed(0)
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=20)
+    data.setup("fit")
+    first = data.val_set
+    second = TensorImageDataset(torch.flip(first.images, dims=[3]), first.labels.flip(0))  # other images and order
+    loaders = [DataLoader(d, batch_size=16, collate_fn=collate_samples) for d in (first, second)]
+    model = small_model()
+    result = trainer().validate(model, dataloaders=loaders)
+    model.eval()
+    for dataset, logged, suffix in ((first, result[0], ""), (second, result[1], "/dataloader_idx_1")):
+        with torch.no_grad():
+            probs = torch.softmax(model(dataset.images.float() / 255), dim=1)
+        expected = gamma(probs, dataset.labels)[2].item()
+        assert logged[f"val/gamma{suffix}"] == pytest.approx(expected, abs=1e-6)
+    assert result[0]["val/gamma"] != pytest.approx(result[1]["val/gamma/dataloader_idx_1"], abs=1e-6)

@@ -37,6 +37,37 @@ def ccr_at_fpr_reference(probs, target, fpr_targets, unknown_label=-2, backgroun
     return np.array([max(c for f, c in zip(fpr, ccr, strict=True) if f <= t) for t in fpr_targets])
 
 
+def authors_oscr_reference(probs, target, unknown_label=-2, background=False):
+    """The authors' ``calculate_oscr``: thresholds at the distinct known target scores but the largest."""
+    probs = split_background(np.asarray(probs, dtype=np.float64), background)
+    target = np.asarray(target)
+    known = target >= 0
+    unknown = target == unknown_label
+    gt = target[known]
+    pred = np.argmax(probs, axis=1)[known]
+    max_score = np.max(probs, axis=1)[unknown]
+    target_score = probs[known][np.arange(len(gt)), gt]
+    thresholds = np.unique(target_score)[:-1]
+    ccr, fpr = [], []
+    for tau in thresholds:
+        ccr.append(np.sum((pred == gt) & (target_score > tau)) / len(gt))
+        fpr.append(np.sum(max_score > tau) / len(max_score))
+    return np.array(fpr, dtype=np.float64), np.array(ccr, dtype=np.float64), thresholds
+
+
+def authors_ccr_at_fpr_reference(probs, target, fpr_targets, unknown_label=-2, background=False):
+    """The authors' table: the nearest FPR point (np.argmin: first among ties), NaN for their "—"."""
+    fpr, ccr, _ = authors_oscr_reference(probs, target, unknown_label, background)
+    values = []
+    for t in fpr_targets:
+        if len(fpr) == 0:
+            values.append(np.nan)
+            continue
+        idx = np.argmin(np.abs(fpr - t))
+        values.append(np.nan if abs(fpr[idx] - t) / t >= 0.1 else ccr[idx])
+    return np.array(values, dtype=np.float64)
+
+
 def gamma_reference(probs, target, negative_label=-1, background=False):
     probs = np.asarray(probs, dtype=np.float64)
     target = np.asarray(target)

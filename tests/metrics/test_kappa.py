@@ -79,7 +79,7 @@ def test_mc_dropout_varies_across_passes_and_restores_modes():
     # with many passes the score approaches the entropy of the mean prediction, and differs from no dropout
     plain = KAPPAS["entropy"](logits)
     assert not torch.allclose(mc_dropout(model, logits, passes=30), plain)
-    with pytest.raises(ValueError, match="no dropout layer"):
+    with pytest.raises(ValueError, match="no dropout with p > 0"):
         mc_dropout(nn.Linear(5, 5), logits)
 
 
@@ -89,3 +89,70 @@ def test_pytorch_ood_adapter_negates_outlier_scores():
     kappa = from_pytorch_ood(MaxSoftmax(model=None), name="msp", kind="logits")
     logits = torch.randn(9, 4)
     torch.testing.assert_close(kappa(logits), torch.softmax(logits, 1).max(1).values)
+
+
+# --- background-class models (DESIGN §3-§4): softmax over K+1, background column dropped afterwards ---
+
+def test_background_keeps_the_rejection_signal():
+    # two known classes at 0.05 each and p_bg = 0.9: the OSCR confidence is 0.05, so must the kappa be
+    logits = torch.log(torch.tensor([[0.05, 0.05, 0.9]]))
+    assert KAPPAS["softmax"](logits, background=True).item() == pytest.approx(0.05)
+    assert KAPPAS["softmax"](logits[:, :2]).item() == pytest.approx(0.5)  # what dropping it first gave
+    # entropy: the background mass spread over the known classes -> uniform -> the minimum -log K
+    assert KAPPAS["entropy"](logits, background=True).item() == pytest.approx(-np.log(2))
+    confident = torch.log(torch.tensor([[0.9, 0.05, 0.05]]))
+    assert KAPPAS["entropy"](confident, background=True) > KAPPAS["entropy"](logits, background=True)
+
+
+def test_background_kappas_against_numpy():
+    logits = np.random.default_rng(1).normal(size=(40, 6)) * 3  # K = 5 known + background
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    spread = p[:, :5] + p[:, 5:] / 5
+    torch_logits = torch.from_numpy(logits)
+    np.testing.assert_allclose(KAPPAS["softmax"](torch_logits, background=True).numpy(), p[:, :5].max(1), rtol=1e-12)
+    np.testing.assert_allclose(KAPPAS["entropy"](torch_logits, background=True).numpy(),
+                               (spread * np.log(spread)).sum(1), rtol=1e-10)
+    np.testing.assert_allclose(KAPPAS["max_logit"](torch_logits, background=True).numpy(), logits[:, :5].max(1))
+    np.testing.assert_allclose(KAPPAS["energy"](torch_logits, background=True).numpy(),
+                               np.log(np.exp(logits[:, :5]).sum(1)), rtol=1e-10)
+
+
+def test_odin_with_background_predicts_and_scores_known_classes():
+    torch.manual_seed(0)
+    model = nn.Linear(6, 4).eval()  # 3 known + background
+    images = torch.randn(12, 6)
+    scores = odin(model, images, temperature=2.0, epsilon=0.0, background=True)
+    with torch.no_grad():
+        expected = torch.softmax(model(images) / 2.0, 1)[:, :3].max(1).values
+    torch.testing.assert_close(scores, expected)
+
+
+def test_mc_dropout_on_timm_models_with_functional_dropout():
+    import timm
+
+    from metrics.kappa import dropout_modules
+
+    torch.manual_seed(0)
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=5, drop_rate=0.5).eval()
+    assert not any(isinstance(m, nn.Dropout) for m in model.modules())  # timm applies F.dropout in its head
+    assert dropout_modules(model) == [model]
+    images = torch.randn(4, 3, 32, 32)
+    one, another = mc_dropout(model, images, passes=1), mc_dropout(model, images, passes=1)
+    assert not torch.allclose(one, another), "dropout must be active during the passes"
+    assert not model.training and all(not m.training for m in model.modules())  # modes restored
+    with torch.no_grad():
+        plain = KAPPAS["entropy"](model(images))
+    torch.testing.assert_close(model(images), model(images))  # eval mode again: deterministic
+    assert not torch.allclose(mc_dropout(model, images, passes=8), plain)
+    without = timm.create_model("test_resnet", pretrained=False, num_classes=5).eval()
+    with pytest.raises(ValueError, match="drop_rate > 0"):
+        mc_dropout(without, images)
+
+
+def test_kappa_parameters_resolve_defaults_and_refuse_unknown_names():
+    assert KAPPAS["odin"].parameters() == {"temperature": 2.0, "epsilon": 1e-5}
+    assert KAPPAS["odin"].parameters(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+    assert KAPPAS["mc_dropout"].parameters() == {"passes": 30}
+    assert KAPPAS["softmax"].parameters() == {}
+    with pytest.raises(ValueError, match="has no parameters"):
+        KAPPAS["softmax"].parameters(temperature=2)

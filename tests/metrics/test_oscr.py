@@ -2,9 +2,24 @@ import numpy as np
 import pytest
 import torch
 
-from metrics import DEFAULT_FPR_TARGETS, OSCR, CCRAtFPR, ccr_at_fpr, closed_set_accuracy, oscr_curve
+from metrics import (
+    DEFAULT_FPR_TARGETS,
+    OSCR,
+    CCRAtFPR,
+    authors_oscr_curve,
+    ccr_at_fpr,
+    ccr_from_authors_curve,
+    closed_set_accuracy,
+    oscr_curve,
+)
 from tests.distributed import run_distributed
-from tests.metrics.reference import ccr_at_fpr_reference, oscr_reference, random_open_set_data
+from tests.metrics.reference import (
+    authors_ccr_at_fpr_reference,
+    authors_oscr_reference,
+    ccr_at_fpr_reference,
+    oscr_reference,
+    random_open_set_data,
+)
 
 # Hand-computed case (K = 2). Known: S_y = 0.9 (correct), 0.4 (wrong: argmax is 1), 0.7 (correct).
 # Unknown max scores: 0.8, 0.5. Thresholds 0.9, 0.8, 0.7, 0.5, 0.4 with strict ">".
@@ -118,3 +133,119 @@ def test_ddp_two_processes_equal_one_process():
         for a, b in zip(curve, expected_curve, strict=True):
             assert torch.equal(a, b)
         assert torch.equal(ccr, expected_ccr)
+
+
+# --- the authors' table convention (DESIGN.md §5.1) -------------------------------------------------
+
+
+def _equal_with_nan(actual: torch.Tensor, expected: torch.Tensor | np.ndarray) -> None:
+    expected = torch.as_tensor(expected, dtype=torch.float64)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def test_authors_convention_hand_computed():
+    # HAND case. Thresholds: the distinct known S_y {0.4, 0.7, 0.9} but the largest -> 0.4, 0.7.
+    #   τ = 0.4: CCR = |{0.9, 0.7}| / 3 = 2/3 (0.4 is misclassified anyway), FPR = |{0.8, 0.5}| / 2 = 1
+    #   τ = 0.7: CCR = |{0.9}| / 3 = 1/3,                                      FPR = |{0.8}| / 2 = 0.5
+    # Table (nearest FPR, "—" if |FPR - t| / t >= 0.1), against the exact convention (largest CCR with
+    # FPR <= t on the full curve of test_hand_computed_curve):
+    #   t = 0.1 : nearest 0.5, |0.4| / 0.1 = 4      -> NaN   exact 1/3
+    #   t = 0.46: nearest 0.5 (above t), 0.087      -> 1/3   exact 1/3
+    #   t = 0.5 : FPR 0.5 exactly                   -> 1/3   exact 2/3 (θ = 0.5 has FPR 0.5, CCR 2/3)
+    #   t = 0.55: nearest 0.5, 0.05 / 0.55 = 0.091  -> 1/3   exact 2/3
+    #   t = 1   : FPR 1                             -> 2/3   exact 2/3
+    fpr, ccr, thresholds = authors_oscr_curve(HAND_PROBS, HAND_TARGET)
+    torch.testing.assert_close(thresholds, torch.tensor([0.4, 0.7]))
+    torch.testing.assert_close(fpr, torch.tensor([1.0, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(ccr, torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+    targets = [0.1, 0.46, 0.5, 0.55, 1.0]
+    nan = float("nan")
+    authors = ccr_at_fpr(HAND_PROBS, HAND_TARGET, targets, convention="authors")
+    _equal_with_nan(authors, [nan, 1 / 3, 1 / 3, 1 / 3, 2 / 3])
+    exact = ccr_at_fpr(HAND_PROBS, HAND_TARGET, targets, convention="exact")
+    torch.testing.assert_close(exact, torch.tensor([1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3], dtype=torch.float64))
+    _equal_with_nan(authors, authors_ccr_at_fpr_reference(HAND_PROBS.numpy(), HAND_TARGET.numpy(), targets))
+
+
+def test_authors_empty_curve_gives_nan():
+    # all known samples share one target score: np.unique(...)[:-1] is empty, the table is all "—"
+    probs = torch.tensor([[0.7, 0.3], [0.3, 0.7], [0.6, 0.4]])
+    target = torch.tensor([0, 1, -2])
+    fpr, ccr, thresholds = authors_oscr_curve(probs, target)
+    assert fpr.numel() == ccr.numel() == thresholds.numel() == 0
+    _equal_with_nan(ccr_at_fpr(probs, target, [0.1, 1.0], convention="authors"), [float("nan")] * 2)
+
+
+@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("unknown_label", [-1, -2])
+@pytest.mark.parametrize("seed", range(4))
+def test_authors_convention_against_reference_with_ties(seed, unknown_label, background):
+    rng = np.random.default_rng(100 + seed)
+    probs, target = random_open_set_data(rng, n=300, k=5, background=background, decimals=2)
+    fpr, ccr, thresholds = authors_oscr_curve(torch.from_numpy(probs), torch.from_numpy(target), unknown_label, background)
+    ref_fpr, ref_ccr, ref_thresholds = authors_oscr_reference(probs, target, unknown_label, background)
+    assert len(ref_thresholds) < (target >= 0).sum() - 1, "the known target scores must contain ties"
+    np.testing.assert_array_equal(thresholds.numpy(), ref_thresholds.astype(np.float32))
+    np.testing.assert_array_equal(fpr.numpy(), ref_fpr)
+    np.testing.assert_array_equal(ccr.numpy(), ref_ccr)
+    targets = [1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
+    actual = ccr_at_fpr(torch.from_numpy(probs), torch.from_numpy(target), targets, unknown_label, background,
+                        convention="authors")
+    expected = authors_ccr_at_fpr_reference(probs, target, targets, unknown_label, background)
+    assert np.isnan(expected).any() and not np.isnan(expected).all(), "the grid must hit both '—' and values"
+    np.testing.assert_array_equal(actual.numpy(), expected)  # NaN positions must agree as well
+    _equal_with_nan(ccr_from_authors_curve(torch.from_numpy(ref_fpr), torch.from_numpy(ref_ccr), targets), expected)
+
+
+def test_authors_tie_rule_takes_lowest_threshold():
+    # Five correct knowns, S_y = 0.60 .. 0.68 -> thresholds 0.60, 0.62, 0.64, 0.66 with CCR 4/5 .. 1/5.
+    # Sixteen unknowns: 8 at 0.9, 1 at 0.63, 7 at 0.55 -> FPR = 9/16, 9/16, 8/16, 8/16.
+    known = torch.tensor([0.60, 0.62, 0.64, 0.66, 0.68])
+    unknown = torch.tensor([0.9] * 8 + [0.63] + [0.55] * 7)
+    scores = torch.cat([known, unknown])
+    probs = torch.stack([scores, 1 - scores], dim=1)
+    target = torch.tensor([0] * 5 + [-2] * 16)
+    fpr, ccr, _ = authors_oscr_curve(probs, target)
+    torch.testing.assert_close(fpr, torch.tensor([9, 9, 8, 8], dtype=torch.float64) / 16)
+    torch.testing.assert_close(ccr, torch.tensor([4, 3, 2, 1], dtype=torch.float64) / 5)
+    # t = 17/32 lies exactly half-way (1/32 from both, 0.059 relative): the lowest threshold, 0.60, wins;
+    # t = 0.52 is nearest to 8/16, reached first at 0.64; t = 0.55 is nearest to 9/16, first at 0.60.
+    targets = [17 / 32, 0.52, 0.55]
+    expected = torch.tensor([4 / 5, 2 / 5, 4 / 5], dtype=torch.float64)
+    torch.testing.assert_close(ccr_at_fpr(probs, target, targets, convention="authors"), expected)
+    _equal_with_nan(expected, authors_ccr_at_fpr_reference(probs.numpy(), target.numpy(), targets))
+    # the same rule straight on a curve: equally near runs on both sides -> first index overall
+    curve_fpr = torch.tensor([0.75, 0.5, 0.5, 0.25], dtype=torch.float64)
+    curve_ccr = torch.tensor([0.9, 0.8, 0.7, 0.6], dtype=torch.float64)
+    _equal_with_nan(ccr_from_authors_curve(curve_fpr, curve_ccr, [0.5, 0.26, 0.7]), [0.8, 0.6, 0.9])
+
+
+def test_authors_bad_targets_and_convention_are_rejected():
+    for bad in ([0.0], [-0.1], [1e-2, 0.0]):
+        with pytest.raises(ValueError, match=r"\(0, 1\]|\[0, 1\]"):
+            ccr_at_fpr(HAND_PROBS, HAND_TARGET, bad, convention="authors")
+        with pytest.raises(ValueError, match=r"\(0, 1\]|\[0, 1\]"):
+            CCRAtFPR(fpr_targets=bad, convention="authors")
+    with pytest.raises(ValueError, match="convention='authors'"):
+        ccr_from_authors_curve(torch.tensor([0.5]), torch.tensor([0.5]), [0.0])
+    with pytest.raises(ValueError, match=r"\('exact', 'authors'\).*'paper'"):
+        ccr_at_fpr(HAND_PROBS, HAND_TARGET, [0.1], convention="paper")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'paper'"):
+        CCRAtFPR(convention="paper")  # type: ignore[arg-type]
+    # 0 stays a valid target for the exact convention
+    torch.testing.assert_close(ccr_at_fpr(HAND_PROBS, HAND_TARGET, [0.0]), torch.tensor([1 / 3], dtype=torch.float64))
+
+
+def test_stateful_authors_convention_matches_function_across_batches():
+    rng = np.random.default_rng(13)
+    probs, target = map(torch.from_numpy, random_open_set_data(rng, n=150, k=4, background=True))
+    targets = (1e-2, 0.1, 0.3, 0.5, 1.0)
+    metric = CCRAtFPR(fpr_targets=targets, unknown_label=-1, background=True, convention="authors")
+    # batches arrive out of order: the metric restores dataset order by index
+    for chunk in torch.randperm(150, generator=torch.Generator().manual_seed(0)).split(16):
+        metric.update(probs[chunk], target[chunk], chunk)
+    result = metric.compute()
+    expected = ccr_at_fpr(probs, target, targets, unknown_label=-1, background=True, convention="authors")
+    _equal_with_nan(result, expected)
+    _equal_with_nan(result, authors_ccr_at_fpr_reference(probs.numpy(), target.numpy(), targets, -1, True))
+    assert torch.isnan(result).any() and not torch.isnan(result).all()

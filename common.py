@@ -1,0 +1,99 @@
+"""Project-wide conventions and small helpers that every package may import (DESIGN.md §2–§3).
+
+One home for what would otherwise be defined in several places:
+
+- the label convention: known classes ``0..K-1``, negatives ``-1``, unknowns ``-2``;
+- the background-class column: the last column of a ``(N, K+1)`` tensor, dropped without renormalising;
+- digests and fingerprints (of JSON-able descriptions, files on disk, tensors) for cache keys;
+- atomic writes: an artefact appears complete under its final name, or not at all.
+
+This module imports nothing from the rest of the project.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+KNOWN_MIN_LABEL = 0
+NEGATIVE_LABEL = -1
+UNKNOWN_LABEL = -2
+LOWEST_LABEL = UNKNOWN_LABEL
+
+
+def known_columns(values: Tensor, background: bool) -> Tensor:
+    """The columns of the known classes: ``(N, K+1) -> (N, K)`` with ``background=True``, else unchanged.
+
+    The background column is the last one; it is dropped *after* any softmax over all ``K+1`` columns,
+    never renormalised away (DESIGN.md §3).
+    """
+    if not background:
+        return values
+    if values.ndim < 2 or values.shape[-1] < 2:
+        raise ValueError(
+            f"background=True needs at least 2 columns (K known + 1 background), got shape {tuple(values.shape)}"
+        )
+    return values[..., :-1]
+
+
+def digest(payload: object) -> str:
+    """sha256 of the canonical JSON of ``payload`` (keys sorted; non-JSON values by ``str``)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def files_fingerprint(root: str | os.PathLike, relative_paths: Iterable[str]) -> str:
+    """A digest of the size and modification time (ns) of every listed file under ``root``.
+
+    Re-encoding, replacing or touching an image changes it, so cached model outputs are never reused for
+    other bytes. A missing file raises ``FileNotFoundError`` naming it.
+    """
+    hasher = hashlib.sha256()
+    for relative in relative_paths:
+        path = os.path.join(root, relative)
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"image file {path} does not exist") from None
+        hasher.update(f"{relative}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return hasher.hexdigest()
+
+
+def tensors_fingerprint(tensors: Mapping[str, Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of tensors (e.g. a ``state_dict``), in name order."""
+    hasher = hashlib.sha256()
+    for name, tensor in sorted(tensors.items()):
+        if not isinstance(tensor, Tensor):
+            continue
+        hasher.update(name.encode())
+        hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+        hasher.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return hasher.hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to a temporary file next to ``path``, flush it to disk, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"))

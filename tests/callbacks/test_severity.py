@@ -1,0 +1,258 @@
+"""SeverityAUROC: the C-OOD severity benchmark as a callback, on fixed models (evaluate.py) and during training."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from sklearn.metrics import roc_auc_score
+
+from callbacks import SeverityAUROC
+from callbacks.prediction_cache import PredictionCache
+from datamodules import FashionMNISTOpenSetDataModule
+from datamodules.severity import FashionSeverityDataModule
+from lightning_modules import OpenSetClassifier
+from lightning_modules.scoring import ScoringModel
+from metrics import KAPPAS
+from tests.conftest import ROOT
+
+
+def small_data(**kwargs) -> FashionSeverityDataModule:
+    return FashionSeverityDataModule(estimation=20, test=10, batch_size=500, **kwargs)
+
+
+def run_severity(scoring, kappas, tmp_path, data=None, precision="32-true", **kwargs) -> SeverityAUROC:
+    """What `evaluate.py severity` does: the callback on a fixed model, started by trainer.test."""
+    data = data or small_data()
+    callback = SeverityAUROC(data=data, kappas=kappas, every_n_epochs=0, cache_dir=str(tmp_path / "cache"),
+                             output_dir=str(tmp_path / "out"), **kwargs)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], limit_test_batches=1,
+                         precision=precision, enable_progress_bar=False, enable_model_summary=False)
+    trainer.test(scoring, dataloaders=data.dataloader("id"))
+    return callback
+
+
+def test_second_kappa_does_not_run_the_model(demo_checkpoint, tmp_path):
+    scoring = ScoringModel(str(demo_checkpoint))
+    first = run_severity(scoring, ["softmax"], tmp_path)
+    assert first.model_passes == 3  # estimation, test and ID images: one pass each
+    batches = scoring.forward_calls
+    loads = []
+    original = PredictionCache.load
+
+    def counting_load(self, *args, **kwargs):
+        loads.append(args[0])
+        return original(self, *args, **kwargs)
+
+    PredictionCache.load = counting_load
+    try:
+        second = run_severity(scoring, ["max_logit", "entropy", "energy"], tmp_path)
+    finally:
+        PredictionCache.load = original
+    assert second.model_passes == 0 and scoring.forward_calls == batches + 1  # + the one-image width probe
+    assert len(loads) == 3  # each split is read from disk once, whatever the number of kappas
+    assert set(second.tables) == {"max_logit", "entropy", "energy"}
+    # a fresh process (a new model object with the same weights) reuses the cache too
+    assert run_severity(ScoringModel(str(demo_checkpoint)), ["softmax"], tmp_path).model_passes == 0
+
+
+def _scores_by_split(scoring, data, transform):
+    data.setup()
+    out = {}
+    for split in ("id", "ood_estimation", "ood_test"):
+        images = torch.stack([data.dataset(split)[i].image for i in range(len(data.dataset(split)))])
+        with torch.no_grad():
+            out[split] = transform(scoring.network(images))
+    return out
+
+
+def _expected_aurocs(scores, data, group_size, num_classes):
+    est_classes, test_classes = data.targets("ood_estimation").numpy(), data.targets("ood_test").numpy()
+    class_scores = np.array([scores["ood_estimation"][est_classes == c].mean() for c in range(num_classes)])
+    order = np.argsort(class_scores, kind="stable")
+    windows = num_classes - group_size + 1
+    starts = [int(i * 0.1 * windows) for i in range(11)]
+    starts[-1] -= 1
+    expected = []
+    for start in starts:
+        members = np.isin(test_classes, order[start:start + group_size])
+        n_id = len(scores["id"])
+        expected.append(roc_auc_score(np.r_[np.ones(n_id), np.zeros(members.sum())],
+                                      np.r_[scores["id"], scores["ood_test"][members]]))
+    return expected
+
+
+def test_table_equals_an_independent_computation(demo_checkpoint, tmp_path):
+    data = small_data()
+    scoring = ScoringModel(str(demo_checkpoint))
+    tables = run_severity(scoring, ["entropy"], tmp_path, data=data).tables
+    logits = _scores_by_split(scoring, data, lambda z: z)
+    for split in logits:  # the cache holds this model's logits, in data set order
+        cached = torch.load(next((tmp_path / "cache").glob(f"demo-best-{split}-logits-*.pt")), weights_only=True)
+        torch.testing.assert_close(cached["tensors"]["logits"], logits[split])
+    # grouping and AUROC recomputed here from the paper's procedure (numpy, scikit-learn), from the kappa of
+    # the float32 logits (the kappa itself is tested against numpy in tests/metrics/test_kappa.py)
+    scores = {s: KAPPAS["entropy"](z).double().numpy() for s, z in logits.items()}
+    expected = _expected_aurocs(scores, data, group_size=4, num_classes=16)
+    rows = list(csv.DictReader(open(tmp_path / "out" / "demo-best_entropy_n11.csv")))
+    assert [int(r["severity level"]) for r in rows] == list(range(11))
+    np.testing.assert_allclose([float(r["ood-auroc"]) for r in rows], expected, atol=1e-12)
+    correct = logits["id"].argmax(1).numpy() == data.targets("id").numpy()
+    assert float(rows[0]["id-acc"]) == pytest.approx(correct.mean())
+    assert tables["entropy"][0]["model name - confidence function"] == "demo-best-entropy"
+
+
+def test_background_class_model_keeps_its_rejection_signal(bg_checkpoint, tmp_path):
+    """Softmax over K+1 and the background column dropped afterwards (DESIGN §3), as OSCR does."""
+    data = small_data()
+    scoring = ScoringModel(str(bg_checkpoint))
+    assert scoring.background_class
+    tables = run_severity(scoring, ["softmax"], tmp_path, data=data).tables
+    logits = _scores_by_split(scoring, data, lambda z: z)
+    assert logits["id"].shape[1] == 5
+    right = {s: torch.softmax(z, 1)[:, :4].max(1).values.double().numpy() for s, z in logits.items()}
+    expected = _expected_aurocs(right, data, group_size=4, num_classes=16)
+    np.testing.assert_allclose([r["ood-auroc"] for r in tables["softmax"]], expected, atol=1e-12)
+    # the old, wrong way (background logit dropped before the softmax) gives other numbers
+    renormalised = {s: torch.softmax(z[:, :4], 1).max(1).values.double().numpy() for s, z in logits.items()}
+    wrong = _expected_aurocs(renormalised, data, group_size=4, num_classes=16)
+    assert not np.allclose(expected, wrong, atol=1e-3)
+    # ID accuracy: argmax over the known classes only
+    known_correct = logits["id"][:, :4].argmax(1).numpy() == data.targets("id").numpy()
+    assert tables["softmax"][0]["id-acc"] == pytest.approx(known_correct.mean())
+
+
+def test_model_of_another_width_is_refused(demo_checkpoint, tmp_path):
+    three_known = small_data(known=[0, 1, 7], negative=[2, 3])
+    with pytest.raises(ValueError, match="outputs 4 logits but the severity data has 3 ID classes"):
+        run_severity(ScoringModel(str(demo_checkpoint)), ["softmax"], tmp_path, data=three_known)
+
+
+def test_corrupted_or_mismatched_cache_is_rejected(demo_checkpoint, tmp_path):
+    scoring = ScoringModel(str(demo_checkpoint))
+    reference = run_severity(scoring, ["softmax"], tmp_path).tables["softmax"]
+    cache_files = sorted((tmp_path / "cache").glob("*.pt"))
+    assert len(cache_files) == 3
+    id_file = next(f for f in cache_files if "-id-" in f.name)
+    payload = torch.load(id_file, weights_only=True)
+    id_file.write_bytes(id_file.read_bytes()[:100])  # truncated
+    with pytest.warns(RuntimeWarning, match="rejecting prediction cache .*unreadable"):
+        again = run_severity(scoring, ["softmax"], tmp_path)
+    assert again.tables["softmax"] == reference and again.model_passes == 1
+    # a file under the expected name but with another key (written for other data/model) is rejected too
+    torch.save({**payload, "key": "0" * 64}, id_file)
+    with pytest.warns(RuntimeWarning, match="key does not match"):
+        assert run_severity(scoring, ["softmax"], tmp_path).model_passes == 1
+    # payloads of the wrong type: not a dict, tensors not a dict, entries not tensors
+    cache = PredictionCache(tmp_path / "cache")
+    name, key = id_file.name.rsplit("-", 1)[0], torch.load(id_file, weights_only=True)["key"]
+    assert cache.load(name, key, rows=4000) is not None
+    for bad, message in ((torch.zeros(3), "holds a Tensor"), ({"key": key, "tensors": [1, 2]}, "not a dict of tensors"),
+                         ({"key": key, "tensors": {"targets": torch.zeros(4000), "logits": 3}}, "not per-sample")):
+        torch.save(bad, id_file)
+        with pytest.warns(RuntimeWarning, match=message):
+            assert cache.load(name, key, rows=4000) is None
+    torch.save(payload, id_file)
+    with pytest.warns(RuntimeWarning, match="expected 10 rows"):
+        assert cache.load(name, key, rows=10) is None
+
+
+def test_other_weights_precision_or_kappa_arguments_do_not_reuse_the_cache(demo_checkpoint, tmp_path):
+    first = ScoringModel(str(demo_checkpoint))
+    run_severity(first, ["softmax", "odin"], tmp_path)
+    changed = ScoringModel(str(demo_checkpoint))
+    with torch.no_grad():
+        changed.network.network.logits.weight.mul_(1.01)
+    assert run_severity(changed, ["softmax"], tmp_path).model_passes == 3
+    assert run_severity(first, ["softmax"], tmp_path, precision="bf16-mixed").model_passes == 3
+    # ODIN with another temperature: its own passes again, the logits still cached
+    again = run_severity(first, ["odin"], tmp_path, kappa_args={"odin": {"temperature": 1000.0}})
+    assert again.model_passes == 3
+    assert run_severity(first, ["odin"], tmp_path, kappa_args={"odin": {"temperature": 1000.0}}).model_passes == 0
+    with pytest.raises(ValueError, match="has no parameters \\['temprature'\\]"):
+        SeverityAUROC(kappas=["odin"], kappa_args={"odin": {"temprature": 3}})
+
+
+def test_model_based_kappas_run_in_inference_mode_and_are_cached(demo_checkpoint, tmp_path):
+    scoring = ScoringModel(str(demo_checkpoint))
+    run = run_severity(scoring, ["odin", "softmax"], tmp_path)  # trainer.test uses inference mode: ODIN still runs
+    assert run.model_passes == 6  # logits + ODIN scores, 3 splits each
+    assert all(0 <= r["ood-auroc"] <= 1 for r in run.tables["odin"])
+    assert run.tables["odin"] != run.tables["softmax"]
+    rerun = run_severity(scoring, ["odin"], tmp_path)
+    assert rerun.tables["odin"] == run.tables["odin"] and rerun.model_passes == 0
+
+
+def test_every_kappa_runs_through_the_benchmark(demo_checkpoint, tmp_path):
+    # mc_dropout needs dropout: the demo CNN has none, so it must say so clearly
+    names = [n for n in KAPPAS if n != "mc_dropout"]
+    assert set(run_severity(ScoringModel(str(demo_checkpoint)), names, tmp_path).tables) == set(names)
+    with pytest.raises(ValueError, match="no dropout"):
+        run_severity(ScoringModel(str(demo_checkpoint)), ["mc_dropout"], tmp_path)
+
+
+def test_levels_table_marks_training_negatives(demo_checkpoint, tmp_path):
+    run_severity(ScoringModel(str(demo_checkpoint)), ["softmax"], tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "out" / "levels_demo-best_softmax.csv")))
+    roles = {r["class"]: r["seen in training"] for r in rows}
+    assert {c for c, role in roles.items() if role == "as a negative"} <= {
+        "fashion: Pullover", "fashion: Dress", "fashion: Sandal"}
+    assert roles.get("fashion: Coat", "no") == "no" and roles.get("digit 3", "no") == "no"
+    assert len(rows) == 11 * 4
+
+
+def test_during_training_every_epoch_with_nothing_cached_across_epochs(tmp_path):
+    pl.seed_everything(0)
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=64)
+    model = OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1)
+    severity = SeverityAUROC(kappas=["softmax", "entropy"], every_n_epochs=1, cache_dir=str(tmp_path / "cache"),
+                             data_args={"estimation": 20, "test": 10})
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/severity/softmax/mean_auroc",
+                                              mode="max", filename="best")
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, callbacks=[severity, checkpoint],
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=data)
+    assert severity.model_passes == 6  # 3 splits x 2 epochs: the weights changed, so the cache never hits
+    history = list(csv.DictReader(open(tmp_path / "ckpt" / "severity-val" / "history.csv")))
+    assert len(history) == 2 * 2 * 11
+    means = {e: np.mean([float(h["ood-auroc"]) for h in history if h["epoch"] == str(e)
+                         and h["confidence function"] == "softmax"]) for e in (0, 1)}
+    assert trainer.callback_metrics["val/severity/softmax/mean_auroc"].item() == pytest.approx(means[1], abs=1e-6)
+    hardest = [float(h["ood-auroc"]) for h in history if h["epoch"] == "1" and h["confidence function"] == "entropy"][-1]
+    assert trainer.callback_metrics["val/severity/entropy/hardest_auroc"].item() == pytest.approx(hardest, abs=1e-6)
+    assert checkpoint.best_model_score.item() == pytest.approx(max(means.values()), abs=1e-6)
+    assert (tmp_path / "ckpt" / "severity-val" / "auroc_by_level_softmax.png").is_file()
+    # the pool of a model trained on the demo: its negatives marked, official test images only
+    assert severity.data.ood_class_role(0) == "as a negative" and severity.data.known == [0, 1, 7, 8]
+
+
+def run_severity_script(tmp_path, checkpoint, output, devices):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(ROOT)
+    args = [sys.executable, str(ROOT / "evaluate.py"), "severity", "--model", str(checkpoint), "--data", "fashion",
+            "--data-arg", "estimation=20", "--data-arg", "test=10", "--kappa", "softmax", "entropy",
+            "--cache-dir", str(tmp_path / f"cache{devices}"), "--output-dir", str(tmp_path / output),
+            "--accelerator", "cpu", "--devices", str(devices), "--wandb-mode", "disabled", "--no-progress-bar"]
+    if devices > 1:
+        args += ["--strategy", "ddp"]
+    result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+def test_ddp_two_processes_give_the_same_table(demo_checkpoint, tmp_path):
+    run_severity_script(tmp_path, demo_checkpoint, "one", 1)
+    out = run_severity_script(tmp_path, demo_checkpoint, "two", 2)
+    assert "3 model passes" in out
+    for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv"):
+        assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
+    # the 2-process cache holds each sample once, in dataset order
+    id_cache = next((tmp_path / "cache2").glob("demo-best-id-*.pt"))
+    tensors = torch.load(id_cache, weights_only=True)["tensors"]
+    assert tensors["logits"].shape == (4000, 4)
+    assert json.dumps(tensors["targets"].tolist()) == json.dumps(FashionSeverityDataModule().targets("id").tolist())
