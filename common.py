@@ -77,6 +77,15 @@ def tensors_fingerprint(tensors: Mapping[str, Tensor]) -> str:
     return hasher.hexdigest()
 
 
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """sha256 of a file's bytes (names a checkpoint in the outputs made from it)."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to a temporary file next to ``path``, flush it to disk, then rename it into place."""
     path = Path(path)

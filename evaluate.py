@@ -185,6 +185,168 @@ def run_severity(args: argparse.Namespace) -> dict[str, Any]:
     return tables
 
 
+def load_scorers(args: argparse.Namespace, hparams: Any) -> tuple[Any, Any]:
+    """The ensemble and LPIPS that measure a generated set: the command line's, else the generator's own."""
+    from lightning_modules.ensemble import DeepEnsemble
+    from lightning_modules.perceptual import PerceptualDistance
+
+    members = args.ensemble or hparams.get("ensemble")
+    net = args.lpips_net or hparams.get("lpips_net", "vgg")
+    random_backbone = args.lpips_random_backbone or bool(hparams.get("lpips_random_backbone", False))
+    ensemble = DeepEnsemble.from_checkpoints(members) if members else None
+    return ensemble, PerceptualDistance(net, random_backbone=random_backbone)
+
+
+def run_generate(args: argparse.Namespace) -> Path:
+    """Write ``--num`` images of a generator checkpoint as a generated set (:mod:`datamodules.generated`)."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    from callbacks.generated import GeneratedSetWriter
+    from common import file_sha256
+    from datamodules.batch import collate_samples
+    from datamodules.generated import LatentSeeds
+    from lightning_modules.generators import NearOODGenerator, RegularisedGenerator, ShiftGenerator
+
+    try:
+        checkpoint = read_checkpoint(args.ckpt)
+        module = load_module(args.ckpt, checkpoint, expected=RegularisedGenerator)
+    except (FileNotFoundError, CheckpointError) as error:
+        raise SystemExit(str(error)) from None
+    datamodule = import_class(checkpoint["datamodule_class"])(**{
+        **{k: v for k, v in checkpoint.get("datamodule_hyper_parameters", {}).items() if not k.startswith("_")},
+        **parse_overrides(args.data)})
+    datamodule.setup("test")
+    known = torch.nonzero(datamodule.test_set.labels >= 0).flatten()  # in-distribution test images
+    ensemble, perceptual = load_scorers(args, module.hparams)
+    if isinstance(module, ShiftGenerator):
+        kind = "shift"
+        chosen = known[: args.num].tolist()
+        if len(chosen) < args.num:
+            raise SystemExit(f"--num {args.num}: the data has only {len(chosen)} in-distribution test images to shift")
+        loader = DataLoader(Subset(datamodule.test_set, chosen), batch_size=args.batch_size, collate_fn=collate_samples)
+        module.attach_scorers(ensemble, perceptual)
+    elif isinstance(module, NearOODGenerator):
+        kind = "near_ood"
+        loader = DataLoader(LatentSeeds(args.num, args.seed), batch_size=args.batch_size)
+        reference = torch.stack([datamodule.test_set[i].image for i in known[: args.reference].tolist()])
+        module.attach_scorers(ensemble, perceptual, reference=reference)
+    else:
+        raise SystemExit(f"{args.ckpt} holds a {type(module).__name__}, which generate does not know")
+    info = {
+        "kind": kind, "generator": str(args.ckpt), "generator_sha256": file_sha256(args.ckpt),
+        "generator_class": type(module).__name__, "seed": args.seed,
+        "lambda_perceptual": module.lambda_perceptual, "lambda_semantic": module.lambda_semantic,
+        "lpips": perceptual.description, "ensemble": ensemble.paths if ensemble is not None else [],
+        "reference_images": args.reference if kind == "near_ood" else None,
+        "source": "in-distribution test images, in test-set order" if kind == "shift" else None,
+    }
+    writer = GeneratedSetWriter(args.output_dir, info, overwrite=args.overwrite)
+    trainer = make_trainer(args, False, [writer])
+    trainer.predict(module, dataloaders=loader, return_predictions=False)
+    if trainer.is_global_zero:
+        print(f"{writer.count} {kind} images written to {args.output_dir} ({perceptual.description})")
+    return Path(args.output_dir)
+
+
+def id_test_set(args: argparse.Namespace) -> Any:
+    """The in-distribution test images of the generated benchmark: the known classes of a Fashion-MNIST
+    protocol (``--id fashion``; ``--id-arg known=[0,1,7,8]``) or of a checkpoint's own datamodule."""
+    import torch
+
+    from datamodules.base import TensorImageDataset
+
+    id_args = parse_overrides(args.id_arg, "--id-arg")
+    if args.id == "fashion":
+        from datamodules import FashionMNISTOpenSetDataModule
+
+        datamodule = FashionMNISTOpenSetDataModule(**id_args)
+    else:
+        checkpoint = read_checkpoint(args.id)
+        saved = {k: v for k, v in checkpoint.get("datamodule_hyper_parameters", {}).items() if not k.startswith("_")}
+        datamodule = import_class(checkpoint["datamodule_class"])(**{**saved, **id_args})
+    datamodule.setup("test")
+    test = datamodule.test_set
+    known = torch.nonzero(test.labels >= 0).flatten() if isinstance(test, TensorImageDataset) else None
+    if known is None:
+        raise SystemExit(f"--id {args.id}: its test set is not an in-memory image set")
+    return TensorImageDataset(test.images[known], test.labels[known]), datamodule
+
+
+def run_generated(args: argparse.Namespace) -> dict[str, Any]:
+    """Detectors on generated sets next to real OOD sets, the sets' description, and the rank agreement."""
+    from callbacks.generated_benchmark import GeneratedBenchmark, markdown_table
+    from callbacks.severity import rows_to_csv
+    from common import atomic_write_text
+    from datamodules.generated import GeneratedBenchmarkData, real_ood_set
+    from lightning_modules.ensemble import DeepEnsemble
+    from lightning_modules.perceptual import PerceptualDistance
+    from lightning_modules.scoring import ScoringModel
+    from metrics import kendall_tau
+
+    id_test, datamodule = id_test_set(args)
+    real = {}
+    for pair in args.real_ood:
+        name, sep, spec = pair.partition("=")
+        real[name if sep else pair] = real_ood_set(spec if sep else pair, data_dir=datamodule._folder(),
+                                                   known=datamodule.known)
+    data = GeneratedBenchmarkData(id_test, near_ood=args.near_ood, shift=args.shift, real_ood=real,
+                                  image_size=args.image_size, channels=args.channels, batch_size=args.batch_size)
+    ensemble = DeepEnsemble.from_checkpoints(args.ensemble) if args.ensemble else None
+    perceptual = PerceptualDistance(args.lpips_net, random_backbone=args.lpips_random_backbone) if args.lpips_net else None
+    output_dir = Path(args.output_dir)
+    detectors: list[dict[str, Any]] = []
+    sets: list[dict[str, Any]] = []
+    for index, model in enumerate(args.model):
+        try:
+            scoring = ScoringModel(model, pretrained=not args.random_weights)
+        except (FileNotFoundError, CheckpointError) as error:
+            raise SystemExit(str(error)) from None
+        kappas = [k for k in args.kappa if (k.startswith("ensemble_")) == model.startswith("ensemble:")]
+        benchmark = GeneratedBenchmark(data, kappas, ensemble=ensemble, perceptual=perceptual,
+                                       reference=args.reference, describe_sets=index == 0, output_dir=output_dir,
+                                       plots=not args.no_plots and index == 0)
+        trainer = make_trainer(args, False, [benchmark], limit_test_batches=1)
+        trainer.test(scoring, dataloaders=data_loader(data), verbose=False)
+        detectors += benchmark.detectors
+        sets = sets or benchmark.sets
+    result: dict[str, Any] = {"detectors": detectors, "sets": sets, "agreement": []}
+    # rank agreement of the detectors between each generated near-OOD set and each real OOD set
+    detectors_of = {}
+    for row in detectors:
+        detectors_of.setdefault(row["set"], {})[(row["model"], row["confidence function"])] = row["auroc"]
+    generated = [n for n, k in data.kinds.items() if k == "near_ood"]
+    real_sets = [n for n, k in data.kinds.items() if k == "real_ood"]
+    for name in generated:
+        for other in real_sets:
+            pairs = sorted(set(detectors_of[name]) & set(detectors_of[other]))
+            if len(pairs) >= 2:
+                tau, p_value = kendall_tau([detectors_of[name][d] for d in pairs], [detectors_of[other][d] for d in pairs])
+                result["agreement"].append({"generated": name, "real": other, "detectors": len(pairs),
+                                            "kendall tau": tau, "p-value": p_value})
+    if result["agreement"]:
+        columns = ("generated", "real", "detectors", "kendall tau", "p-value")
+        atomic_write_text(output_dir / "agreement.csv", rows_to_csv(result["agreement"], columns))
+        atomic_write_text(output_dir / "agreement.md", markdown_table(result["agreement"], columns))
+    columns = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images")
+    atomic_write_text(output_dir / "detectors.md", markdown_table(detectors, columns))
+    atomic_write_text(output_dir / "detectors.csv", rows_to_csv(detectors, columns))
+    print(f"\nGenerated benchmark written to {output_dir}")
+    print(markdown_table(detectors, columns))
+    if sets:
+        print((output_dir / "sets.md").read_text())
+    return result
+
+
+def data_loader(data: Any) -> Any:
+    """One batch of the ID test set: ``trainer.test`` only starts the processes and calls the callback."""
+    from torch.utils.data import DataLoader
+
+    from datamodules.batch import collate_samples
+
+    return DataLoader(data.sets["id_test"], batch_size=data.batch_size, collate_fn=collate_samples)
+
+
 def run_severity_plot(args: argparse.Namespace) -> Path:
     """One figure of OOD AUROC against severity for every (model, κ) in the given tables."""
     import csv
@@ -252,6 +414,42 @@ def build_parser() -> argparse.ArgumentParser:
     severity.add_argument("--pretrained-file", default=None, help="explicit weights file (timm)")
     severity.add_argument("--random-weights", action="store_true", help="no pretrained weights (tests only)")
     add_trainer_arguments(severity)
+    generate = commands.add_parser("generate", help="write images of a generator checkpoint as a data set")
+    generate.add_argument("--ckpt", required=True, help="a ShiftGenerator or NearOODGenerator checkpoint")
+    generate.add_argument("--num", type=int, required=True, help="number of images")
+    generate.add_argument("--seed", type=int, default=0, help="near-OOD: image i comes from its own seed")
+    generate.add_argument("--output-dir", required=True, help="the set's folder (written whole or not at all)")
+    generate.add_argument("--overwrite", action="store_true")
+    generate.add_argument("--batch-size", type=int, default=64)
+    generate.add_argument("--reference", type=int, default=256,
+                          help="near-OOD: LPIPS to the nearest of this many ID test images")
+    generate.add_argument("--ensemble", nargs="+", default=None, help="member checkpoints (default: the generator's)")
+    generate.add_argument("--lpips-net", default=None, help="vgg, alex or squeeze (default: the generator's)")
+    generate.add_argument("--lpips-random-backbone", action="store_true", help="random LPIPS backbone (tests)")
+    generate.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="datamodule argument")
+    add_trainer_arguments(generate)
+    generated = commands.add_parser("generated", help="detectors on generated near-OOD and shifted sets")
+    generated.add_argument("--model", nargs="+", required=True,
+                           help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
+    generated.add_argument("--kappa", nargs="+", default=["softmax"],
+                           help="κ names; ensemble_* apply to ensemble models, the others to single models")
+    generated.add_argument("--id", default="fashion", help="fashion, or a checkpoint whose datamodule gives the ID test set")
+    generated.add_argument("--id-arg", action="append", default=[], metavar="KEY=VALUE")
+    generated.add_argument("--near-ood", nargs="*", default=[], help="generated near-OOD set folders")
+    generated.add_argument("--shift", nargs="*", default=[], help="generated shifted set folders")
+    generated.add_argument("--real-ood", nargs="*", default=[], metavar="NAME=SPEC",
+                           help="real OOD sets: digits, fashion:unknown, fashion:<ids>, or an image folder")
+    generated.add_argument("--image-size", type=int, default=None, help="resize every set to this (the models' input)")
+    generated.add_argument("--channels", type=int, default=None, help="convert every set to this many channels")
+    generated.add_argument("--ensemble", nargs="+", default=None, help="ensemble members that describe the sets (MI)")
+    generated.add_argument("--lpips-net", default=None, help="LPIPS backbone that describes the sets")
+    generated.add_argument("--lpips-random-backbone", action="store_true")
+    generated.add_argument("--reference", type=int, default=128, help="ID images the nearest-image LPIPS searches")
+    generated.add_argument("--batch-size", type=int, default=256)
+    generated.add_argument("--random-weights", action="store_true", help="timm/torchvision without weights (tests)")
+    generated.add_argument("--output-dir", default="runs/generated")
+    generated.add_argument("--no-plots", action="store_true")
+    add_trainer_arguments(generated)
     severity_plot = commands.add_parser("severity-plot", help="plot several severity tables (models, κ) together")
     severity_plot.add_argument("tables", nargs="+", help="CSV tables of `evaluate.py severity` or the paper's")
     severity_plot.add_argument("--output", required=True, help="PNG file to write")
@@ -266,6 +464,10 @@ def main(argv: list[str] | None = None) -> Any:
         return run_oscr(args)
     if args.command == "severity":
         return run_severity(args)
+    if args.command == "generate":
+        return run_generate(args)
+    if args.command == "generated":
+        return run_generated(args)
     if args.command == "severity-plot":
         return run_severity_plot(args)
     raise SystemExit(f"unknown command {args.command}")

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from common import atomic_write_bytes  # noqa: E402
@@ -81,3 +82,17 @@ def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize="small")
     return save_figure(figure, path)
+
+
+def save_image_grid(images: Tensor, path: str | Path, *, columns: int = 8, padding: int = 2) -> Path:
+    """A grid of ``(N, C, H, W)`` images in ``[0, 1]`` as one PNG (grey-scale stays grey), written atomically."""
+    from PIL import Image
+    from torchvision.utils import make_grid
+
+    if images.ndim != 4 or images.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of images (N, C, H, W), got shape {tuple(images.shape)}")
+    grid = make_grid(images.detach().float().clamp(0, 1).cpu(), nrow=columns, padding=padding, pad_value=1.0)
+    array = (grid * 255).round().to(dtype=torch.uint8).permute(1, 2, 0).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(array[..., 0] if images.shape[1] == 1 else array).save(buffer, format="PNG")
+    return atomic_write_bytes(path, buffer.getvalue())

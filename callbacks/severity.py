@@ -58,6 +58,30 @@ def rows_to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> st
     return buffer.getvalue()
 
 
+def model_logits(pl_module: pl.LightningModule, images: Tensor) -> Tensor:
+    """Per-sample logits: ``(N, C)``, or ``(N, M, C)`` for an ensemble (which returns ``(M, N, C)``)."""
+    logits = pl_module(images)
+    return logits.transpose(0, 1) if logits.ndim == 3 else logits
+
+
+def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any]) -> Tensor:
+    """κ of every sample from gathered outputs: logits ``(N, C)`` (or ``(N, M, C)`` for ensemble κ), features,
+    or the scores of a model-based κ's own pass."""
+    if kappa.kind == "logits":
+        if outputs["logits"].ndim != 2:
+            raise ValueError(f"confidence function {kappa.name!r} scores one model; for an ensemble use "
+                             "ensemble_mi, ensemble_softmax or ensemble_entropy")
+        return kappa(outputs["logits"], background=background, **parameters)
+    if kappa.kind == "ensemble":
+        if outputs["logits"].ndim != 3:
+            raise ValueError(f"confidence function {kappa.name!r} needs an ensemble (member logits (M, N, C)); "
+                             "give the model as ensemble:<members file or checkpoints>")
+        return kappa(outputs["logits"].transpose(0, 1), background=background, **parameters)
+    if kappa.kind == "features":
+        return kappa(outputs["features"], background=background, **parameters)
+    return outputs[f"scores/{kappa.name}"]
+
+
 def model_fingerprint(pl_module: pl.LightningModule) -> str:
     fingerprint = getattr(pl_module, "fingerprint", None)
     return fingerprint() if callable(fingerprint) else tensors_fingerprint(pl_module.state_dict())
@@ -124,6 +148,7 @@ class SeverityAUROC(pl.Callback):
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
+        self._weights: str | None = None  # fingerprint of the weights of the running evaluation
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -156,7 +181,7 @@ class SeverityAUROC(pl.Callback):
         """Refuse a model whose output width is not the number of ID classes (+1 background), on every rank."""
         image = self.data.dataset("id")[0].image
         with torch.no_grad():
-            width = pl_module(image[None].to(pl_module.device)).shape[1]
+            width = pl_module(image[None].to(pl_module.device)).shape[-1]
         expected = self.data.group_size + int(background)
         if width != expected:
             raise ValueError(
@@ -174,7 +199,8 @@ class SeverityAUROC(pl.Callback):
         features = any(k.kind == "features" for k in self.kappas)
         entries: list[tuple[str, dict[str, Any], Any, list[str]]] = [(
             "logits", {"features": features},
-            lambda images: {"logits": pl_module(images), **({"features": pl_module.features(images)} if features else {})},
+            lambda images: {"logits": model_logits(pl_module, images),
+                            **({"features": pl_module.features(images)} if features else {})},
             ["logits", "features"] if features else ["logits"],
         )]
         for kappa in self.kappas:
@@ -221,7 +247,7 @@ class SeverityAUROC(pl.Callback):
         data = self.data
         background = bool(getattr(pl_module, "background_class", False))
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
-        self._weights: str | None = None  # fingerprint of this evaluation's weights, computed once if needed
+        self._weights = None  # the weights may have changed since the last evaluation: fingerprint anew if needed
         was_training = pl_module.training
         pl_module.eval()
         try:
@@ -231,14 +257,17 @@ class SeverityAUROC(pl.Callback):
                 outputs = {split: self._passes(trainer, pl_module, split, background) for split in SEVERITY_SPLITS}
         finally:
             pl_module.train(was_training)
-        id_logits = known_columns(outputs["id"]["logits"], background)
-        id_correct = id_logits.argmax(dim=1) == outputs["id"]["targets"]
+        id_probs = torch.softmax(outputs["id"]["logits"].float(), dim=-1)
+        if id_probs.ndim == 3:  # an ensemble predicts with the mean of its members' softmax
+            id_probs = id_probs.mean(dim=1)
+        id_correct = known_columns(id_probs, background).argmax(dim=1) == outputs["id"]["targets"]
         estimation_classes = outputs["ood_estimation"]["targets"]
         test_classes = outputs["ood_test"]["targets"]
         tables: dict[str, list[dict[str, Any]]] = {}
         levels: dict[str, list[dict[str, Any]]] = {}
         for kappa in self.kappas:
-            scores = {split: self._scores(kappa, outputs[split], background) for split in SEVERITY_SPLITS}
+            scores = {split: kappa_scores(kappa, outputs[split], background=background,
+                                          parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SPLITS}
             class_scores = class_mean_scores(scores["ood_estimation"], estimation_classes, len(data.ood_classes))
             groups, level_scores = severity_levels(class_scores, data.group_size, self.num_levels)
             tables[kappa.name] = severity_table(
@@ -259,13 +288,6 @@ class SeverityAUROC(pl.Callback):
             else:
                 self._write_history(trainer, tables)
         return tables
-
-    def _scores(self, kappa: Kappa, outputs: dict[str, Tensor], background: bool) -> Tensor:
-        if kappa.kind == "logits":
-            return kappa(outputs["logits"], background=background, **self.kappa_parameters[kappa.name])
-        if kappa.kind == "features":
-            return kappa(outputs["features"], background=background, **self.kappa_parameters[kappa.name])
-        return outputs[f"scores/{kappa.name}"]
 
     # -- log, plot ---------------------------------------------------------------------------------
 

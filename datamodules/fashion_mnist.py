@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
+from torchvision import transforms as T
 
 from datamodules.base import OpenSetDataModule, TensorImageDataset, TrainNegatives
 
@@ -102,6 +103,8 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
         known, negative, unknown: original class ids (0-9) of each role.
         train_negatives: ``"include"`` / ``"exclude"`` / ``"background"``, linked to the loss.
         max_train_per_class: keep at most this many training images per class (a faster demo).
+        image_size: side of the images served (28, the original; e.g. 32 for the generators, bilinear with
+            antialiasing).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
         num_workers: int = 0,
         max_train_per_class: int | None = None,
         seed: int = 42,
+        image_size: int = 28,
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives)
         self.save_hyperparameters()
@@ -126,6 +130,10 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
         self.data_dir, self.download_dir = data_dir, download_dir
         self.max_train_per_class = max_train_per_class
         self.seed = seed
+        if image_size < 8:
+            raise ValueError(f"image_size must be at least 8, got {image_size}")
+        self.image_size = image_size
+        self.transform = None if image_size == 28 else T.Resize((image_size, image_size), antialias=True)
 
     @property
     def num_classes(self) -> int:
@@ -171,15 +179,18 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
             kept = train_idx[self.filter_train_labels(labels[train_idx].tolist())]
             self.set_train_labels(labels[kept].tolist())
             self.train_set = TensorImageDataset(
-                images_t[kept], torch.from_numpy(labels[kept]), target_transform=self.train_target_transform()
+                images_t[kept], torch.from_numpy(labels[kept]), transform=self.transform,
+                target_transform=self.train_target_transform()
             )
-            self.val_set = TensorImageDataset(images_t[val_idx], torch.from_numpy(labels[val_idx]))
+            self.val_set = TensorImageDataset(images_t[val_idx], torch.from_numpy(labels[val_idx]),
+                                              transform=self.transform)
         if stage in (None, "test", "predict"):
             images, classes = load_fashion_mnist(self._folder(), "test")
             labels = self._labels(classes)
             keep = labels != -3
             self.test_set = TensorImageDataset(
-                torch.from_numpy(images[keep].copy()).unsqueeze(1), torch.from_numpy(labels[keep])
+                torch.from_numpy(images[keep].copy()).unsqueeze(1), torch.from_numpy(labels[keep]),
+                transform=self.transform,
             )
 
     def severity_data(self, **kwargs: Any) -> Any:

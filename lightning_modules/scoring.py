@@ -33,7 +33,19 @@ def checkpoint_display_name(path: Path) -> str:
 def load_scoring_network(
     model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
 ) -> tuple[nn.Module, Callable | None, str, bool]:
-    """``(network, eval transform or None, display name, background_class)`` for a model name or checkpoint."""
+    """``(network, eval transform or None, display name, background_class)`` for a model name or checkpoint.
+
+    ``ensemble:<file>`` loads a :class:`DeepEnsemble` from a members file (one checkpoint per line, as
+    ``train.py ensemble`` writes it) or ``ensemble:<a.ckpt>,<b.ckpt>,...``; its forward gives ``(M, N, C)``.
+    """
+    if model.startswith("ensemble:"):
+        from lightning_modules.ensemble import DeepEnsemble
+
+        spec = model.removeprefix("ensemble:")
+        paths = Path(spec).read_text().split() if not spec.endswith(".ckpt") else spec.split(",")
+        ensemble = DeepEnsemble.from_checkpoints(paths)
+        name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(paths[0]))}"
+        return ensemble, None, name, ensemble.background
     if model.endswith(".ckpt"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
@@ -45,8 +57,9 @@ def load_scoring_network(
 
 
 def weights_fingerprint(network: nn.Module) -> str:
-    """sha256 over every parameter and buffer: a cache made with other weights is never reused."""
-    return tensors_fingerprint(network.state_dict())
+    """sha256 over every parameter and buffer (non-persistent ones too, e.g. an ensemble's stacked weights):
+    a cache made with other weights is never reused."""
+    return tensors_fingerprint({**dict(network.named_parameters()), **dict(network.named_buffers())})
 
 
 def penultimate_features(network: nn.Module, images: Tensor) -> Tensor:

@@ -5,6 +5,14 @@ This package imports nothing from the rest of the project.
 
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
+from metrics.ensemble import (
+    MutualInformation,
+    expected_entropy,
+    member_probabilities,
+    mutual_information,
+    mutual_information_from_logits,
+    predictive_entropy,
+)
 from metrics.gamma import Gamma, gamma
 from metrics.kappa import KAPPAS, Kappa, from_pytorch_ood, get_kappa
 from metrics.oscr import (
@@ -19,6 +27,7 @@ from metrics.oscr import (
     max_known_score,
     oscr_curve,
 )
+from metrics.ranking import kendall_tau
 from metrics.report import GROUPS, fpr_key, open_set_report
 from metrics.severity import (
     TABLE_COLUMNS,
@@ -29,6 +38,7 @@ from metrics.severity import (
 )
 
 __all__ = [
+    "kendall_tau",
     "KAPPAS",
     "TABLE_COLUMNS",
     "Kappa",
@@ -44,6 +54,12 @@ __all__ = [
     "CCRAtFPR",
     "Gamma",
     "IndexedPredictions",
+    "MutualInformation",
+    "expected_entropy",
+    "member_probabilities",
+    "mutual_information",
+    "mutual_information_from_logits",
+    "predictive_entropy",
     "OODAUROC",
     "auroc",
     "authors_oscr_curve",

@@ -11,9 +11,17 @@ The κ of Galil, Dabbah, El-Yaniv (ICLR 2023), DESIGN.md §5.2:
     mc_dropout  Σ_c p̄_c log p̄_c, p̄ = mean of 30 softmax passes with dropout active
                 (Gal, Ghahramani, ICML 2016)
 
+Deep-ensemble κ (Mukhoti et al., DESIGN.md §5.3; :mod:`metrics.ensemble`), on member logits ``(M, N, C)``:
+
+    ensemble_mi       -MI = -(H(p̄) - mean_m H(p_m)),  p̄ = mean_m softmax(z_m)   (negative mutual information)
+    ensemble_softmax  max_c p̄_c
+    ensemble_entropy  Σ_c p̄_c log p̄_c                                            (negative predictive entropy)
+
 Logit-based κ (``kind == "logits"``) take logits ``(N, C)``, so many κ can share one cached forward
 pass; model-based κ (``kind == "model"``) take ``(model, images)``. :func:`from_pytorch_ood` turns any
 pytorch-ood detector into a κ (its outlier score negated), so Energy, ViM, KNN, Mahalanobis ... work too.
+Ensemble κ (``kind == "ensemble"``) take the ``(M, N, C)`` logits of M members (one batched forward of
+``lightning_modules.ensemble.DeepEnsemble``).
 
 Background-class models (``background=True``, DESIGN.md §3–§4): the last logit is the background class.
 The softmax runs over all ``K+1`` logits and the background column is dropped afterwards, exactly as in
@@ -26,6 +34,8 @@ a softmax response of 0.05, not 0.5):
                 the minimum -log K, as a uniform prediction does (the plain Σ_{c<K} p_c log p_c would instead
                 tend to its maximum 0 as p_bg -> 1)
     mc_dropout  the same on the mean of the softmax passes
+    ensemble_*  each member's softmax over K+1, background mass spread as for entropy (ensemble_softmax:
+                the background column of the mean dropped, as for softmax)
     odin        ŷ = argmax over the known columns, softmax over K+1, max over the known columns
     max_logit, energy   computed on the K known logits (logit-space scores have no softmax to keep)
 """
@@ -42,13 +52,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common import known_columns
+from metrics.ensemble import ensemble_entropy, ensemble_mi, ensemble_softmax
 
-KappaKind = Literal["logits", "features", "model"]
+KappaKind = Literal["logits", "features", "model", "ensemble"]
 
 
 @dataclass(frozen=True)
 class Kappa:
-    """A named confidence function and what it takes (``logits``, ``features`` or ``model`` + images)."""
+    """A named confidence function and what it takes (``logits``, ``features``, ``model`` + images, or the
+    member logits ``(M, N, C)`` of an ``ensemble``)."""
 
     name: str
     fn: Callable[..., Tensor]
@@ -80,11 +92,17 @@ def _as_float(logits: Tensor) -> Tensor:
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
+def spread_background_mass(probs: Tensor) -> Tensor:
+    """``(..., K+1) -> (..., K)``: ``p'_c = p_c + p_bg / K``, the background probability spread uniformly over
+    the K known classes (it means "none of them"), so each row still sums to 1 and ``p_bg = 1`` is uniform."""
+    known = known_columns(probs, True)
+    return known + probs[..., -1:] / known.shape[-1]
+
+
 def _negative_entropy_of_known(probs: Tensor, background: bool) -> Tensor:
     """``Σ p log p`` over the known classes; with a background column its mass is spread over them."""
     if background:
-        known = known_columns(probs, True)
-        probs = known + probs[:, -1:] / known.shape[1]
+        probs = spread_background_mass(probs)
     return torch.special.xlogy(probs, probs).sum(dim=1)
 
 
@@ -226,6 +244,9 @@ KAPPAS: dict[str, Kappa] = {
     "energy": _energy(),
     "odin": Kappa("odin", odin, "model"),
     "mc_dropout": Kappa("mc_dropout", mc_dropout, "model"),
+    "ensemble_mi": Kappa("ensemble_mi", ensemble_mi, "ensemble"),
+    "ensemble_softmax": Kappa("ensemble_softmax", ensemble_softmax, "ensemble"),
+    "ensemble_entropy": Kappa("ensemble_entropy", ensemble_entropy, "ensemble"),
 }
 
 

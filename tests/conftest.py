@@ -62,14 +62,14 @@ def tiny_p2(tmp_path: Path) -> Path:
     return make_imagenet_folder(tmp_path / "imagenet", protocol_wnids(2))
 
 
-def train_demo_checkpoint(directory: Path, loss: str, steps: int = 5) -> Path:
+def train_demo_checkpoint(directory: Path, loss: str, steps: int = 5, seed: int = 0) -> Path:
     """A Fashion-MNIST OpenSetClassifier checkpoint (small CNN, a few training steps) written by Lightning."""
     import pytorch_lightning as pl
 
     from datamodules import FashionMNISTOpenSetDataModule
     from lightning_modules import OpenSetClassifier, train_negatives_for_loss
 
-    pl.seed_everything(0)
+    pl.seed_everything(seed)
     data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=32, train_negatives=train_negatives_for_loss(loss))
     model = OpenSetClassifier(num_classes=4, loss=loss, backbone="small_cnn", in_channels=1)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,

@@ -190,10 +190,12 @@ def test_model_based_kappas_run_in_inference_mode_and_are_cached(demo_checkpoint
 
 def test_every_kappa_runs_through_the_benchmark(demo_checkpoint, tmp_path):
     # mc_dropout needs dropout: the demo CNN has none, so it must say so clearly
-    names = [n for n in KAPPAS if n != "mc_dropout"]
+    names = [n for n in KAPPAS if n != "mc_dropout" and KAPPAS[n].kind != "ensemble"]
     assert set(run_severity(ScoringModel(str(demo_checkpoint)), names, tmp_path).tables) == set(names)
     with pytest.raises(ValueError, match="no dropout"):
         run_severity(ScoringModel(str(demo_checkpoint)), ["mc_dropout"], tmp_path)
+    with pytest.raises(ValueError, match="needs an ensemble"):
+        run_severity(ScoringModel(str(demo_checkpoint)), ["ensemble_mi"], tmp_path)
 
 
 def test_levels_table_marks_training_negatives(demo_checkpoint, tmp_path):

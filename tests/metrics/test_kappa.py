@@ -26,6 +26,12 @@ def test_kappa_contract(name):
     if kappa.kind == "model":
         model = LogitsModel().eval()
         scores_confident, scores_uniform = kappa(model, confident), kappa(model, uniform)
+    elif kappa.kind == "ensemble":
+        # (M, N, C) member logits: 3 members that agree on the confident prediction, against 3 members that
+        # are each confident of another class (uniform members would tie with agreeing ones on -MI = 0)
+        agreeing = confident.expand(3, -1, -1)
+        disagreeing = torch.stack([confident.roll(shift, dims=1) for shift in range(3)])
+        scores_confident, scores_uniform = kappa(agreeing), kappa(disagreeing)
     else:
         scores_confident, scores_uniform = kappa(confident), kappa(uniform)
     assert scores_confident.shape == (6,) and scores_uniform.shape == (6,)

@@ -1,0 +1,162 @@
+"""A deep ensemble (Lakshminarayanan, Pritzel, Blundell, NeurIPS 2017) of this project's classifiers.
+
+Mukhoti et al. regularise their generators with the mutual information of a pre-trained deep ensemble
+(DESIGN.md §5.3). The members are ordinary :class:`OpenSetClassifier` checkpoints of ``train.py``, trained
+with different seeds (initialisation and data order; ``python train.py ensemble``), so every existing
+evaluation works on each member. :class:`DeepEnsemble` loads M of them, frozen, and returns ``(M, N, C)``
+logits in one call: members of identical architecture run as one batched forward (``torch.func``'s
+``stack_module_state`` + ``functional_call`` under ``vmap``), not a Python loop over members.
+
+The ensemble is a fixed scorer: its weights are non-persistent buffers (they never get gradients or
+optimiser state and do not enter the checkpoint of a module that holds it; that module records the member
+paths instead), and it stays in eval mode whatever ``train()`` is called with. Gradients flow to the
+input images, which is what a generator trained against the ensemble's MI needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state
+
+from lightning_modules.checkpoint import CheckpointError, load_module, read_checkpoint
+from lightning_modules.open_set_classifier import OpenSetClassifier
+
+# datamodule arguments that decide the input a member sees: members must agree on them
+TRANSFORM_ARGUMENTS = ("image_size", "resize_size", "crop_size", "normalize", "mean", "std", "in_channels")
+# datamodule arguments that decide the classes (and their order) a member predicts
+CLASS_ARGUMENTS = ("known", "protocol")
+
+
+def _member_signature(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal across members: model hyper-parameters, classes and input transform."""
+    model = checkpoint.get("hyper_parameters", {})
+    data = checkpoint.get("datamodule_hyper_parameters", {})
+    return {
+        "model class": checkpoint.get("model_class"),
+        "architecture": {k: model.get(k) for k in ("backbone", "backbone_args", "in_channels", "deep_feature_dim")},
+        "classes": {"num_classes": model.get("num_classes"), "background": model.get("loss") == "bg",
+                    **{k: _plain(data.get(k)) for k in CLASS_ARGUMENTS if k in data},
+                    "datamodule": checkpoint.get("datamodule_class")},
+        "transform": {k: _plain(data.get(k)) for k in TRANSFORM_ARGUMENTS if k in data},
+    }
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, (tuple, list)) else value
+
+
+class _Logits(nn.Module):
+    """An :class:`OpenSetNetwork` (which returns ``(logits, features)``) as a logits-only module."""
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, images: Tensor) -> Tensor:
+        out = self.network(images)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class DeepEnsemble(nn.Module):
+    """M frozen classifiers of identical architecture; ``forward(images) -> (M, N, C)`` logits.
+
+    Args:
+        members: the member networks (each maps images to logits or to ``(logits, ...)``).
+        background: whether the last logit is a background class (all members alike).
+        num_classes: ``K``, the known classes.
+        paths: the checkpoints the members came from (recorded for reports and for rebuilding).
+        input_size: the side of the images the members were trained on (``None``: unknown), so that
+            callers can resize other images to it.
+
+    Raises:
+        ValueError: members of different architecture (parameter names or shapes differ).
+    """
+
+    def __init__(
+        self, members: Sequence[nn.Module], *, background: bool = False, num_classes: int | None = None,
+        paths: Sequence[str] = (), input_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        wrapped = [_Logits(copy.deepcopy(m)).eval() for m in members]
+        reference = {k: tuple(v.shape) for k, v in wrapped[0].state_dict().items()}
+        for index, member in enumerate(wrapped[1:], start=1):
+            shapes = {k: tuple(v.shape) for k, v in member.state_dict().items()}
+            if shapes != reference or type(member.network) is not type(wrapped[0].network):
+                differing = sorted(set(shapes.items()) ^ set(reference.items()))[:3]
+                raise ValueError(
+                    f"ensemble member {index} has another architecture than member 0 "
+                    f"({type(member.network).__name__} vs {type(wrapped[0].network).__name__}; differing "
+                    f"parameters: {differing}); a batched ensemble needs identical architectures"
+                )
+        self.num_members = len(wrapped)
+        self.background = background
+        self.num_classes = num_classes
+        self.paths = [str(p) for p in paths]
+        self.input_size = input_size
+        params, buffers = stack_module_state(wrapped)
+        self._names = {"params": sorted(params), "buffers": sorted(buffers)}
+        # stacked weights as non-persistent buffers: moved by .to(), never trained, not in checkpoints
+        self._slots: dict[str, str] = {}
+        for kind, tensors in (("params", params), ("buffers", buffers)):
+            for i, name in enumerate(sorted(tensors)):
+                slot = f"_{kind}_{i}"
+                self._slots[f"{kind}:{name}"] = slot
+                self.register_buffer(slot, tensors[name].detach().clone(), persistent=False)
+        self._base = [copy.deepcopy(wrapped[0]).to("meta")]  # a list: not a registered submodule
+
+    @classmethod
+    def from_checkpoints(cls, paths: Sequence[str | Path]) -> DeepEnsemble:
+        """Load members from ``train.py`` checkpoints, refusing members that disagree on classes,
+        architecture or input transform (the message names the first differing member and what differs)."""
+        paths = [Path(p) for p in paths]
+        if not paths:
+            raise ValueError("give at least one member checkpoint")
+        checkpoints = [read_checkpoint(p) for p in paths]
+        reference = _member_signature(checkpoints[0])
+        for path, checkpoint in zip(paths[1:], checkpoints[1:], strict=True):
+            signature = _member_signature(checkpoint)
+            for aspect in ("model class", "classes", "architecture", "transform"):
+                if signature[aspect] != reference[aspect]:
+                    raise CheckpointError(
+                        f"ensemble member {path} disagrees with {paths[0]} on its {aspect}: "
+                        f"{signature[aspect]} vs {reference[aspect]}"
+                    )
+        modules = [load_module(p, c, expected=OpenSetClassifier) for p, c in zip(paths, checkpoints, strict=True)]
+        data = checkpoints[0].get("datamodule_hyper_parameters", {})
+        input_size = data.get("image_size", data.get("crop_size"))
+        return cls([m.network for m in modules], background=bool(modules[0].background_class),
+                   num_classes=modules[0].num_classes, paths=[str(p) for p in paths],
+                   input_size=int(input_size) if input_size is not None else None)
+
+    def _stacked(self, kind: str) -> dict[str, Tensor]:
+        return {name: getattr(self, self._slots[f"{kind}:{name}"]) for name in self._names[kind]}
+
+    def forward(self, images: Tensor) -> Tensor:
+        """``(N, ...)`` images -> ``(M, N, C)`` logits, all members in one vmapped call."""
+        base = self._base[0]
+
+        def member(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
+            return functional_call(base, (params, buffers), (x,))
+
+        return torch.vmap(member, in_dims=(0, 0, None))(self._stacked("params"), self._stacked("buffers"), images)
+
+    def member_forward(self, index: int, images: Tensor) -> Tensor:
+        """One member's logits ``(N, C)`` (for checks and per-member evaluation)."""
+        params = {k: v[index] for k, v in self._stacked("params").items()}
+        buffers = {k: v[index] for k, v in self._stacked("buffers").items()}
+        return functional_call(self._base[0], (params, buffers), (images,))
+
+    def train(self, mode: bool = True) -> DeepEnsemble:
+        """Always eval mode: the ensemble is a fixed scorer (batch norm uses its running statistics)."""
+        return super().train(False)
+
+    def extra_repr(self) -> str:
+        return f"members={self.num_members}, num_classes={self.num_classes}, background={self.background}"

@@ -1,0 +1,414 @@
+"""Generators of shifted and near-OOD images regularised with LPIPS and ensemble MI (Mukhoti et al.).
+
+DESIGN.md §5.3. Both are LightningModules with manual optimisation (a discriminator step, then a
+generator step, every training step), trained with ``train.py fit`` like the classifiers.
+
+:class:`ShiftGenerator` (a regularised Pix2Pix: U-Net generator, PatchGAN discriminator) maps an
+in-distribution image ``x`` to ``G(x)``, perceptually different but with the same label:
+
+    L_G = adv(D, G(x)) + λ_L1 |G(x) - target|₁ - λ_p LPIPS(x, G(x)) + λ_s MI(G(x))
+
+:class:`NearOODGenerator` (a regularised GAN: DCGAN for small images, ResNet/SNGAN for 64-128 px) maps
+noise ``z`` to ``G(z)``, perceptually close to the data but semantically new:
+
+    L_G = adv(D, G(z)) + λ_p LPIPS(G(z), x_real) - λ_s MI(G(z))
+
+The discriminator losses are the unregularised ones. MI is the mutual information of a frozen deep
+ensemble (:class:`lightning_modules.ensemble.DeepEnsemble`) on the generated images, resized to the
+members' input size; LPIPS is :class:`lightning_modules.perceptual.PerceptualDistance` (VGG by default).
+With ``lambda_perceptual = lambda_semantic = 0`` neither is loaded and the modules are the plain Pix2Pix
+and the plain GAN (the latter is EvG's GAN variation model).
+
+Choices the paper leaves open (documented options; the README says why the defaults):
+
+- Pix2Pix has no paired target here. ``discriminator="unconditional"`` (default): D judges realism, real
+  ID images against ``G(x)``; ``"conditional"``: Pix2Pix's ``D(x, y)`` with ``(x, x)`` as the real pair.
+  ``l1_target="source"`` (default): L1 pulls ``G(x)`` towards ``x`` (the only target there is), which with
+  the LPIPS push keeps the shift bounded; ``"none"`` drops it.
+- ``pairing`` of ``G(z)`` with ``x_real``: ``"random"`` (default: a random real image of the batch, an
+  unbiased estimate of the expected perceptual distance to the data) or ``"nearest"`` (the perceptually
+  nearest real image of the batch, chosen without gradients: B² distances per step).
+
+Every step computes ``G(·)`` once and shares it between the adversarial, L1, LPIPS and MI terms; the
+discriminator's fake pass uses the detached output; the ensemble and LPIPS get neither gradients nor
+optimiser state and are not saved in the checkpoint (the ensemble's member paths are, in the
+hyper-parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_modules.ensemble import DeepEnsemble
+from lightning_modules.generator_networks import PatchGANDiscriminator, UNetGenerator, build_gan
+from lightning_modules.open_set_classifier import unpack_batch
+from lightning_modules.perceptual import PerceptualDistance
+from metrics.ensemble import mutual_information_from_logits
+
+AdversarialLoss = Literal["non_saturating", "hinge"]
+FIXED_SAMPLES = 64
+
+
+def discriminator_loss(real: Tensor, fake: Tensor, kind: AdversarialLoss) -> Tensor:
+    """The unregularised discriminator loss on real and fake logits (any shape, e.g. PatchGAN maps)."""
+    if kind == "hinge":
+        return F.relu(1.0 - real).mean() + F.relu(1.0 + fake).mean()
+    return 0.5 * (F.binary_cross_entropy_with_logits(real, torch.ones_like(real))
+                  + F.binary_cross_entropy_with_logits(fake, torch.zeros_like(fake)))
+
+
+def generator_adversarial_loss(fake: Tensor, kind: AdversarialLoss) -> Tensor:
+    """Non-saturating ``-log D(G)`` or hinge ``-D(G)``."""
+    if kind == "hinge":
+        return -fake.mean()
+    return F.binary_cross_entropy_with_logits(fake, torch.ones_like(fake))
+
+
+class RegularisedGenerator(pl.LightningModule):
+    """What both generators share: the regularisers, the two optimisers, logging and fixed samples."""
+
+    generator: nn.Module
+    discriminator: nn.Module
+
+    def __init__(
+        self,
+        *,
+        ensemble: Sequence[str] | None,
+        lambda_perceptual: float,
+        lambda_semantic: float,
+        lpips_net: str,
+        lpips_random_backbone: bool,
+        lr: float,
+        betas: tuple[float, float],
+        adversarial_loss: AdversarialLoss,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        if lambda_perceptual < 0 or lambda_semantic < 0:
+            raise ValueError(f"the regulariser weights must be >= 0, got lambda_perceptual={lambda_perceptual}, "
+                             f"lambda_semantic={lambda_semantic} (their signs are fixed by the objective)")
+        if adversarial_loss not in ("non_saturating", "hinge"):
+            raise ValueError(f"adversarial_loss must be 'non_saturating' or 'hinge', got {adversarial_loss!r}")
+        if lambda_semantic > 0 and not ensemble:
+            raise ValueError("lambda_semantic > 0 needs the ensemble's member checkpoints (ensemble: [...])")
+        self.lambda_perceptual, self.lambda_semantic = lambda_perceptual, lambda_semantic
+        self.lr, self.betas, self.adversarial_loss = lr, tuple(betas), adversarial_loss
+        self.ensemble = DeepEnsemble.from_checkpoints(ensemble) if ensemble else None
+        self.perceptual = (PerceptualDistance(lpips_net, random_backbone=lpips_random_backbone)
+                           if lambda_perceptual > 0 else None)
+
+    # -- regularisers --------------------------------------------------------------------------------
+
+    def ensemble_logits(self, images: Tensor) -> Tensor:
+        """``(M, N, C)`` logits of the ensemble on generated images, resized to the members' input size."""
+        if self.ensemble is None:
+            raise RuntimeError("this generator has no ensemble (give `ensemble` member checkpoints)")
+        size = self.ensemble.input_size
+        if size is not None and tuple(images.shape[-2:]) != (size, size):
+            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        return self.ensemble(images)
+
+    def mutual_information(self, images: Tensor) -> Tensor:
+        """``(N,)`` MI of the ensemble (differentiable in the images)."""
+        return mutual_information_from_logits(self.ensemble_logits(images).float(),
+                                              background=self.ensemble.background)
+
+    # -- optimisation ----------------------------------------------------------------------------------
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        # only the two networks: the ensemble and LPIPS have no parameters to find (frozen buffers / no grad)
+        return [torch.optim.Adam(self.generator.parameters(), lr=self.lr, betas=self.betas),
+                torch.optim.Adam(self.discriminator.parameters(), lr=self.lr, betas=self.betas)]
+
+    def _step(self, optimizer: Any, loss: Tensor) -> None:
+        self.toggle_optimizer(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        optimizer.step()
+        self.untoggle_optimizer(optimizer)
+
+    def _log_terms(self, terms: dict[str, Tensor], batch_size: int) -> None:
+        self.log_dict({f"train/{k}": v.detach().float() for k, v in terms.items()}, on_step=True, on_epoch=True,
+                      sync_dist=True, batch_size=batch_size, prog_bar=False)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from lightning_modules.open_set_classifier import class_path
+
+        checkpoint["model_class"] = class_path(self)
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            checkpoint["datamodule_class"] = class_path(datamodule)
+        if self.logger is not None:
+            checkpoint["logger_version"] = self.logger.version
+        # LPIPS is rebuilt from its package and the torch cache, not stored with every generator
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("perceptual.")}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.perceptual is not None:
+            checkpoint["state_dict"].update({f"perceptual.{k}": v for k, v in self.perceptual.state_dict().items()})
+
+    def fixed_samples(self) -> Tensor:
+        """Generated images for the sample grids: the same inputs at every call (``(n, C, H, W)`` in [0, 1])."""
+        raise NotImplementedError
+
+    # -- generation (``evaluate.py generate``: ``trainer.predict`` + :class:`callbacks.GeneratedSetWriter`) --
+
+    def attach_scorers(self, ensemble: DeepEnsemble | None, perceptual: PerceptualDistance | None,
+                       reference: Tensor | None = None) -> None:
+        """Use this ensemble and LPIPS for the per-image MI and LPIPS of a generated set (by default the
+        generator's own, if it was trained with them); ``reference``: the ID images a near-OOD image's
+        LPIPS is measured to (the nearest of them)."""
+        self.ensemble = ensemble.to(self.device) if ensemble is not None else None
+        self.perceptual = perceptual.to(self.device) if perceptual is not None else None
+        if reference is not None:
+            self.register_buffer("reference_images", reference.to(self.device), persistent=False)
+
+    def _describe(self, images: Tensor, out: dict[str, Tensor], *, sources: Tensor | None) -> dict[str, Tensor]:
+        """Per-image ensemble prediction and MI, and LPIPS to the source (shift) or nearest reference image."""
+        nan = torch.full((images.shape[0],), float("nan"), device=images.device)
+        out["mi"], out["ensemble_prediction"], out["lpips"] = nan, torch.full_like(nan, -1), nan.clone()
+        if self.ensemble is not None:
+            logits = self.ensemble_logits(images).float()
+            out["mi"] = mutual_information_from_logits(logits, background=self.ensemble.background).float()
+            mean = torch.softmax(logits, dim=-1).mean(dim=0)
+            if self.ensemble.background:
+                mean = mean[:, :-1]
+            out["ensemble_prediction"] = mean.argmax(dim=1).float()
+        if self.perceptual is not None:
+            if sources is not None:
+                out["lpips"] = self.perceptual(sources, images).float()
+            elif getattr(self, "reference_images", None) is not None:
+                out["lpips"] = self.perceptual.nearest(images, self.reference_images)[1].float()
+        return out
+
+
+class ShiftGenerator(RegularisedGenerator):
+    """Regularised Pix2Pix: shifted images with the source's label (see the module docstring).
+
+    Args:
+        channels: image channels.
+        image_size: side of the square images (32 ... 256, a power of two).
+        ensemble: member checkpoints of the deep ensemble (needed when ``lambda_semantic > 0``).
+        lambda_l1, lambda_perceptual, lambda_semantic: weights of the L1 term, of ``-LPIPS(x, G(x))`` and of
+            ``+MI(G(x))``.
+        discriminator: ``"unconditional"`` (realism) or ``"conditional"`` (Pix2Pix's ``D(x, y)``).
+        l1_target: ``"source"`` or ``"none"``.
+        lpips_net, lpips_random_backbone: the LPIPS backbone (a random one only when asked for by name).
+        base_width, dropout: of the U-Net; the PatchGAN's depth follows the image size.
+        lr, betas: Adam for both networks (Pix2Pix: 2e-4, (0.5, 0.999)).
+        adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
+    """
+
+    def __init__(
+        self,
+        channels: int = 1,
+        image_size: int = 32,
+        ensemble: list[str] | None = None,
+        lambda_l1: float = 10.0,
+        lambda_perceptual: float = 1.0,
+        lambda_semantic: float = 1.0,
+        discriminator: Literal["unconditional", "conditional"] = "unconditional",
+        l1_target: Literal["source", "none"] = "source",
+        lpips_net: str = "vgg",
+        lpips_random_backbone: bool = False,
+        base_width: int = 64,
+        dropout: float = 0.5,
+        lr: float = 2e-4,
+        betas: tuple[float, float] = (0.5, 0.999),
+        adversarial_loss: AdversarialLoss = "non_saturating",
+    ) -> None:
+        super().__init__(ensemble=ensemble, lambda_perceptual=lambda_perceptual, lambda_semantic=lambda_semantic,
+                         lpips_net=lpips_net, lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas,
+                         adversarial_loss=adversarial_loss)
+        self.save_hyperparameters()
+        if discriminator not in ("unconditional", "conditional"):
+            raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
+        if l1_target not in ("source", "none"):
+            raise ValueError(f"l1_target must be 'source' or 'none', got {l1_target!r}")
+        self.conditional = discriminator == "conditional"
+        self.lambda_l1 = lambda_l1 if l1_target == "source" else 0.0
+        self.generator = UNetGenerator(channels, channels, image_size, base_width=base_width, dropout=dropout)
+        self.discriminator = PatchGANDiscriminator(channels, image_size, base_width=base_width,
+                                                   conditional=self.conditional)
+        self.register_buffer("fixed_sources", torch.empty(0), persistent=False)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Shifted images ``G(x)`` in [0, 1], same shape as ``x``."""
+        return self.generator(images)
+
+    def _judge(self, source: Tensor, image: Tensor) -> Tensor:
+        return self.discriminator(source, image) if self.conditional else self.discriminator(image)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        images, _, _, _ = unpack_batch(batch)
+        optimizer_g, optimizer_d = self.optimizers()
+        fake = self.generator(images)  # once per step, shared by every term below
+        # discriminator: real ID images (the pair (x, x) when conditional) against the detached G(x)
+        loss_d = discriminator_loss(self._judge(images, images), self._judge(images, fake.detach()),
+                                    self.adversarial_loss)
+        self._step(optimizer_d, loss_d)
+        terms = {"d_loss": loss_d, "g_adversarial": generator_adversarial_loss(self._judge(images, fake),
+                                                                            self.adversarial_loss)}
+        loss_g = terms["g_adversarial"]
+        if self.lambda_l1 > 0:
+            terms["l1"] = (fake - images).abs().mean()
+            loss_g = loss_g + self.lambda_l1 * terms["l1"]
+        if self.perceptual is not None:
+            terms["lpips"] = self.perceptual(images, fake).mean()
+            loss_g = loss_g - self.lambda_perceptual * terms["lpips"]
+        if self.lambda_semantic > 0:
+            terms["mi"] = self.mutual_information(fake).mean()
+            loss_g = loss_g + self.lambda_semantic * terms["mi"]
+        terms["g_loss"] = loss_g
+        self._step(optimizer_g, loss_g)
+        self._log_terms(terms, images.shape[0])
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        train_set = getattr(datamodule, "train_set", None)
+        if train_set is not None and self.fixed_sources.numel() == 0:  # the first images: the same on every rank
+            count = min(FIXED_SAMPLES // 4, len(train_set))  # 16 sources: 4 (source, shifted) pairs per row
+            self.fixed_sources = torch.stack([train_set[i].image for i in range(count)]).to(self.device)
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
+        """Shift a batch of source images (deterministic: the generator in eval mode, dropout off)."""
+        images, labels, indices, _ = unpack_batch(batch)
+        self.generator.eval()
+        with torch.no_grad():
+            shifted = self.generator(images)
+            out = {"images": shifted.float(), "indices": indices, "targets": labels,
+                   "source_index": indices.float(), "source_label": labels.float(),
+                   "seed": torch.full_like(indices, -1).float()}
+            return self._describe(shifted, out, sources=images)
+
+    def fixed_samples(self) -> Tensor:
+        if self.fixed_sources.numel() == 0:
+            raise RuntimeError("no fixed source images yet (they are taken from the training set at fit start)")
+        with torch.no_grad():
+            was_training = self.generator.training
+            self.generator.eval()
+            shifted = self.generator(self.fixed_sources)
+            self.generator.train(was_training)
+        # sources and their shifted images, interleaved: one row per pair in a two-column grid
+        return torch.stack([self.fixed_sources, shifted], dim=1).flatten(0, 1)
+
+
+class NearOODGenerator(RegularisedGenerator):
+    """Regularised GAN: near-OOD images from noise (see the module docstring).
+
+    With ``lambda_perceptual = lambda_semantic = 0`` it is the plain GAN (EvG's GAN variation model).
+
+    Args:
+        channels, image_size: of the generated images (DCGAN 32/64 px, ResNet 64/128 px).
+        latent_dim: dimension of ``z``.
+        architecture: ``"auto"`` (DCGAN up to 32 px, ResNet above), ``"dcgan"`` or ``"resnet"``.
+        spectral_norm: spectral normalisation in D (``None``: the architecture's default).
+        num_classes: > 0 for a class-conditional GAN (labels from the batch for real images, uniform for fakes).
+        ensemble, lambda_perceptual, lambda_semantic: weights of ``+LPIPS(G(z), x_real)`` and ``-MI(G(z))``.
+        pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
+        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss: as :class:`ShiftGenerator`.
+    """
+
+    def __init__(
+        self,
+        channels: int = 1,
+        image_size: int = 32,
+        latent_dim: int = 64,
+        architecture: Literal["auto", "dcgan", "resnet"] = "auto",
+        base_width: int = 64,
+        spectral_norm: bool | None = None,
+        num_classes: int = 0,
+        ensemble: list[str] | None = None,
+        lambda_perceptual: float = 1.0,
+        lambda_semantic: float = 1.0,
+        pairing: Literal["random", "nearest"] = "random",
+        lpips_net: str = "vgg",
+        lpips_random_backbone: bool = False,
+        lr: float = 2e-4,
+        betas: tuple[float, float] = (0.5, 0.999),
+        adversarial_loss: AdversarialLoss = "non_saturating",
+    ) -> None:
+        super().__init__(ensemble=ensemble, lambda_perceptual=lambda_perceptual, lambda_semantic=lambda_semantic,
+                         lpips_net=lpips_net, lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas,
+                         adversarial_loss=adversarial_loss)
+        self.save_hyperparameters()
+        if pairing not in ("random", "nearest"):
+            raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")
+        self.pairing, self.num_classes, self.latent_dim = pairing, num_classes, latent_dim
+        self.generator, self.discriminator = build_gan(architecture, latent_dim, channels, image_size,
+                                                       base_width=base_width, num_classes=num_classes,
+                                                       spectral_norm=spectral_norm)
+        noise = torch.Generator().manual_seed(0)  # identical on every rank and after every resume
+        self.register_buffer("fixed_noise", torch.randn(FIXED_SAMPLES, latent_dim, generator=noise), persistent=False)
+        self.register_buffer("fixed_labels", torch.arange(FIXED_SAMPLES) % max(num_classes, 1), persistent=False)
+
+    def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
+        """Images ``G(z)`` in [0, 1] for latents ``(N, latent_dim)`` (and labels when class-conditional)."""
+        return self.generator(z, labels) if self.num_classes else self.generator(z)
+
+    def _judge(self, images: Tensor, labels: Tensor | None) -> Tensor:
+        return self.discriminator(images, labels) if self.num_classes else self.discriminator(images)
+
+    def paired_real(self, fake: Tensor, real: Tensor) -> Tensor:
+        """The real image of the batch each generated image is compared with by the LPIPS term."""
+        if self.pairing == "random":
+            return real[torch.randperm(real.shape[0], device=real.device)[: fake.shape[0]]]
+        with torch.no_grad():  # the choice itself is not differentiated
+            distances = torch.stack([self.perceptual(fake, r.expand_as(fake)) for r in real], dim=1)
+        return real[distances.argmin(dim=1)]
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        real, labels, _, _ = unpack_batch(batch)
+        optimizer_g, optimizer_d = self.optimizers()
+        z = torch.randn(real.shape[0], self.latent_dim, device=real.device)
+        fake_labels = (torch.randint(0, self.num_classes, (real.shape[0],), device=real.device)
+                       if self.num_classes else None)
+        real_labels = labels if self.num_classes else None
+        fake = self(z, fake_labels)  # once per step, shared by every term below
+        loss_d = discriminator_loss(self._judge(real, real_labels), self._judge(fake.detach(), fake_labels),
+                                    self.adversarial_loss)
+        self._step(optimizer_d, loss_d)
+        terms = {"d_loss": loss_d,
+                 "g_adversarial": generator_adversarial_loss(self._judge(fake, fake_labels), self.adversarial_loss)}
+        loss_g = terms["g_adversarial"]
+        if self.perceptual is not None:
+            terms["lpips"] = self.perceptual(fake, self.paired_real(fake, real)).mean()
+            loss_g = loss_g + self.lambda_perceptual * terms["lpips"]
+        if self.lambda_semantic > 0:
+            terms["mi"] = self.mutual_information(fake).mean()
+            loss_g = loss_g - self.lambda_semantic * terms["mi"]
+        terms["g_loss"] = loss_g
+        self._step(optimizer_g, loss_g)
+        self._log_terms(terms, real.shape[0])
+
+    def latent(self, seeds: Tensor) -> Tensor:
+        """``z`` of each image from its own seed: an image does not depend on batch size or process count."""
+        return torch.stack([torch.randn(self.latent_dim, generator=torch.Generator().manual_seed(int(s)))
+                            for s in seeds.cpu()]).to(self.device)
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
+        """Generate one image per seed of the batch (``datamodules.generated.LatentSeeds``)."""
+        seeds, indices = batch
+        labels = indices % self.num_classes if self.num_classes else None
+        self.generator.eval()
+        with torch.no_grad():
+            images = self(self.latent(seeds), labels)
+            minus_one = torch.full_like(indices, -1).float()
+            out = {"images": images.float(), "indices": indices, "targets": torch.full_like(indices, -2),
+                   "source_index": minus_one, "source_label": labels.float() if labels is not None else minus_one,
+                   "seed": seeds.float()}
+            return self._describe(images, out, sources=None)
+
+    def fixed_samples(self) -> Tensor:
+        with torch.no_grad():
+            was_training = self.generator.training
+            self.generator.eval()
+            images = self(self.fixed_noise, self.fixed_labels if self.num_classes else None)
+            self.generator.train(was_training)
+        return images
