@@ -10,7 +10,7 @@ DEBIAN_STAMP := $(VENV)/.debian-packages
 WORDNET := $(VENV)/share/nltk_data/corpora/wordnet/lexnames
 DEBIAN_PACKAGES := wordnet-base wordnet-sense-index dataset-fashion-mnist
 
-.PHONY: setup demo test test-all lint benchmark clean
+.PHONY: setup demo demo-generated demo-adversarial test test-all lint benchmark clean
 
 setup: $(PIP_STAMP) $(WORDNET)
 
@@ -46,10 +46,38 @@ demo: setup
 	$(PY) evaluate.py severity --model runs/demo/checkpoints/best.ckpt --data fashion \
 		--kappa softmax max_logit entropy energy odin --output-dir runs/demo/severity --cache-dir runs/demo/cache \
 		--log-dir runs/demo --wandb-project openset-bench-demo
+	$(MAKE) --no-print-directory demo-generated
+	$(MAKE) --no-print-directory demo-adversarial
 	@echo "Demo done."
 	@echo "  open-set report:  runs/demo/checkpoints/best-oscr/ (metrics.json, metrics.csv, oscr_curves.png, score_histograms.png)"
 	@echo "  severity report:  runs/demo/severity/ (one table per confidence function, severity_auroc.png)"
+	@echo "  generated sets:   runs/demo/generated/ (report/sets.md: what the sets are; report/detectors.md; grids)"
+	@echo "  adversarial:      runs/demo/adversarial/ (results.md: clean vs worst-case AUROC, MinRank; transfer_*.png; grids/)"
 	@echo "  W&B offline runs: runs/demo/wandb/ (upload with: wandb sync runs/demo/wandb/offline-run-*)"
+
+# Generated shifted and near-OOD sets (Mukhoti et al.): a 5-member ensemble, the regularised generators and the
+# plain ones (lambda = 0, the same budget), 500 images of each, evaluated next to the real unknowns and digits.
+PLAIN := --model.init_args.lambda_perceptual=0 --model.init_args.lambda_semantic=0
+GENERATE := --num 500 --overwrite --accelerator cpu --devices 1 --no-progress-bar
+SETS := shift shift_plain near_ood near_ood_plain
+demo-generated: setup
+	$(PY) train.py ensemble --members 5 --seed 0 --out-dir runs/demo/ensemble --config configs/ensemble/fashion_mnist.yaml
+	$(PY) train.py fit --config configs/generators/fashion_shift.yaml --checkpoint_dir runs/demo/generators/shift
+	$(PY) train.py fit --config configs/generators/fashion_shift.yaml --checkpoint_dir runs/demo/generators/shift_plain \
+		$(PLAIN) --trainer.logger.init_args.name=shift-generator-plain
+	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood
+	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood_plain \
+		$(PLAIN) --trainer.logger.init_args.name=near-ood-generator-plain
+	$(PY) evaluate.py generate $(GENERATE) --ckpt $(SETS:%=runs/demo/generators/%/last.ckpt) --output-dir $(SETS:%=runs/demo/generated/%)
+	$(PY) evaluate.py generated --config configs/evaluate/fashion_generated.yaml --accelerator cpu --devices 1 --no-progress-bar
+
+# Adversarial evaluation (EvG, Yoon et al.): the plain GAN on the digits (the GAN-latent variation model), then
+# MH and random search over affine, colour and GAN-latent variations of the digits against the demo's model
+# (softmax, max-logit, entropy, energy) and the ensemble's MI. Needs the ensemble of demo-generated.
+demo-adversarial: setup
+	$(PY) train.py fit --config configs/generators/digits_gan.yaml --checkpoint_dir runs/demo/generators/digits_gan
+	$(PY) evaluate.py adversarial --config configs/evaluate/fashion_adversarial.yaml --accelerator cpu --devices 1 \
+		--no-progress-bar
 
 lint: setup
 	$(PY) -m ruff check .
@@ -65,6 +93,8 @@ test-all: setup
 benchmark: setup
 	$(PY) -m benchmarks.oscr_benchmark
 	$(PY) -m benchmarks.severity_benchmark
+	$(PY) -m benchmarks.generators_benchmark
+	$(PY) -m benchmarks.evg_sampler --write
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

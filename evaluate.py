@@ -197,8 +197,16 @@ def load_scorers(args: argparse.Namespace, hparams: Any) -> tuple[Any, Any]:
     return ensemble, PerceptualDistance(net, random_backbone=random_backbone)
 
 
-def run_generate(args: argparse.Namespace) -> Path:
-    """Write ``--num`` images of a generator checkpoint as a generated set (:mod:`datamodules.generated`)."""
+def run_generate(args: argparse.Namespace) -> Path | list[Path]:
+    """Write ``--num`` images of each generator checkpoint as a generated set (:mod:`datamodules.generated`);
+    several ``--ckpt`` with as many ``--output-dir`` share one process (and one start-up)."""
+    if isinstance(args.ckpt, list):
+        if len(args.ckpt) != len(args.output_dir):
+            raise SystemExit(f"give one --output-dir per --ckpt: {len(args.ckpt)} checkpoints, "
+                             f"{len(args.output_dir)} folders")
+        folders = [run_generate(argparse.Namespace(**{**vars(args), "ckpt": ckpt, "output_dir": folder}))
+                   for ckpt, folder in zip(args.ckpt, args.output_dir, strict=True)]
+        return folders[0] if len(folders) == 1 else folders
     import torch
     from torch.utils.data import DataLoader, Subset
 
@@ -252,6 +260,12 @@ def run_generate(args: argparse.Namespace) -> Path:
 def id_test_set(args: argparse.Namespace) -> Any:
     """The in-distribution test images of the generated benchmark: the known classes of a Fashion-MNIST
     protocol (``--id fashion``; ``--id-arg known=[0,1,7,8]``) or of a checkpoint's own datamodule."""
+    (test,), datamodule = id_sets(args, ("test",))
+    return test, datamodule
+
+
+def id_sets(args: argparse.Namespace, splits: tuple[str, ...]) -> tuple[list[Any], Any]:
+    """The known-class images of the ID datamodule's ``val`` / ``test`` sets (``--id``, ``--id-arg``)."""
     import torch
 
     from datamodules.base import TensorImageDataset
@@ -265,12 +279,16 @@ def id_test_set(args: argparse.Namespace) -> Any:
         checkpoint = read_checkpoint(args.id)
         saved = {k: v for k, v in checkpoint.get("datamodule_hyper_parameters", {}).items() if not k.startswith("_")}
         datamodule = import_class(checkpoint["datamodule_class"])(**{**saved, **id_args})
-    datamodule.setup("test")
-    test = datamodule.test_set
-    known = torch.nonzero(test.labels >= 0).flatten() if isinstance(test, TensorImageDataset) else None
-    if known is None:
-        raise SystemExit(f"--id {args.id}: its test set is not an in-memory image set")
-    return TensorImageDataset(test.images[known], test.labels[known]), datamodule
+    sets = []
+    for split in splits:
+        datamodule.setup("fit" if split == "val" else "test")
+        data = getattr(datamodule, f"{split}_set")
+        known = torch.nonzero(data.labels >= 0).flatten() if isinstance(data, TensorImageDataset) else None
+        if known is None:
+            raise SystemExit(f"--id {args.id}: its {split} set is not an in-memory image set")
+        # the datamodule's own transform (e.g. a generator checkpoint's 32 px resize) stays with the images
+        sets.append(TensorImageDataset(data.images[known], data.labels[known], transform=data.transform))
+    return sets, datamodule
 
 
 def run_generated(args: argparse.Namespace) -> dict[str, Any]:
@@ -284,6 +302,8 @@ def run_generated(args: argparse.Namespace) -> dict[str, Any]:
     from lightning_modules.scoring import ScoringModel
     from metrics import kendall_tau
 
+    if not args.model:
+        raise SystemExit("give at least one --model (or `model:` in --config)")
     id_test, datamodule = id_test_set(args)
     real = {}
     for pair in args.real_ood:
@@ -293,8 +313,10 @@ def run_generated(args: argparse.Namespace) -> dict[str, Any]:
     data = GeneratedBenchmarkData(id_test, near_ood=args.near_ood, shift=args.shift, real_ood=real,
                                   image_size=args.image_size, channels=args.channels, batch_size=args.batch_size)
     ensemble = DeepEnsemble.from_checkpoints(args.ensemble) if args.ensemble else None
-    perceptual = PerceptualDistance(args.lpips_net, random_backbone=args.lpips_random_backbone) if args.lpips_net else None
+    perceptual = (PerceptualDistance(args.lpips_net, random_backbone=args.lpips_random_backbone)
+                  if args.lpips_net else None)
     output_dir = Path(args.output_dir)
+    logger = make_logger(args, {}, name="generated-benchmark")
     detectors: list[dict[str, Any]] = []
     sets: list[dict[str, Any]] = []
     for index, model in enumerate(args.model):
@@ -306,7 +328,7 @@ def run_generated(args: argparse.Namespace) -> dict[str, Any]:
         benchmark = GeneratedBenchmark(data, kappas, ensemble=ensemble, perceptual=perceptual,
                                        reference=args.reference, describe_sets=index == 0, output_dir=output_dir,
                                        plots=not args.no_plots and index == 0)
-        trainer = make_trainer(args, False, [benchmark], limit_test_batches=1)
+        trainer = make_trainer(args, logger, [benchmark], limit_test_batches=1)
         trainer.test(scoring, dataloaders=data_loader(data), verbose=False)
         detectors += benchmark.detectors
         sets = sets or benchmark.sets
@@ -336,6 +358,78 @@ def run_generated(args: argparse.Namespace) -> dict[str, Any]:
     if sets:
         print((output_dir / "sets.md").read_text())
     return result
+
+
+def run_adversarial(args: argparse.Namespace) -> dict[str, Any]:
+    """Adversarial evaluation of detectors (EvG, Yoon et al.): MCMC over variation models of the OOD set."""
+    import torch
+
+    from callbacks.adversarial import AdversarialReport
+    from datamodules.adversarial import AdversarialData, ChainBatches, chain_ranges
+    from datamodules.generated import real_ood_set
+    from lightning_modules.evg import AdversarialSearch, Detector
+    from lightning_modules.generators import NearOODGenerator
+    from lightning_modules.variations import (
+        AffineVariation,
+        ColourVariation,
+        LatentVariation,
+        PixelPerturbation,
+    )
+
+    if not args.model:
+        raise SystemExit("give at least one --model (or `model:` in --config)")
+    (id_validation, id_test), datamodule = id_sets(args, ("val", "test"))
+    ood = real_ood_set(args.ood, data_dir=datamodule._folder(), known=datamodule.known)
+    data = AdversarialData(id_validation=id_validation, id_test=id_test, ood=ood, image_size=args.image_size,
+                           channels=args.channels, batch_size=args.batch_size)
+    kappa_args = parse_kappa_args(args.kappa_arg)
+    detectors: dict[str, Detector] = {}
+    for model in args.model:
+        for kappa in args.kappa:
+            if kappa.startswith("ensemble_") != model.startswith("ensemble:"):
+                continue  # ensemble κ go with ensemble models, the others with single models
+            try:
+                detector = Detector.from_spec(model, kappa, kappa_args=kappa_args.get(kappa),
+                                              pretrained=not args.random_weights)
+            except (FileNotFoundError, CheckpointError) as error:
+                raise SystemExit(str(error)) from None
+            detectors[detector.name] = detector
+    if not detectors:
+        raise SystemExit(f"no detector: models {args.model} and κ {args.kappa} do not pair (ensemble_* κ need "
+                         "ensemble:<members> models, the others single models)")
+    seeds = data.seed_images(args.chains)
+    variation_args = parse_kappa_args(args.variation_arg)  # the same NAME.KEY=VALUE form
+    variations: dict[str, torch.nn.Module] = {}
+    for name in args.variation:
+        options = variation_args.get(name, {})
+        if name == "affine":
+            variations[name] = AffineVariation(**options)
+        elif name == "colour":
+            variations[name] = ColourVariation(channels=seeds.shape[1], **options)
+        elif name == "gan":
+            if not args.gan:
+                raise SystemExit("the gan variation needs --gan <generator checkpoint> (a plain GAN of train.py, "
+                                 "e.g. configs/generators/digits_gan.yaml trained on the OOD set)")
+            generator = load_module(args.gan, expected=NearOODGenerator)
+            variations[name] = LatentVariation(generator, image_size=seeds.shape[-1], **options)
+        elif name == "linf":
+            variations[name] = PixelPerturbation(tuple(seeds.shape[1:]), **options)
+        else:
+            raise SystemExit(f"unknown variation model {name!r}; choose from affine, colour, gan, linf")
+    sampler_args = parse_kappa_args(args.sampler_arg)
+    module = AdversarialSearch(detectors, variations, {s: sampler_args.get(s, {}) for s in args.sampler}, seeds,
+                               steps=args.steps, seed=args.seed, trace_every=args.trace_every)
+    report = AdversarialReport(data, chains=args.chains, output_dir=args.output_dir, cache_dir=args.cache_dir,
+                               plots=not args.no_plots)
+    batches = ChainBatches(args.chains, args.chains_per_batch, done=report.done(module))
+    skipped = [b for b in batches.all_bounds if b not in batches.bounds]
+    if skipped:
+        print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
+    logger = make_logger(args, {}, name="adversarial")
+    # inference_mode off: model-based κ such as ODIN take input gradients inside the detector
+    trainer = make_trainer(args, logger, [report], inference_mode=False)
+    trainer.predict(module, dataloaders=batches.loader(), return_predictions=False)
+    return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(args.output_dir)}
 
 
 def data_loader(data: Any) -> Any:
@@ -415,10 +509,12 @@ def build_parser() -> argparse.ArgumentParser:
     severity.add_argument("--random-weights", action="store_true", help="no pretrained weights (tests only)")
     add_trainer_arguments(severity)
     generate = commands.add_parser("generate", help="write images of a generator checkpoint as a data set")
-    generate.add_argument("--ckpt", required=True, help="a ShiftGenerator or NearOODGenerator checkpoint")
+    generate.add_argument("--ckpt", nargs="+", required=True,
+                          help="ShiftGenerator or NearOODGenerator checkpoints (one --output-dir each)")
     generate.add_argument("--num", type=int, required=True, help="number of images")
     generate.add_argument("--seed", type=int, default=0, help="near-OOD: image i comes from its own seed")
-    generate.add_argument("--output-dir", required=True, help="the set's folder (written whole or not at all)")
+    generate.add_argument("--output-dir", nargs="+", required=True,
+                          help="each set's folder (written whole or not at all)")
     generate.add_argument("--overwrite", action="store_true")
     generate.add_argument("--batch-size", type=int, default=64)
     generate.add_argument("--reference", type=int, default=256,
@@ -429,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="datamodule argument")
     add_trainer_arguments(generate)
     generated = commands.add_parser("generated", help="detectors on generated near-OOD and shifted sets")
-    generated.add_argument("--model", nargs="+", required=True,
+    generated.add_argument("--config", default=None, help="a YAML file of these options (flags override it)")
+    generated.add_argument("--model", nargs="+", default=None,
                            help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
     generated.add_argument("--kappa", nargs="+", default=["softmax"],
                            help="κ names; ensemble_* apply to ensemble models, the others to single models")
@@ -441,7 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="real OOD sets: digits, fashion:unknown, fashion:<ids>, or an image folder")
     generated.add_argument("--image-size", type=int, default=None, help="resize every set to this (the models' input)")
     generated.add_argument("--channels", type=int, default=None, help="convert every set to this many channels")
-    generated.add_argument("--ensemble", nargs="+", default=None, help="ensemble members that describe the sets (MI)")
+    generated.add_argument("--ensemble", nargs="+", default=None,
+                           help="ensemble members (checkpoints or a members file) that describe the sets (MI)")
     generated.add_argument("--lpips-net", default=None, help="LPIPS backbone that describes the sets")
     generated.add_argument("--lpips-random-backbone", action="store_true")
     generated.add_argument("--reference", type=int, default=128, help="ID images the nearest-image LPIPS searches")
@@ -450,14 +548,69 @@ def build_parser() -> argparse.ArgumentParser:
     generated.add_argument("--output-dir", default="runs/generated")
     generated.add_argument("--no-plots", action="store_true")
     add_trainer_arguments(generated)
+    adversarial = commands.add_parser("adversarial", help="worst-case outliers of detectors by MCMC (EvG)")
+    adversarial.add_argument("--config", default=None, help="a YAML file of these options (flags override it)")
+    adversarial.add_argument("--model", nargs="+", default=None,
+                             help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
+    adversarial.add_argument("--kappa", nargs="+", default=["softmax"],
+                             help="κ names; ensemble_* apply to ensemble models, the others to single models")
+    adversarial.add_argument("--kappa-arg", action="append", default=[], metavar="KAPPA.NAME=VALUE")
+    adversarial.add_argument("--id", default="fashion", help="fashion, or a checkpoint whose datamodule gives the "
+                             "ID validation and test sets")
+    adversarial.add_argument("--id-arg", action="append", default=[], metavar="KEY=VALUE")
+    adversarial.add_argument("--ood", default="digits", help="the OOD set: digits, fashion:unknown, fashion:<ids> "
+                             "or an image folder")
+    adversarial.add_argument("--image-size", type=int, default=None, help="the detectors' input size")
+    adversarial.add_argument("--channels", type=int, default=None, help="the detectors' input channels")
+    adversarial.add_argument("--variation", nargs="+", default=["affine", "colour"],
+                             help="variation models: affine, colour, gan (needs --gan), linf")
+    adversarial.add_argument("--variation-arg", action="append", default=[], metavar="VARIATION.NAME=VALUE",
+                             help="e.g. affine.scale=[0.9,1.2] or gan.radius=8")
+    adversarial.add_argument("--gan", default=None, help="generator checkpoint of the gan variation model")
+    adversarial.add_argument("--sampler", nargs="+", default=["mh", "random"],
+                             help="samplers: mh, random, coordinate, linf (the l-infinity baseline, with linf)")
+    adversarial.add_argument("--sampler-arg", action="append", default=[], metavar="SAMPLER.NAME=VALUE",
+                             help="e.g. mh.temperature=1 or mh.step_size=0.1")
+    adversarial.add_argument("--chains", type=int, default=1000, help="chains per search (chain i varies OOD image i)")
+    adversarial.add_argument("--steps", type=int, default=2000, help="detector calls per chain")
+    adversarial.add_argument("--chains-per-batch", type=int, default=100,
+                             help="chains moved together (keep it to resume an interrupted run)")
+    adversarial.add_argument("--seed", type=int, default=0)
+    adversarial.add_argument("--trace-every", type=int, default=10, help="energy trace thinning (steps)")
+    adversarial.add_argument("--batch-size", type=int, default=256, help="of the passes over the ID and OOD sets")
+    adversarial.add_argument("--random-weights", action="store_true", help="timm/torchvision without weights (tests)")
+    adversarial.add_argument("--output-dir", default="runs/adversarial")
+    adversarial.add_argument("--cache-dir", default=None, help="detector score cache (default: <output-dir>/cache)")
+    adversarial.add_argument("--no-plots", action="store_true")
+    add_trainer_arguments(adversarial)
     severity_plot = commands.add_parser("severity-plot", help="plot several severity tables (models, κ) together")
     severity_plot.add_argument("tables", nargs="+", help="CSV tables of `evaluate.py severity` or the paper's")
     severity_plot.add_argument("--output", required=True, help="PNG file to write")
+    parser.commands = commands.choices  # type: ignore[attr-defined]
     return parser
 
 
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """Parse, with the options of a ``--config`` YAML (keys as the long options, ``-`` or ``_``) as defaults."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise SystemExit(f"--config {path} does not exist")
+        values = yaml.safe_load(path.read_text()) or {}
+        command = parser.commands[args.command]  # type: ignore[attr-defined]
+        known = {action.dest for action in command._actions}
+        unknown = sorted(k for k in values if k.replace("-", "_") not in known)
+        if unknown:
+            raise SystemExit(f"{path}: unknown options {unknown} for `evaluate.py {args.command}`")
+        command.set_defaults(**{k.replace("-", "_"): v for k, v in values.items()})
+        args = parser.parse_args(argv)
+    return args
+
+
 def main(argv: list[str] | None = None) -> Any:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     if isinstance(getattr(args, "devices", None), str) and args.devices.isdigit():
         args.devices = int(args.devices)
     if args.command == "oscr":
@@ -468,6 +621,8 @@ def main(argv: list[str] | None = None) -> Any:
         return run_generate(args)
     if args.command == "generated":
         return run_generated(args)
+    if args.command == "adversarial":
+        return run_adversarial(args)
     if args.command == "severity-plot":
         return run_severity_plot(args)
     raise SystemExit(f"unknown command {args.command}")

@@ -47,12 +47,17 @@ class OpenSetCLI(LightningCLI):
     member_dir: Path | None = None  # set by `train.py ensemble`: this run's checkpoints go there
 
     def before_fit(self) -> None:
-        if self.member_dir is None:
+        folder = self.config[self.subcommand].get("checkpoint_dir")
+        if self.member_dir is not None:
+            folder = str(self.member_dir / "checkpoints")
+        if folder is None:
             return
         for callback in self.trainer.checkpoint_callbacks:
-            callback.dirpath = str(self.member_dir / "checkpoints")
+            callback.dirpath = str(folder)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument("--checkpoint_dir", type=str | None, default=None,
+                            help="write every ModelCheckpoint's files to this folder (overrides their dirpath)")
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments(
             "model.init_args.loss", "data.init_args.train_negatives", compute_fn=train_negatives_for_loss, apply_on="parse"

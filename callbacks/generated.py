@@ -116,7 +116,7 @@ def _number(value: torch.Tensor) -> str:
 
 class SampleGrids(pl.Callback):
     """Every ``every_n_steps`` training steps, an image grid of ``pl_module.fixed_samples()`` to W&B and to
-    ``<log dir>/samples/step_<n>.png`` (fixed noise, or fixed source images next to their shifts)."""
+    ``<checkpoint dir>/samples/step_<n>.png`` (fixed noise, or fixed source images next to their shifts)."""
 
     def __init__(self, every_n_steps: int = 200, output_dir: str | None = None) -> None:
         super().__init__()
@@ -141,7 +141,8 @@ class SampleGrids(pl.Callback):
         if not trainer.is_global_zero:
             return
         step = trainer.global_step // 2
-        folder = Path(self.output_dir or trainer.default_root_dir) / "samples"
+        checkpointing = getattr(trainer.checkpoint_callback, "dirpath", None)
+        folder = Path(self.output_dir or checkpointing or trainer.log_dir or trainer.default_root_dir) / "samples"
         path = save_image_grid(pl_module.fixed_samples().cpu(), folder / f"step_{step:06d}.png", columns=8)
         self.written.append(path)
         for logger in trainer.loggers:

@@ -36,12 +36,14 @@ from datamodules.generated import GeneratedBenchmarkData
 from metrics import Kappa, auroc, get_kappa
 
 DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images")
-SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "keeps source label",
-               "lambda_perceptual", "lambda_semantic", "generator")
+SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
+               "keeps source label", "lambda_perceptual", "lambda_semantic", "generator")
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     def cell(value: Any) -> str:
+        if value is None:
+            return ""
         return f"{value:.4f}" if isinstance(value, float) else str(value)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -172,13 +174,16 @@ class GeneratedBenchmark(pl.Callback):
         out = description[name]
         info = self.data.info.get(name, {})
         row: dict[str, Any] = {"set": name, "kind": kind, "images": int(out["targets"].numel()),
-                               "lambda_perceptual": info.get("lambda_perceptual", ""),
-                               "lambda_semantic": info.get("lambda_semantic", ""),
-                               "generator": Path(info["generator"]).name if "generator" in info else ""}
+                               "lambda_perceptual": _float(info.get("lambda_perceptual")),
+                               "lambda_semantic": _float(info.get("lambda_semantic")),
+                               "generator": generator_name(info["generator"]) if "generator" in info else ""}
         if "mi" in out:
             row["mean MI"] = float(out["mi"].double().mean())
-            if kind == "shift":
+            if kind in ("shift", "id"):  # for the ID test set: the ensemble's accuracy, the scale to read it against
                 row["keeps source label"] = float((out["prediction"].long() == out["targets"]).double().mean())
+        if kind == "shift":  # the regularised quantity itself, measured at generation (manifest, info["lpips"])
+            values = [float(r["lpips"]) for r in self.data.sets[name].dataset.rows if r["lpips"] != ""]
+            row["mean LPIPS to source"] = sum(values) / len(values) if values else None
         if "lpips" in out and kind != "id":
             row["mean LPIPS to nearest ID"] = float(out["lpips"].double().mean())
         return row
@@ -203,10 +208,27 @@ class GeneratedBenchmark(pl.Callback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_table(key="generated/detectors", columns=list(DETECTOR_COLUMNS),
-                                 data=[[row.get(c) for c in DETECTOR_COLUMNS] for row in self.detectors])
+                                 data=[[_cell(row.get(c)) for c in DETECTOR_COLUMNS] for row in self.detectors])
                 if self.sets:
                     logger.log_table(key="generated/sets", columns=list(SET_COLUMNS),
-                                     data=[[row.get(c) for c in SET_COLUMNS] for row in self.sets])
+                                     data=[[_cell(row.get(c)) for c in SET_COLUMNS] for row in self.sets])
                 for name, path in grids.items():
                     logger.log_image(key=f"generated/grid/{slug(name)}", images=[str(path)])
         rank_zero_info(f"Generated benchmark tables: {out}")
+
+
+def generator_name(path: str) -> str:
+    """``runs/demo/generators/shift/last.ckpt`` -> ``shift/last.ckpt``; other checkpoints -> their file name."""
+    checkpoint = Path(path)
+    return f"{checkpoint.parent.name}/{checkpoint.name}" if checkpoint.stem in ("best", "last") else checkpoint.name
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None or value == "" else float(value)
+
+
+def _cell(value: Any) -> Any:
+    """A W&B table cell: numbers as floats, missing values as None (a column must keep one type)."""
+    if value is None or value == "":
+        return None
+    return float(value) if isinstance(value, (int, float)) else str(value)

@@ -96,3 +96,40 @@ def save_image_grid(images: Tensor, path: str | Path, *, columns: int = 8, paddi
     buffer = io.BytesIO()
     Image.fromarray(array[..., 0] if images.shape[1] == 1 else array).save(buffer, format="PNG")
     return atomic_write_bytes(path, buffer.getvalue())
+
+
+def plot_energy_traces(traces: Mapping[str, tuple[Tensor, Tensor, Tensor]], path: str | Path, *, title: str = ""
+                       ) -> Path:
+    """Per sampler ``(steps (T,), current energy (T, chains), running minimum (T, chains))``: the mean over
+    chains of both against the step (detector calls), one line style each."""
+    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    for index, (name, (steps, current, best)) in enumerate(traces.items()):
+        colour = f"C{index}"
+        axis.plot(steps.numpy(), current.double().mean(dim=1).numpy(), color=colour, alpha=0.5, label=f"{name} (current)")
+        axis.plot(steps.numpy(), best.double().mean(dim=1).numpy(), color=colour, label=f"{name} (lowest so far)")
+    axis.set_xlabel("step (detector calls)")
+    axis.set_ylabel("mean energy over chains (lower = trusted more)")
+    axis.set_title(title)
+    axis.legend(fontsize="small")
+    axis.grid(alpha=0.3)
+    return save_figure(figure, path)
+
+
+def plot_heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str], path: str | Path, *,
+                 title: str = "", row_label: str = "", column_label: str = "", value_format: str = "{:.3f}") -> Path:
+    """A matrix of numbers as a heat-map with the values written in the cells (NaN cells left blank)."""
+    figure, axis = plt.subplots(figsize=(1.4 + 1.1 * len(columns), 1.2 + 0.6 * len(rows)))
+    image = axis.imshow(values, cmap="viridis", vmin=np.nanmin(values) if np.isfinite(values).any() else 0,
+                        vmax=np.nanmax(values) if np.isfinite(values).any() else 1)
+    axis.set_xticks(range(len(columns)), labels=list(columns), rotation=30, ha="right", fontsize="small")
+    axis.set_yticks(range(len(rows)), labels=list(rows), fontsize="small")
+    for i in range(len(rows)):
+        for j in range(len(columns)):
+            if np.isfinite(values[i, j]):
+                axis.text(j, i, value_format.format(values[i, j]), ha="center", va="center", color="white",
+                          fontsize="small")
+    axis.set_xlabel(column_label)
+    axis.set_ylabel(row_label)
+    axis.set_title(title, fontsize="medium")
+    figure.colorbar(image, ax=axis)
+    return save_figure(figure, path)

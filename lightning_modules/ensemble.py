@@ -33,6 +33,20 @@ TRANSFORM_ARGUMENTS = ("image_size", "resize_size", "crop_size", "normalize", "m
 CLASS_ARGUMENTS = ("known", "protocol")
 
 
+def member_paths(members: str | Path | Sequence[str | Path]) -> list[str]:
+    """Member checkpoints from a list, a comma-separated string, or a members file (one path per line, as
+    ``train.py ensemble`` writes ``ensemble.txt``)."""
+    if isinstance(members, (str, Path)):
+        members = [members]
+    members = [str(m) for m in members]
+    if len(members) == 1 and not members[0].endswith(".ckpt"):
+        path = Path(members[0])
+        if not path.is_file():
+            raise FileNotFoundError(f"ensemble members file {path} does not exist (train.py ensemble writes it)")
+        return path.read_text().split()
+    return [p for m in members for p in m.split(",") if p]
+
+
 def _member_signature(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """What must be equal across members: model hyper-parameters, classes and input transform."""
     model = checkpoint.get("hyper_parameters", {})
@@ -111,12 +125,13 @@ class DeepEnsemble(nn.Module):
                 self._slots[f"{kind}:{name}"] = slot
                 self.register_buffer(slot, tensors[name].detach().clone(), persistent=False)
         self._base = [copy.deepcopy(wrapped[0]).to("meta")]  # a list: not a registered submodule
+        self.train(False)
 
     @classmethod
-    def from_checkpoints(cls, paths: Sequence[str | Path]) -> DeepEnsemble:
+    def from_checkpoints(cls, paths: str | Path | Sequence[str | Path]) -> DeepEnsemble:
         """Load members from ``train.py`` checkpoints, refusing members that disagree on classes,
         architecture or input transform (the message names the first differing member and what differs)."""
-        paths = [Path(p) for p in paths]
+        paths = [Path(p) for p in member_paths(paths)]
         if not paths:
             raise ValueError("give at least one member checkpoint")
         checkpoints = [read_checkpoint(p) for p in paths]

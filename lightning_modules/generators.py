@@ -28,6 +28,10 @@ Choices the paper leaves open (documented options; the README says why the defau
 - ``pairing`` of ``G(z)`` with ``x_real``: ``"random"`` (default: a random real image of the batch, an
   unbiased estimate of the expected perceptual distance to the data) or ``"nearest"`` (the perceptually
   nearest real image of the batch, chosen without gradients: B² distances per step).
+- ``regularise_every = k`` applies the LPIPS and MI terms on every k-th generator step only, with their weights
+  multiplied by k (lazy regularisation, Karras et al., *Analyzing and Improving the Image Quality of
+  StyleGAN*, CVPR 2020): the same expected gradient at 1/k of the regularisers' cost. The default, 1, is
+  the paper's objective at every step.
 
 Every step computes ``G(·)`` once and shares it between the adversarial, L1, LPIPS and MI terms; the
 discriminator's fake pass uses the detached output; the ensemble and LPIPS get neither gradients nor
@@ -79,7 +83,8 @@ class RegularisedGenerator(pl.LightningModule):
     def __init__(
         self,
         *,
-        ensemble: Sequence[str] | None,
+        ensemble: Sequence[str] | str | None,
+        lambda_adversarial: float,
         lambda_perceptual: float,
         lambda_semantic: float,
         lpips_net: str,
@@ -87,16 +92,22 @@ class RegularisedGenerator(pl.LightningModule):
         lr: float,
         betas: tuple[float, float],
         adversarial_loss: AdversarialLoss,
+        regularise_every: int = 1,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        if lambda_perceptual < 0 or lambda_semantic < 0:
-            raise ValueError(f"the regulariser weights must be >= 0, got lambda_perceptual={lambda_perceptual}, "
-                             f"lambda_semantic={lambda_semantic} (their signs are fixed by the objective)")
+        if regularise_every < 1:
+            raise ValueError(f"regularise_every must be >= 1, got {regularise_every}")
+        self.regularise_every = regularise_every
+        if lambda_adversarial < 0 or lambda_perceptual < 0 or lambda_semantic < 0:
+            raise ValueError(f"the loss weights must be >= 0, got lambda_adversarial={lambda_adversarial}, "
+                             f"lambda_perceptual={lambda_perceptual}, lambda_semantic={lambda_semantic} (the signs "
+                             "of the regularisers are fixed by the objective)")
         if adversarial_loss not in ("non_saturating", "hinge"):
             raise ValueError(f"adversarial_loss must be 'non_saturating' or 'hinge', got {adversarial_loss!r}")
         if lambda_semantic > 0 and not ensemble:
             raise ValueError("lambda_semantic > 0 needs the ensemble's member checkpoints (ensemble: [...])")
+        self.lambda_adversarial = lambda_adversarial
         self.lambda_perceptual, self.lambda_semantic = lambda_perceptual, lambda_semantic
         self.lr, self.betas, self.adversarial_loss = lr, tuple(betas), adversarial_loss
         self.ensemble = DeepEnsemble.from_checkpoints(ensemble) if ensemble else None
@@ -125,6 +136,10 @@ class RegularisedGenerator(pl.LightningModule):
         # only the two networks: the ensemble and LPIPS have no parameters to find (frozen buffers / no grad)
         return [torch.optim.Adam(self.generator.parameters(), lr=self.lr, betas=self.betas),
                 torch.optim.Adam(self.discriminator.parameters(), lr=self.lr, betas=self.betas)]
+
+    def regularisation_weight(self, batch_idx: int) -> float:
+        """``k`` on every k-th step (lazy regularisation), 0 on the others."""
+        return float(self.regularise_every) if batch_idx % self.regularise_every == 0 else 0.0
 
     def _step(self, optimizer: Any, loss: Tensor) -> None:
         self.toggle_optimizer(optimizer)
@@ -194,22 +209,24 @@ class ShiftGenerator(RegularisedGenerator):
     Args:
         channels: image channels.
         image_size: side of the square images (32 ... 256, a power of two).
-        ensemble: member checkpoints of the deep ensemble (needed when ``lambda_semantic > 0``).
-        lambda_l1, lambda_perceptual, lambda_semantic: weights of the L1 term, of ``-LPIPS(x, G(x))`` and of
-            ``+MI(G(x))``.
+        ensemble: member checkpoints of the deep ensemble, or a members file (needed when ``lambda_semantic > 0``).
+        lambda_adversarial, lambda_l1, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
+            the L1 term, of ``-LPIPS(x, G(x))`` and of ``+MI(G(x))``.
         discriminator: ``"unconditional"`` (realism) or ``"conditional"`` (Pix2Pix's ``D(x, y)``).
         l1_target: ``"source"`` or ``"none"``.
         lpips_net, lpips_random_backbone: the LPIPS backbone (a random one only when asked for by name).
         base_width, dropout: of the U-Net; the PatchGAN's depth follows the image size.
         lr, betas: Adam for both networks (Pix2Pix: 2e-4, (0.5, 0.999)).
         adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
+        regularise_every: apply LPIPS and MI on every k-th step with k-times the weights (see the module docstring).
     """
 
     def __init__(
         self,
         channels: int = 1,
         image_size: int = 32,
-        ensemble: list[str] | None = None,
+        ensemble: list[str] | str | None = None,
+        lambda_adversarial: float = 1.0,
         lambda_l1: float = 10.0,
         lambda_perceptual: float = 1.0,
         lambda_semantic: float = 1.0,
@@ -222,15 +239,19 @@ class ShiftGenerator(RegularisedGenerator):
         lr: float = 2e-4,
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
+        regularise_every: int = 1,
     ) -> None:
-        super().__init__(ensemble=ensemble, lambda_perceptual=lambda_perceptual, lambda_semantic=lambda_semantic,
-                         lpips_net=lpips_net, lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas,
-                         adversarial_loss=adversarial_loss)
+        super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
+                         lambda_semantic=lambda_semantic, lpips_net=lpips_net,
+                         lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
+                         regularise_every=regularise_every)
         self.save_hyperparameters()
         if discriminator not in ("unconditional", "conditional"):
             raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
         if l1_target not in ("source", "none"):
             raise ValueError(f"l1_target must be 'source' or 'none', got {l1_target!r}")
+        if lambda_l1 < 0:  # `lambda_l1 > 0` gates the term: a negative weight would silently drop it
+            raise ValueError(f"the loss weights must be >= 0, got lambda_l1={lambda_l1}")
         self.conditional = discriminator == "conditional"
         self.lambda_l1 = lambda_l1 if l1_target == "source" else 0.0
         self.generator = UNetGenerator(channels, channels, image_size, base_width=base_width, dropout=dropout)
@@ -245,29 +266,38 @@ class ShiftGenerator(RegularisedGenerator):
     def _judge(self, source: Tensor, image: Tensor) -> Tensor:
         return self.discriminator(source, image) if self.conditional else self.discriminator(image)
 
+    def discriminator_step_loss(self, images: Tensor, fake: Tensor) -> Tensor:
+        """The unregularised D loss: real ID images (the pair ``(x, x)`` when conditional) against ``G(x)``
+        detached."""
+        return discriminator_loss(self._judge(images, images), self._judge(images, fake.detach()),
+                                  self.adversarial_loss)
+
+    def generator_step_loss(self, images: Tensor, fake: Tensor, regularisation: float = 1.0
+                            ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``L_G`` and its unweighted terms for source images and their shifts ``fake = G(images)``;
+        ``regularisation`` multiplies the LPIPS and MI weights (0 skips them: lazy regularisation)."""
+        terms = {"g_adversarial": generator_adversarial_loss(self._judge(images, fake), self.adversarial_loss)}
+        loss_g = self.lambda_adversarial * terms["g_adversarial"]
+        if self.lambda_l1 > 0:
+            terms["l1"] = (fake - images).abs().mean()
+            loss_g = loss_g + self.lambda_l1 * terms["l1"]
+        if self.perceptual is not None and regularisation > 0:
+            terms["lpips"] = self.perceptual(images, fake).mean()
+            loss_g = loss_g - regularisation * self.lambda_perceptual * terms["lpips"]
+        if self.lambda_semantic > 0 and regularisation > 0:
+            terms["mi"] = self.mutual_information(fake).mean()
+            loss_g = loss_g + regularisation * self.lambda_semantic * terms["mi"]
+        return loss_g, terms
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         images, _, _, _ = unpack_batch(batch)
         optimizer_g, optimizer_d = self.optimizers()
         fake = self.generator(images)  # once per step, shared by every term below
-        # discriminator: real ID images (the pair (x, x) when conditional) against the detached G(x)
-        loss_d = discriminator_loss(self._judge(images, images), self._judge(images, fake.detach()),
-                                    self.adversarial_loss)
+        loss_d = self.discriminator_step_loss(images, fake)
         self._step(optimizer_d, loss_d)
-        terms = {"d_loss": loss_d, "g_adversarial": generator_adversarial_loss(self._judge(images, fake),
-                                                                            self.adversarial_loss)}
-        loss_g = terms["g_adversarial"]
-        if self.lambda_l1 > 0:
-            terms["l1"] = (fake - images).abs().mean()
-            loss_g = loss_g + self.lambda_l1 * terms["l1"]
-        if self.perceptual is not None:
-            terms["lpips"] = self.perceptual(images, fake).mean()
-            loss_g = loss_g - self.lambda_perceptual * terms["lpips"]
-        if self.lambda_semantic > 0:
-            terms["mi"] = self.mutual_information(fake).mean()
-            loss_g = loss_g + self.lambda_semantic * terms["mi"]
-        terms["g_loss"] = loss_g
+        loss_g, terms = self.generator_step_loss(images, fake, self.regularisation_weight(batch_idx))
         self._step(optimizer_g, loss_g)
-        self._log_terms(terms, images.shape[0])
+        self._log_terms({"d_loss": loss_d, **terms, "g_loss": loss_g}, images.shape[0])
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -309,10 +339,14 @@ class NearOODGenerator(RegularisedGenerator):
         latent_dim: dimension of ``z``.
         architecture: ``"auto"`` (DCGAN up to 32 px, ResNet above), ``"dcgan"`` or ``"resnet"``.
         spectral_norm: spectral normalisation in D (``None``: the architecture's default).
-        num_classes: > 0 for a class-conditional GAN (labels from the batch for real images, uniform for fakes).
-        ensemble, lambda_perceptual, lambda_semantic: weights of ``+LPIPS(G(z), x_real)`` and ``-MI(G(z))``.
+        conditional_classes: > 0 for a class-conditional GAN over that many classes (labels from the batch for
+            real images, uniform for fakes). Not called ``num_classes``: ``train.py`` links the data's class count
+            to a model's ``num_classes``, which would make every GAN conditional.
+        ensemble: member checkpoints, or a members file (needed when ``lambda_semantic > 0``).
+        lambda_adversarial, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
+            ``+LPIPS(G(z), x_real)`` and of ``-MI(G(z))``.
         pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
-        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss: as :class:`ShiftGenerator`.
+        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every: as :class:`ShiftGenerator`.
     """
 
     def __init__(
@@ -323,8 +357,9 @@ class NearOODGenerator(RegularisedGenerator):
         architecture: Literal["auto", "dcgan", "resnet"] = "auto",
         base_width: int = 64,
         spectral_norm: bool | None = None,
-        num_classes: int = 0,
-        ensemble: list[str] | None = None,
+        conditional_classes: int = 0,
+        ensemble: list[str] | str | None = None,
+        lambda_adversarial: float = 1.0,
         lambda_perceptual: float = 1.0,
         lambda_semantic: float = 1.0,
         pairing: Literal["random", "nearest"] = "random",
@@ -333,20 +368,23 @@ class NearOODGenerator(RegularisedGenerator):
         lr: float = 2e-4,
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
+        regularise_every: int = 1,
     ) -> None:
-        super().__init__(ensemble=ensemble, lambda_perceptual=lambda_perceptual, lambda_semantic=lambda_semantic,
-                         lpips_net=lpips_net, lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas,
-                         adversarial_loss=adversarial_loss)
+        super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
+                         lambda_semantic=lambda_semantic, lpips_net=lpips_net,
+                         lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
+                         regularise_every=regularise_every)
         self.save_hyperparameters()
         if pairing not in ("random", "nearest"):
             raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")
-        self.pairing, self.num_classes, self.latent_dim = pairing, num_classes, latent_dim
+        self.pairing, self.num_classes, self.latent_dim = pairing, conditional_classes, latent_dim
         self.generator, self.discriminator = build_gan(architecture, latent_dim, channels, image_size,
-                                                       base_width=base_width, num_classes=num_classes,
+                                                       base_width=base_width, num_classes=conditional_classes,
                                                        spectral_norm=spectral_norm)
         noise = torch.Generator().manual_seed(0)  # identical on every rank and after every resume
         self.register_buffer("fixed_noise", torch.randn(FIXED_SAMPLES, latent_dim, generator=noise), persistent=False)
-        self.register_buffer("fixed_labels", torch.arange(FIXED_SAMPLES) % max(num_classes, 1), persistent=False)
+        self.register_buffer("fixed_labels", torch.arange(FIXED_SAMPLES) % max(conditional_classes, 1),
+                             persistent=False)
 
     def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
         """Images ``G(z)`` in [0, 1] for latents ``(N, latent_dim)`` (and labels when class-conditional)."""
@@ -363,29 +401,38 @@ class NearOODGenerator(RegularisedGenerator):
             distances = torch.stack([self.perceptual(fake, r.expand_as(fake)) for r in real], dim=1)
         return real[distances.argmin(dim=1)]
 
+    def discriminator_step_loss(self, real: Tensor, real_labels: Tensor | None, fake: Tensor,
+                                fake_labels: Tensor | None) -> Tensor:
+        """The unregularised D loss: real ID images against ``G(z)`` detached."""
+        return discriminator_loss(self._judge(real, real_labels), self._judge(fake.detach(), fake_labels),
+                                  self.adversarial_loss)
+
+    def generator_step_loss(self, real: Tensor, fake: Tensor, fake_labels: Tensor | None, regularisation: float = 1.0
+                            ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``L_G`` and its unweighted terms for generated images ``fake`` and the batch's real images;
+        ``regularisation`` multiplies the LPIPS and MI weights (0 skips them: lazy regularisation)."""
+        terms = {"g_adversarial": generator_adversarial_loss(self._judge(fake, fake_labels), self.adversarial_loss)}
+        loss_g = self.lambda_adversarial * terms["g_adversarial"]
+        if self.perceptual is not None and regularisation > 0:
+            terms["lpips"] = self.perceptual(fake, self.paired_real(fake, real)).mean()
+            loss_g = loss_g + regularisation * self.lambda_perceptual * terms["lpips"]
+        if self.lambda_semantic > 0 and regularisation > 0:
+            terms["mi"] = self.mutual_information(fake).mean()
+            loss_g = loss_g - regularisation * self.lambda_semantic * terms["mi"]
+        return loss_g, terms
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         real, labels, _, _ = unpack_batch(batch)
         optimizer_g, optimizer_d = self.optimizers()
         z = torch.randn(real.shape[0], self.latent_dim, device=real.device)
         fake_labels = (torch.randint(0, self.num_classes, (real.shape[0],), device=real.device)
                        if self.num_classes else None)
-        real_labels = labels if self.num_classes else None
         fake = self(z, fake_labels)  # once per step, shared by every term below
-        loss_d = discriminator_loss(self._judge(real, real_labels), self._judge(fake.detach(), fake_labels),
-                                    self.adversarial_loss)
+        loss_d = self.discriminator_step_loss(real, labels if self.num_classes else None, fake, fake_labels)
         self._step(optimizer_d, loss_d)
-        terms = {"d_loss": loss_d,
-                 "g_adversarial": generator_adversarial_loss(self._judge(fake, fake_labels), self.adversarial_loss)}
-        loss_g = terms["g_adversarial"]
-        if self.perceptual is not None:
-            terms["lpips"] = self.perceptual(fake, self.paired_real(fake, real)).mean()
-            loss_g = loss_g + self.lambda_perceptual * terms["lpips"]
-        if self.lambda_semantic > 0:
-            terms["mi"] = self.mutual_information(fake).mean()
-            loss_g = loss_g - self.lambda_semantic * terms["mi"]
-        terms["g_loss"] = loss_g
+        loss_g, terms = self.generator_step_loss(real, fake, fake_labels, self.regularisation_weight(batch_idx))
         self._step(optimizer_g, loss_g)
-        self._log_terms(terms, real.shape[0])
+        self._log_terms({"d_loss": loss_d, **terms, "g_loss": loss_g}, real.shape[0])
 
     def latent(self, seeds: Tensor) -> Tensor:
         """``z`` of each image from its own seed: an image does not depend on batch size or process count."""

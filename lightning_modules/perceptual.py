@@ -92,9 +92,13 @@ class PerceptualDistance(nn.Module):
             # use_dropout must stay True: the shipped linear weights are keyed ``lin*.model.1.weight``
             # (Dropout at index 0), and lpips loads them with strict=False, so without it they are
             # silently skipped.
-            self.lpips = lpips.LPIPS(
-                net=net, pnet_rand=random_backbone, pretrained=True, use_dropout=True, verbose=False
-            )
+            # A random backbone is drawn from a fixed seed, without touching the global generator: every
+            # process (DDP ranks, later runs) must measure with the same network.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.lpips = lpips.LPIPS(
+                    net=net, pnet_rand=random_backbone, pretrained=True, use_dropout=True, verbose=False
+                )
         self.net = net
         self.random_backbone = random_backbone
         self.min_size = BACKBONES[net][1]

@@ -41,10 +41,8 @@ def load_scoring_network(
     if model.startswith("ensemble:"):
         from lightning_modules.ensemble import DeepEnsemble
 
-        spec = model.removeprefix("ensemble:")
-        paths = Path(spec).read_text().split() if not spec.endswith(".ckpt") else spec.split(",")
-        ensemble = DeepEnsemble.from_checkpoints(paths)
-        name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(paths[0]))}"
+        ensemble = DeepEnsemble.from_checkpoints(model.removeprefix("ensemble:"))
+        name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
         return ensemble, None, name, ensemble.background
     if model.endswith(".ckpt"):
         if model_args:

@@ -3,6 +3,7 @@
 This package imports nothing from the rest of the project.
 """
 
+from metrics.adversarial import energy_standardisation, min_rank, standardised_energy
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
 from metrics.ensemble import (
@@ -38,6 +39,9 @@ from metrics.severity import (
 )
 
 __all__ = [
+    "energy_standardisation",
+    "min_rank",
+    "standardised_energy",
     "kendall_tau",
     "KAPPAS",
     "TABLE_COLUMNS",

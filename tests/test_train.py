@@ -25,8 +25,10 @@ IMAGENET_BASE = ["trainer/default.yaml", "protocol/p2.yaml", "model/resnet50.yam
 def composition(config: str) -> list[str]:
     """The configs a YAML is run with: each ImageNet part with the defaults of the other concerns."""
     concern = config.split("/")[0]
-    if concern == "demo":
+    if concern == "demo" or config in STANDALONE:
         return [config]
+    if config == "ensemble/imagenet_p1.yaml":  # members of a P1 protocol training
+        return [*IMAGENET_BASE[:3], config]
     if concern == "severity":  # added after a whole protocol training configuration
         protocol = f"protocol/{Path(config).stem}.yaml"
         return [IMAGENET_BASE[0], protocol, *IMAGENET_BASE[2:], config]
@@ -36,7 +38,10 @@ def composition(config: str) -> list[str]:
     return [config if i == index else part for i, part in enumerate(IMAGENET_BASE)]
 
 
-ALL_CONFIGS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml"))
+ALL_CONFIGS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml") if p.parent.name != "evaluate")
+# configs/evaluate/ holds evaluate.py options (tests/test_evaluate.py runs them); these train on their own
+STANDALONE = {"ensemble/fashion_mnist.yaml", "generators/fashion_shift.yaml", "generators/fashion_near_ood.yaml",
+              "generators/imagenet_p1_shift.yaml", "generators/imagenet_p1_near_ood.yaml", "generators/digits_gan.yaml"}
 
 
 DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
@@ -55,7 +60,10 @@ def _isolated_run(monkeypatch):
 
 
 def test_every_config_is_covered():
-    assert {c.split("/")[0] for c in ALL_CONFIGS} <= {"demo", "trainer", "protocol", "model", "loss", "severity"}
+    assert {c.split("/")[0] for c in ALL_CONFIGS} <= {"demo", "trainer", "protocol", "model", "loss", "severity",
+                                                      "ensemble", "generators"}
+    assert {c for c in ALL_CONFIGS if c.startswith(("ensemble/", "generators/"))} <= STANDALONE | {
+        "ensemble/imagenet_p1.yaml"}
     assert {c for c in ALL_CONFIGS if c.startswith("severity/")} == {f"severity/p{n}.yaml" for n in (1, 2, 3)}
     assert len(ALL_CONFIGS) >= 13
 
@@ -74,8 +82,23 @@ def imagenet_overrides(root: Path, protocol_dir: Path) -> list[str]:
 DEMO_FAST = ["--data.init_args.max_train_per_class=40", "--trainer.enable_progress_bar=false"]
 
 
+@pytest.fixture(scope="module")
+def members_file(tmp_path_factory):
+    """Two demo classifiers listed in a members file, as `train.py ensemble` writes it."""
+    from tests.conftest import train_demo_checkpoint
+
+    root = tmp_path_factory.mktemp("members")
+    paths = [train_demo_checkpoint(root / f"m{i}", "softmax", steps=2, seed=i) for i in range(2)]
+    (root / "ensemble.txt").write_text("".join(f"{p}\n" for p in paths))
+    return root / "ensemble.txt"
+
+
+GENERATOR_FAST = ["--model.init_args.lpips_random_backbone=true",  # no ImageNet LPIPS weights here: by name
+                  "--model.init_args.base_width=8", "--trainer.logger=false"]
+
+
 @pytest.mark.parametrize("config", ALL_CONFIGS)
-def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch):
+def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch, members_file):
     monkeypatch.chdir(tmp_path)
     parts = composition(config)
     config_files = [arg for part in parts for arg in ("--config", str(CONFIGS / part))]
@@ -85,17 +108,46 @@ def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch):
         (tmp_path / "severity.yaml").write_text(small.replace("every_n_epochs: 5", "every_n_epochs: 1"))
         config_files[-1] = str(tmp_path / "severity.yaml")
     args = ["fit", *config_files, "--trainer.fast_dev_run=true", "--trainer.accelerator=cpu"]
-    if config.startswith("demo/"):
+    if config.startswith("demo/") or config == "ensemble/fashion_mnist.yaml":
         args += DEMO_FAST
+    elif config == "generators/digits_gan.yaml":
+        args += ["--trainer.enable_progress_bar=false", "--model.init_args.base_width=8", "--trainer.logger=false"]
+    elif config.startswith("generators/fashion"):
+        args += [*DEMO_FAST, *GENERATOR_FAST, f"--model.init_args.ensemble={members_file}"]
+    elif config.startswith("generators/imagenet"):
+        # the P1 members would be ImageNet classifiers: the ensemble term is checked by the Fashion configs
+        args += [*imagenet_overrides(tiny_imagenet, tmp_path / "protocols"), *GENERATOR_FAST,
+                 "--model.init_args.ensemble=null", "--model.init_args.lambda_semantic=0", "--trainer.devices=1",
+                 "--trainer.strategy=auto", "--data.init_args.resize_size=72", "--data.init_args.crop_size=64",
+                 "--model.init_args.image_size=64"]  # the smallest size of the ResNet (SNGAN) pair
     else:
         args += imagenet_overrides(tiny_imagenet, tmp_path / "protocols")
     if config.startswith("severity/"):
         args += ["--model.init_args.backbone=small_cnn", "--data.init_args.resize_size=36",
                  "--data.init_args.crop_size=32"]
+    if config == "ensemble/imagenet_p1.yaml":  # 8 GPUs in the config; one CPU process here
+        args += ["--trainer.devices=1"]
     if config == "trainer/gpu.yaml":  # keep its DDP strategy and bf16 precision, on one CPU process
         args += ["--trainer.devices=1"]
     cli = train.main(args)
     model, data = cli.model, cli.datamodule
+    if config == "generators/digits_gan.yaml":  # EvG's GAN-latent variation model: the plain GAN on the OOD set
+        metrics = set(cli.trainer.callback_metrics)
+        assert cli.trainer.state.finished and cli.trainer.global_step == 2 and type(model).__name__ == "NearOODGenerator"
+        assert (model.lambda_perceptual, model.lambda_semantic) == (0.0, 0.0)
+        assert model.ensemble is None and model.perceptual is None and model.num_classes == 0
+        assert {"train/d_loss", "train/g_adversarial", "train/g_loss"} <= metrics and "train/lpips" not in metrics
+        assert len(data.train_set) == 1797 and data.train_set[0].image.shape == (1, 32, 32)
+        assert float(data.train_set[0].image.max()) <= 1.0 and int(data.train_set[0].target) == -2
+        return
+    if config.startswith("generators/"):  # one discriminator and one generator step, every loss term logged
+        assert cli.trainer.state.finished and cli.trainer.global_step == 2
+        assert {"train/d_loss", "train/g_adversarial", "train/lpips", "train/g_loss"} <= set(cli.trainer.callback_metrics)
+        assert type(model).__name__ == ("ShiftGenerator" if "shift" in config else "NearOODGenerator")
+        assert data.train_negatives == "exclude" and model.hparams.get("conditional_classes", 0) == 0
+        if "fashion" in config:
+            assert "train/mi" in cli.trainer.callback_metrics and model.ensemble.num_members == 2
+        return
     assert cli.trainer.state.finished and cli.trainer.global_step == 1
     assert model.num_classes == data.num_classes
     assert data.train_negatives == model.train_negatives  # linked from the loss

@@ -238,3 +238,20 @@ def test_pairwise_and_nearest_agree_with_the_pairwise_forward(random_distances):
     assert nearest[0] < 1e-5 and nearest[2] < 1e-5
     with pytest.raises(ValueError, match=r"\(0, 1, 28, 28\)"):
         distance.nearest(x, references[:0])
+
+
+def test_random_backbone_is_the_same_network_in_every_process_and_leaves_the_global_generator_alone():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.manual_seed(5)
+        before = torch.rand(3)
+        torch.manual_seed(5)
+        first = PerceptualDistance("alex", random_backbone=True)
+        after = torch.rand(3)
+        torch.manual_seed(123)  # another process, another global seed
+        second = PerceptualDistance("alex", random_backbone=True)
+    assert torch.equal(before, after)  # built without drawing from the global generator
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

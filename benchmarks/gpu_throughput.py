@@ -1,0 +1,583 @@
+"""ResNet-50 training throughput on one GPU through the project's LightningModule, with the real data
+pipeline and the evaluation callbacks' cost per validation epoch: one short script for the day a GPU is lent.
+
+Rows, all in one run (well under 5 minutes on one H100/H200-class GPU):
+
+1. ``synthetic, Lightning``: ``OpenSetClassifier(loss="eos", backbone="torchvision:resnet50")`` trained
+   through ``pl.Trainer.fit`` on synthetic 224 px batches, bf16-mixed, channels_last, with the largest batch
+   that fits (512, 384, 256, 192, 128, 64 tried in turn, CUDA out-of-memory caught). The batches are
+   pre-collated uint8 tensors in pinned memory, converted to float on the GPU, so the row measures the
+   model, not the data loading.
+2. ``synthetic, plain PyTorch``: the same steps as a plain loop (autocast bf16, channels_last, Adam, the
+   same batches): the reference for Lightning's own overhead.
+3. ``JPEG pipeline, Lightning``: the same training through ``ImageNetProtocolDataModule`` (protocol P2):
+   JPEG decoding and the paper's train transform (Resize 256, RandomCrop 224, flip) in ``num_workers``
+   processes, on an ImageNet-shaped folder of generated 300x300 JPEGs (smooth colour fields with noise,
+   about 20 KB each; real ILSVRC2012 files average about 110 KB at about 400x350) that the script writes
+   into a temporary folder, with P2's real wnids. Enough images that the timed steps stay within one epoch.
+4. ``validation epoch``: ``trainer.validate`` over P2's validation split of that folder, no evaluation
+   callbacks (best of 2 after a warm-up round; the variants alternate).
+5. ``+ OpenSetEvaluation``: the time per validation epoch inside ``OpenSetEvaluation(every_n_epochs=1,
+   plot_every_n_epochs=0)``'s hooks (GPU synchronised around each hook), and the wall difference to row 4.
+6. ``+ SeverityAUROC``: the same for ``SeverityAUROC(kappas=[softmax, max_logit, entropy])`` with a
+   ``ProtocolSeverityDataModule`` on that folder (its own passes over the ID and OOD images).
+
+Training rows: timed after ``--warmup-steps`` over ``--steps`` steps, the GPU synchronised at both ends.
+Public reference: about 2,500 img/s for ResNet-50 (v1.5) mixed-precision training on one A100 80GB
+(NVIDIA DeepLearningExamples, PyTorch, DALI data loading: 2,470 img/s).
+
+``--tiny`` (automatic when no CUDA device is present) runs every row on the CPU at toy size (ResNet-18,
+64 px, batch 4, 2 steps, 32-bit, one torch thread so that other processes on a small machine cannot stall
+its thread barriers) so that the script keeps working; its numbers mean nothing.
+
+    python -m benchmarks.gpu_throughput [--tiny] [--write] [--work-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import math
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+from benchmarks.common import time_hooks, write_section
+from datamodules import Batch, ImageNetProtocolDataModule, imagenet_protocol
+from datamodules.protocols import Protocol
+from datamodules.transforms import eval_transform
+from lightning_modules import OpenSetClassifier
+
+PROTOCOL = 2  # 30 known, 31 negative, 55 unknown classes
+LR = 1e-3  # OpenSetClassifier's default optimizer: torch.optim.Adam, lr 1e-3
+SEED = 0
+SEVERITY_KAPPAS = ["softmax", "max_logit", "entropy"]
+A100_REFERENCE = 2470  # img/s, ResNet-50 v1.5, AMP, 1x A100 80GB (NVIDIA DeepLearningExamples, PyTorch)
+ROWS = ("synthetic, Lightning", "synthetic, plain PyTorch", "JPEG pipeline, Lightning", "validation epoch",
+        "+ OpenSetEvaluation", "+ SeverityAUROC")
+TRAINING_ROWS = ROWS[:3]
+CALLBACK_ROWS = ROWS[4:]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one run does; :data:`GPU` and :data:`TINY` are the two presets."""
+
+    device: str  # "cuda" or "cpu"
+    backbone: str
+    precision: str
+    channels_last: bool
+    resize: int  # Resize, then a crop of `crop` px (the paper: 256, 224)
+    crop: int
+    jpeg_size: int  # side of the generated JPEGs
+    batch_sizes: tuple[int, ...]  # tried in this order; the first that fits is used
+    warmup_steps: int
+    steps: int
+    num_workers: int
+    val_per_class: int  # val/<wnid> images of every class (severity ID and OOD test images)
+    unknown_train_per_class: int  # train/<wnid> images of the unknown classes (severity estimation pool)
+    estimation: int  # severity estimation images per unknown class
+    severity_test: int  # severity test images per unknown class
+    val_repeat: int  # timed validate calls per variant
+    val_warmup: bool  # one untimed round of the validate calls first
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 1 or self.steps < 1:
+            raise ValueError(f"warmup_steps and steps must be at least 1, got {self.warmup_steps}, {self.steps}")
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError(f"batch_sizes must be positive, got {self.batch_sizes}")
+
+    @property
+    def cuda(self) -> bool:
+        return self.device == "cuda"
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def train_per_class(self, classes: int) -> int:
+        """Training images per known/negative class: the timed steps of the largest batch fit in one epoch
+        (the protocol keeps 80% for training), and at least 5 (the stratified 80/20 split needs one
+        validation image per class)."""
+        needed = (self.warmup_steps + self.steps) * max(self.batch_sizes)
+        return max(5, math.ceil(needed / (0.8 * classes)) + 1)
+
+
+GPU = Settings(device="cuda", backbone="torchvision:resnet50", precision="bf16-mixed", channels_last=True, resize=256,
+               crop=224, jpeg_size=300, batch_sizes=(512, 384, 256, 192, 128, 64), warmup_steps=5, steps=20,
+               num_workers=min(16, os.cpu_count() or 1), val_per_class=20, unknown_train_per_class=20, estimation=20,
+               severity_test=20, val_repeat=2, val_warmup=True)
+TINY = Settings(device="cpu", backbone="torchvision:resnet18", precision="32-true", channels_last=False, resize=72,
+                crop=64, jpeg_size=80, batch_sizes=(4,), warmup_steps=1, steps=2, num_workers=0, val_per_class=2,
+                unknown_train_per_class=5, estimation=2, severity_test=2, val_repeat=1,
+                val_warmup=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# data
+
+
+class OnDevice:
+    """Datamodule mixin: after the transfer to the device, uint8 images become float in [0, 1] and, with
+    ``channels_last``, NHWC (Lightning calls a datamodule's ``on_after_batch_transfer`` for every batch)."""
+
+    channels_last = False
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        images = batch.images
+        if images.dtype == torch.uint8:
+            images = images.float().div_(255)
+        if self.channels_last and images.dim() == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return batch._replace(images=images)
+
+
+class _Cycle(Dataset):
+    """``length`` ready batches, cycled from a few (a loader with ``batch_size=None`` yields them as they are)."""
+
+    def __init__(self, batches: list[Batch], length: int) -> None:
+        self.batches, self.length = batches, length
+
+    def __getitem__(self, index: int) -> Batch:
+        return self.batches[index % len(self.batches)]
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class SyntheticBatches(OnDevice, pl.LightningDataModule):
+    """``num_batches`` training batches cycled from 4 pre-collated batches of random uint8 images (pinned
+    on a GPU machine), labels uniform in ``-1..K-1``; the images become float on the device."""
+
+    train_negatives = "include"
+
+    def __init__(self, *, num_classes: int, batch_size: int, image_size: int, num_batches: int, pin: bool) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(SEED)
+        self.batch_size, self.num_batches, self._num_classes = batch_size, num_batches, num_classes
+        self.batches = []
+        for _ in range(min(4, num_batches)):
+            images = torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8,
+                                   generator=generator)
+            batch = Batch(images, torch.randint(-1, num_classes, (batch_size,), generator=generator),
+                          torch.arange(batch_size), torch.empty(0, dtype=torch.long))
+            self.batches.append(Batch(*(t.pin_memory() for t in batch)) if pin else batch)
+
+    @property
+    def num_classes(self) -> int:
+        return self._num_classes
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_Cycle(self.batches, self.num_batches), batch_size=None)
+
+
+class ProtocolData(OnDevice, ImageNetProtocolDataModule):
+    """``ImageNetProtocolDataModule`` with the :class:`OnDevice` transfer hook (channels_last on a GPU)."""
+
+
+def write_jpeg(path: Path, *, size: int, seed: int) -> None:
+    """A smooth random colour field with mild noise, as a JPEG of ``size`` x ``size`` px (quality 85)."""
+    rng = np.random.default_rng(seed)
+    coarse = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((size, size), Image.Resampling.BICUBIC)
+    pixels = np.asarray(coarse, dtype=np.int16) + rng.integers(-12, 13, (size, size, 3), dtype=np.int16)
+    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path, format="JPEG", quality=85)
+
+
+def write_imagenet_folder(root: Path, protocol: Protocol, *, train_per_class: int, unknown_train_per_class: int,
+                          val_per_class: int, size: int, workers: int) -> int:
+    """An ILSVRC2012-shaped folder with the protocol's wnids; returns the number of JPEGs written.
+
+    ``train/<wnid>/<wnid>_<i>.JPEG``: ``train_per_class`` images of each known and negative class and
+    ``unknown_train_per_class`` of each unknown class (severity estimation); ``val/<wnid>/
+    ILSVRC2012_val_<n>.JPEG``: ``val_per_class`` images of every class.
+    """
+    jobs: list[Path] = []
+    for wnid in protocol.known + protocol.negative + protocol.unknown:
+        count = unknown_train_per_class if wnid in protocol.unknown else train_per_class
+        jobs += [root / "train" / wnid / f"{wnid}_{i + 1}.JPEG" for i in range(count)]
+    jobs += [root / "val" / wnid / f"ILSVRC2012_val_{n:08d}.JPEG"
+             for n, wnid in enumerate((w for w in sorted(protocol.known + protocol.negative + protocol.unknown)
+                                       for _ in range(val_per_class)), start=1)]
+    for folder in {path.parent for path in jobs}:
+        folder.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # Pillow releases the GIL while encoding
+        list(pool.map(lambda job: write_jpeg(job[1], size=size, seed=job[0]), enumerate(jobs)))
+    return len(jobs)
+
+
+# --------------------------------------------------------------------------------------------------
+# training rows
+
+
+def make_model(settings: Settings, num_classes: int) -> OpenSetClassifier:
+    model = OpenSetClassifier(num_classes=num_classes, loss="eos", backbone=settings.backbone)
+    return model.to(memory_format=torch.channels_last) if settings.channels_last else model
+
+
+def trainer_args(settings: Settings, root: Path) -> dict[str, Any]:
+    return {"accelerator": "gpu" if settings.cuda else "cpu", "devices": 1, "precision": settings.precision,
+            "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+            "enable_model_summary": False, "benchmark": True if settings.cuda else None, "default_root_dir": str(root)}
+
+
+class StepTimer(pl.Callback):
+    """Wall time of training steps ``warmup + 1 .. warmup + steps`` and the images they used.
+
+    Args:
+        warmup, steps: untimed and timed steps.
+        synchronize: waits for the device (the GPU queue) at both ends of the timed span.
+    """
+
+    def __init__(self, *, warmup: int, steps: int, synchronize: Callable[[], None]) -> None:
+        self.warmup, self.steps, self.synchronize = warmup, steps, synchronize
+        self.done = self.images = 0
+        self.start = self.seconds = math.nan
+
+    def step_done(self, images: int) -> None:
+        self.done += 1
+        if self.done == self.warmup:
+            self.synchronize()
+            self.start = time.perf_counter()
+        elif self.warmup < self.done <= self.warmup + self.steps:
+            self.images += images
+            if self.done == self.warmup + self.steps:
+                self.synchronize()
+                self.seconds = time.perf_counter() - self.start
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.step_done(int(batch.targets.numel()))
+
+
+def train_lightning(settings: Settings, data: pl.LightningDataModule, *, num_classes: int, root: Path,
+                    warmup: int, steps: int) -> tuple[StepTimer, OpenSetClassifier]:
+    """``pl.Trainer.fit`` for ``warmup + steps`` steps, timed by a :class:`StepTimer`."""
+    model = make_model(settings, num_classes)
+    timer = StepTimer(warmup=warmup, steps=steps, synchronize=settings.synchronize)
+    trainer = pl.Trainer(**trainer_args(settings, root), max_steps=warmup + steps, limit_val_batches=0,
+                         num_sanity_val_steps=0, callbacks=[timer])
+    trainer.fit(model, datamodule=data)
+    if timer.done != warmup + steps:
+        raise RuntimeError(f"Lightning ran {timer.done} steps, {warmup + steps} expected")
+    return timer, model
+
+
+def train_plain(settings: Settings, data: SyntheticBatches, *, num_classes: int) -> StepTimer:
+    """The same steps as :func:`train_lightning` in plain PyTorch: autocast, Adam, zero_grad/backward/step."""
+    device = torch.device(settings.device)
+    model = make_model(settings, num_classes).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    model.train()
+    timer = StepTimer(warmup=settings.warmup_steps, steps=settings.steps, synchronize=settings.synchronize)
+    bf16 = settings.precision.startswith("bf16")
+    for batch in data.train_dataloader():
+        batch = data.on_after_batch_transfer(Batch(*(t.to(device, non_blocking=True) for t in batch)), 0)
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = model.network(batch.images)
+            loss = model.criterion(logits.float(), batch.targets)
+        loss.backward()
+        optimizer.step()
+        timer.step_done(int(batch.targets.numel()))
+        if timer.done == settings.warmup_steps + settings.steps:
+            break
+    return timer
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
+
+
+def release_memory(settings: Settings) -> None:
+    gc.collect()
+    if settings.cuda:
+        torch.cuda.empty_cache()
+
+
+def largest_batch(settings: Settings, *, num_classes: int, root: Path) -> tuple[int, list[int]]:
+    """The first of ``settings.batch_sizes`` with which two training steps run; and those that ran out of memory."""
+    failed: list[int] = []
+    for size in settings.batch_sizes:
+        data = SyntheticBatches(num_classes=num_classes, batch_size=size, image_size=settings.crop, num_batches=2,
+                                pin=settings.cuda)
+        data.channels_last = settings.channels_last
+        fits = True
+        try:
+            train_lightning(settings, data, num_classes=num_classes, root=root, warmup=1, steps=1)
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
+                raise
+            fits = False
+        del data
+        release_memory(settings)  # after the except block, which dropped the traceback and its frames
+        if fits:
+            return size, failed
+        failed.append(size)
+        print(f"batch {size}: out of memory", flush=True)
+    raise RuntimeError(f"none of the batch sizes {settings.batch_sizes} fits in memory")
+
+
+@dataclass
+class Row:
+    """One line of the table. Training rows: ``steps`` timed steps of ``batch_size``; validation rows:
+    the batches of one validation epoch. Callback rows: ``seconds`` and ``added_s`` are the time per
+    validation epoch inside the callback's hooks, ``images`` what the callback evaluates."""
+
+    row: str
+    what: str
+    batch_size: int
+    steps: int
+    images: int
+    seconds: float
+    images_per_s: float
+    added_s: float | None = None
+    added_wall_s: float | None = None
+
+
+def training_row(name: str, what: str, timer: StepTimer, batch_size: int) -> Row:
+    return Row(name, what, batch_size, timer.steps, timer.images, timer.seconds, timer.images / timer.seconds)
+
+
+# --------------------------------------------------------------------------------------------------
+# validation rows
+
+
+def validation_rows(settings: Settings, model: OpenSetClassifier, data: ProtocolData, folder: Path, *,
+                    root: Path) -> tuple[list[Row], float]:
+    """``trainer.validate`` without evaluation callbacks, with OpenSetEvaluation, with SeverityAUROC.
+
+    Returns:
+        Rows 4-6 and the one-off set-up time of the severity data.
+    """
+    from callbacks import OpenSetEvaluation, SeverityAUROC
+    from datamodules.severity import SEVERITY_SPLITS, ProtocolSeverityDataModule
+
+    start = time.perf_counter()
+    severity_data = ProtocolSeverityDataModule(
+        root=str(folder), protocol=PROTOCOL, estimation=settings.estimation, test=settings.severity_test,
+        transform=eval_transform(resize=settings.resize, crop=settings.crop), batch_size=data.batch_size,
+        num_workers=settings.num_workers)
+    severity_data.setup()
+    severity_setup_s = time.perf_counter() - start
+    severity_images = sum(len(severity_data.dataset(split)) for split in SEVERITY_SPLITS)
+    variants: dict[str, Callable[[], list[pl.Callback]]] = {
+        ROWS[3]: list,
+        ROWS[4]: lambda: [OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)],
+        ROWS[5]: lambda: [SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data)],
+    }
+    walls: dict[str, list[float]] = {name: [] for name in variants}
+    hooks: dict[str, list[float]] = {name: [] for name in variants}
+    warmup = int(settings.val_warmup)
+    for round_index in range(settings.val_repeat + warmup):
+        for number, (name, make) in enumerate(variants.items()):
+            callbacks = make()
+            timers = [time_hooks(callback, synchronize=settings.synchronize) for callback in callbacks]
+            start = time.perf_counter()
+            trainer = pl.Trainer(**trainer_args(settings, root / f"validate-{number}"), callbacks=callbacks)
+            trainer.validate(model, datamodule=data, verbose=False)
+            settings.synchronize()
+            wall = time.perf_counter() - start
+            for callback in callbacks:  # time real work only
+                evaluated = (callback.report is not None if isinstance(callback, OpenSetEvaluation)
+                             else callback.model_passes == len(SEVERITY_SPLITS) and bool(callback.tables))
+                if not evaluated:
+                    raise RuntimeError(f"{type(callback).__name__} did not evaluate during validate")
+            if round_index >= warmup:
+                walls[name].append(wall)
+                hooks[name].append(sum(s for timer in timers for hook, s in timer.items()
+                                       if hook not in ("setup", "teardown")))
+    val_images = len(data.val_set)
+    batches = math.ceil(val_images / data.batch_size)
+    base = min(walls[ROWS[3]])
+    rows = [Row(ROWS[3], f"`trainer.validate`, P{PROTOCOL} validation split, no evaluation callbacks",
+                data.batch_size, batches, val_images, base, val_images / base)]
+    for name, images, what in (
+        (ROWS[4], val_images, "`OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)`: gather, OSCR, "
+                              "CCR@FPR, AUROC of the epoch's predictions"),
+        (ROWS[5], severity_images, f"`SeverityAUROC(kappas={SEVERITY_KAPPAS})`, `ProtocolSeverityDataModule`: "
+                                   "3 passes (ID, OOD estimation, OOD test), tables, figures"),
+    ):
+        inside = min(hooks[name])
+        rows.append(Row(name, what, data.batch_size, batches, images, inside, images / inside, added_s=inside,
+                        added_wall_s=min(walls[name]) - base))
+    return rows, severity_setup_s
+
+
+# --------------------------------------------------------------------------------------------------
+# report
+
+
+def device_line(settings: Settings) -> str:
+    if settings.cuda:
+        props = torch.cuda.get_device_properties(0)
+        gpu = f"{props.name} ({props.total_memory / 2**30:.0f} GiB), CUDA {torch.version.cuda}"
+    else:
+        gpu = "no GPU (tiny CPU run)"
+    return (f"{gpu}; {os.cpu_count()} CPU cores; torch {torch.__version__}, Lightning {pl.__version__}; "
+            f"{settings.backbone}, precision {settings.precision}, channels_last {settings.channels_last}, "
+            f"{settings.crop} px")
+
+
+def markdown(rows: list[Row], settings: Settings, notes: list[str]) -> str:
+    lines = [
+        "| row | what | batch | steps | images | seconds | images/s | added s/epoch (in hooks) | "
+        "added s/epoch (wall) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        added = "—" if r.added_s is None else f"{r.added_s:.3f}"
+        wall = "—" if r.added_wall_s is None else f"{r.added_wall_s:+.3f}"
+        lines.append(f"| {r.row} | {r.what} | {r.batch_size} | {r.steps} | {r.images:,} | {r.seconds:.3f} | "
+                     f"{r.images_per_s:,.0f} | {added} | {wall} |")
+    return "\n".join([f"Device: {device_line(settings)}.", "", *lines, "", *notes])
+
+
+def summary_notes(rows: list[Row], settings: Settings, *, failed: list[int], files: int, severity_setup_s: float,
+                  peak_gib: float | None, elapsed_s: float) -> list[str]:
+    by_name = {r.row: r for r in rows}
+    lightning, plain, jpeg = (by_name[name] for name in TRAINING_ROWS)
+    notes = [
+        f"Training rows: {settings.steps} steps timed after {settings.warmup_steps} warm-up "
+        f"step{'s' if settings.warmup_steps > 1 else ''}, the device "
+        "synchronised at both ends. Batch: the first of "
+        f"{', '.join(map(str, settings.batch_sizes))} that fits"
+        + (f" ({', '.join(map(str, failed))} ran out of memory)" if failed else "")
+        + (f"; peak GPU memory {peak_gib:.1f} GiB." if peak_gib is not None else "."),
+        f"Lightning / plain PyTorch on the synthetic batches: {plain.images_per_s / lightning.images_per_s:.3f}x "
+        f"the time per image (goal: within 5%).",
+        f"JPEG pipeline ({settings.num_workers} workers, {files:,} generated {settings.jpeg_size}x"
+        f"{settings.jpeg_size} JPEGs): {jpeg.images_per_s / lightning.images_per_s:.2f}x the synthetic rate"
+        + (" (the data pipeline is the bottleneck)." if jpeg.images_per_s < 0.95 * lightning.images_per_s else "."),
+        f"Public reference: about 2,500 img/s for ResNet-50 mixed-precision training on one A100 (NVIDIA "
+        f"DeepLearningExamples, ResNet-50 v1.5, PyTorch AMP, 1x A100 80GB: {A100_REFERENCE:,} img/s); "
+        f"synthetic row here: {lightning.images_per_s / A100_REFERENCE:.2f}x that.",
+        "Callback rows: time inside the callback's hooks per validation epoch (best of "
+        f"{settings.val_repeat}{' after a warm-up round' if settings.val_warmup else ''}), and the difference of the whole validate calls; the severity "
+        f"data set-up ({severity_setup_s:.2f} s) is paid once per fit. Whole run: {elapsed_s:.0f} s.",
+    ]
+    return notes
+
+
+def run(settings: Settings, work: Path) -> tuple[list[Row], str]:
+    """Every row; returns them and the Markdown section."""
+    began = time.perf_counter()
+    protocol = imagenet_protocol(PROTOCOL)
+    folder = work / "imagenet"
+    for used in (folder, work / "protocols"):
+        if used.exists():
+            raise FileExistsError(f"{used} exists: give an empty --work-dir (files of another run would be mixed in)")
+    files = write_imagenet_folder(
+        folder, protocol, train_per_class=settings.train_per_class(len(protocol.known) + len(protocol.negative)),
+        unknown_train_per_class=settings.unknown_train_per_class, val_per_class=settings.val_per_class,
+        size=settings.jpeg_size, workers=max(settings.num_workers, os.cpu_count() or 1))
+    print(f"wrote {files:,} JPEGs in {time.perf_counter() - began:.1f} s", flush=True)
+    num_classes = protocol.num_classes
+    batch_size, failed = largest_batch(settings, num_classes=num_classes, root=work)
+    print(f"batch size {batch_size}", flush=True)
+    total_steps = settings.warmup_steps + settings.steps
+    synthetic = SyntheticBatches(num_classes=num_classes, batch_size=batch_size, image_size=settings.crop,
+                                 num_batches=total_steps, pin=settings.cuda)
+    synthetic.channels_last = settings.channels_last
+    if settings.cuda:
+        torch.cuda.reset_peak_memory_stats()
+    timer = train_lightning(settings, synthetic, num_classes=num_classes, root=work,  # the model is dropped: memory
+                            warmup=settings.warmup_steps, steps=settings.steps)[0]
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30 if settings.cuda else None
+    rows = [training_row(ROWS[0], "`pl.Trainer.fit`, synthetic uint8 batches (converted on the device)", timer,
+                         batch_size)]
+    release_memory(settings)
+    rows.append(training_row(ROWS[1], "plain loop: the same model, batches, autocast, Adam",
+                             train_plain(settings, synthetic, num_classes=num_classes), batch_size))
+    del synthetic
+    release_memory(settings)
+    data = ProtocolData(root=str(folder), protocol=PROTOCOL, protocol_dir=str(work / "protocols"),
+                        batch_size=batch_size, num_workers=settings.num_workers, resize_size=settings.resize,
+                        crop_size=settings.crop, pin_memory=settings.cuda)
+    data.channels_last = settings.channels_last
+    data.prepare_data()
+    data.setup("fit")
+    if len(data.train_set) < total_steps * batch_size:
+        warnings.warn(f"{len(data.train_set)} training images: the timed steps cross an epoch boundary", stacklevel=2)
+    timer, model = train_lightning(settings, data, num_classes=num_classes, root=work,
+                                   warmup=settings.warmup_steps, steps=settings.steps)
+    rows.append(training_row(ROWS[2], f"`pl.Trainer.fit`, `ImageNetProtocolDataModule` P{PROTOCOL}: JPEG decoding "
+                             f"+ train transform, {settings.num_workers} workers", timer, batch_size))
+    for row in rows:
+        print(f"{row.row}: {row.images_per_s:,.1f} img/s", flush=True)
+    release_memory(settings)
+    validation, severity_setup_s = validation_rows(settings, model, data, folder, root=work)
+    rows += validation
+    notes = summary_notes(rows, settings, failed=failed, files=files, severity_setup_s=severity_setup_s,
+                          peak_gib=peak_gib, elapsed_s=time.perf_counter() - began)
+    return rows, markdown(rows, settings, notes)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the benchmark, print the table and, with ``--write``, put it in RESULTS.md.
+
+    Returns:
+        The table: one dict per row (the fields of :class:`Row`), in the order of :data:`ROWS`.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="toy CPU run of every row (automatic without CUDA)")
+    parser.add_argument("--write", action="store_true", help='write the table to RESULTS.md ("GPU throughput")')
+    parser.add_argument("--work-dir", help="empty folder for the generated JPEGs and run files (default: a temp dir)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help="batch sizes to try, largest first")
+    parser.add_argument("--steps", type=int, help="timed training steps")
+    parser.add_argument("--warmup-steps", type=int, help="untimed training steps before them")
+    args = parser.parse_args(argv)
+    tiny = args.tiny or not torch.cuda.is_available()
+    if tiny and not args.tiny:
+        print("no CUDA device: running the tiny CPU version", flush=True)
+    if tiny and args.write:
+        parser.error("--write records GPU numbers; a tiny CPU run only checks that the script works")
+    overrides = {key: value for key, value in (("batch_sizes", tuple(args.batch_sizes or ())),
+                                               ("steps", args.steps), ("warmup_steps", args.warmup_steps)) if value}
+    settings = replace(TINY if tiny else GPU, **overrides)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    lightning_log = logging.getLogger("pytorch_lightning")
+    log_level, threads = lightning_log.level, torch.get_num_threads()
+    lightning_log.setLevel(logging.WARNING)
+    if tiny:
+        torch.set_num_threads(1)
+    try:
+        rows, body = _run_quietly(settings, args.work_dir)
+    finally:  # main() also runs in-process (tests): leave the process as it was
+        torch.set_num_threads(threads)
+        lightning_log.setLevel(log_level)
+    print(body)
+    if args.write:
+        write_section("GPU throughput", body)
+    return [asdict(row) for row in rows]
+
+
+def _run_quietly(settings: Settings, work_dir: str | None) -> tuple[list[Row], str]:
+    """:func:`run` in ``work_dir`` (or a temporary folder), without Lightning's warnings about toy set-ups."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=r".*smaller than the logging interval.*")
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+        warnings.filterwarnings("ignore", message=r".*have no `val_dataloader`.*")  # SyntheticBatches
+        if work_dir:
+            return run(settings, Path(work_dir))
+        with tempfile.TemporaryDirectory() as work:
+            return run(settings, Path(work))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Generated sets on disk and the data of the generated benchmark (``datamodules.generated``, DESIGN.md §5.3):
+per-index latent seeds, the validation of a set folder, real OOD sets and the resizing of every set."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import DataLoader, Subset
+
+from datamodules.base import TensorImageDataset
+from datamodules.batch import Sample
+from datamodules.fashion_mnist import DEMO_KNOWN, FashionMNISTOpenSetDataModule, load_fashion_mnist
+from datamodules.generated import (
+    MANIFEST_COLUMNS,
+    GeneratedBenchmarkData,
+    GeneratedDataset,
+    IncompleteGeneratedSet,
+    LatentSeeds,
+    ResizedImages,
+    real_ood_set,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the machine's cores are shared with other test runs
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_set(folder: Path, images: torch.Tensor, *, kind: str = "shift", rows: int | None = None,
+              columns: tuple[str, ...] = MANIFEST_COLUMNS) -> Path:
+    """A generated set folder as ``evaluate.py generate`` lays it out (PNG files left out: nothing reads them)."""
+    folder.mkdir(parents=True)
+    torch.save(images, folder / "images.pt")
+    count = images.shape[0] if rows is None else rows
+    with open(folder / "manifest.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for i in range(count):
+            writer.writerow({"file": f"images/{i:06d}.png", "index": i, "seed": -1 if kind == "shift" else 7 + i,
+                             "source_index": 10 + i if kind == "shift" else -1,
+                             "source_label": (3 * i) % 4 if kind == "shift" else -1,
+                             "ensemble_prediction": 0, "mi": 0.5, "lpips": 0.25, "generator_sha256": "ab" * 32})
+    (folder / "info.json").write_text(json.dumps({"kind": kind, "generator": "g.ckpt", "count": count}))
+    return folder
+
+
+def uint8_images(count: int, channels: int = 1, size: int = 32, seed: int = 0) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (count, channels, size, size), dtype=np.uint8))
+
+
+@pytest.fixture(scope="module")
+def fashion_folder() -> str:
+    return FashionMNISTOpenSetDataModule()._folder()
+
+
+# -- LatentSeeds --------------------------------------------------------------------------------------
+
+
+def test_latent_seeds_are_per_index_whatever_the_slicing() -> None:
+    seeds = LatentSeeds(10, 3)
+    assert len(seeds) == 10
+    expected = [(3 * 1_000_003 + i, i) for i in range(10)]
+    assert [seeds[i] for i in range(10)] == expected
+    for batch_size in (1, 3, 4, 10):
+        batches = list(DataLoader(seeds, batch_size=batch_size))
+        pairs = [(int(s), int(i)) for batch in batches for s, i in zip(*batch, strict=True)]
+        assert pairs == expected
+    # a slice (e.g. a rank's shard of a distributed sampler) holds the same seeds for the same indices
+    shard = Subset(seeds, [1, 3, 5, 7, 9, 1])  # padded with a duplicate, as DistributedSampler does
+    assert [shard[k] for k in range(6)] == [expected[i] for i in (1, 3, 5, 7, 9, 1)]
+    # other base seeds give other per-image seeds
+    assert {s for s, _ in expected}.isdisjoint({LatentSeeds(10, 4)[i][0] for i in range(10)})
+
+
+def test_latent_of_an_image_does_not_depend_on_its_batch() -> None:
+    from lightning_modules.generators import NearOODGenerator
+
+    generator = NearOODGenerator(lambda_perceptual=0, lambda_semantic=0, base_width=8, latent_dim=16)
+    seeds = torch.tensor([LatentSeeds(6, 2)[i][0] for i in range(6)])
+    together = generator.latent(seeds)
+    alone = torch.cat([generator.latent(seeds[i: i + 1]) for i in range(6)])
+    assert torch.equal(together, alone)
+    assert torch.equal(together[4], torch.randn(16, generator=torch.Generator().manual_seed(int(seeds[4]))))
+    assert not torch.equal(together[0], together[1])
+
+
+@pytest.mark.parametrize("count", [0, -3])
+def test_latent_seeds_need_a_positive_count(count: int) -> None:
+    with pytest.raises(ValueError, match=f"positive, got {count}"):
+        LatentSeeds(count, 0)
+
+
+# -- GeneratedDataset ---------------------------------------------------------------------------------
+
+
+def test_generated_dataset_reads_images_and_labels(tmp_path: Path) -> None:
+    images = uint8_images(5)
+    shift = GeneratedDataset(write_set(tmp_path / "shift", images))
+    assert len(shift) == 5 and shift.info["kind"] == "shift"
+    assert shift.labels.tolist() == [0, 3, 2, 1, 0]  # the source labels of the manifest
+    sample = shift[3]
+    assert sample.target == 1 and sample.index == 3
+    assert torch.equal(sample.image, images[3].float() / 255)
+    assert [row["source_index"] for row in shift.rows] == ["10", "11", "12", "13", "14"]
+    near = GeneratedDataset(write_set(tmp_path / "near", images, kind="near_ood"))
+    assert near.labels.tolist() == [-2] * 5  # unknown: near-OOD images have no known class
+
+
+@pytest.mark.parametrize("missing", ["manifest.csv", "info.json", "images.pt"])
+def test_generated_dataset_refuses_an_incomplete_folder(tmp_path: Path, missing: str) -> None:
+    folder = write_set(tmp_path / "set", uint8_images(3))
+    (folder / missing).unlink()
+    with pytest.raises(IncompleteGeneratedSet, match=f"{re.escape(str(folder))} is not a complete.*{missing}"):
+        GeneratedDataset(folder)
+    assert issubclass(IncompleteGeneratedSet, FileNotFoundError)
+
+
+def test_generated_dataset_refuses_a_folder_that_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(IncompleteGeneratedSet, match=re.escape(str(tmp_path / "nowhere"))):
+        GeneratedDataset(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("images", "message"),
+    [
+        (uint8_images(3).float() / 255, r"uint8 tensor, found Tensor torch.float32 \(3, 1, 32, 32\)"),
+        (uint8_images(3)[:, 0], r"uint8 tensor, found Tensor torch.uint8 \(3, 32, 32\)"),
+        ([1, 2, 3], "uint8 tensor, found list"),
+    ],
+)
+def test_generated_dataset_refuses_wrong_images(tmp_path: Path, images: object, message: str) -> None:
+    folder = write_set(tmp_path / "set", uint8_images(3))
+    torch.save(images, folder / "images.pt")
+    with pytest.raises(ValueError, match=message):
+        GeneratedDataset(folder)
+
+
+def test_generated_dataset_refuses_a_count_mismatch(tmp_path: Path) -> None:
+    folder = write_set(tmp_path / "set", uint8_images(4), rows=3)
+    with pytest.raises(ValueError, match=f"{re.escape(str(folder))}: images.pt holds 4 images but manifest.csv 3"):
+        GeneratedDataset(folder)
+
+
+def test_generated_dataset_refuses_other_columns(tmp_path: Path) -> None:
+    columns = tuple(c for c in MANIFEST_COLUMNS if c != "lpips")
+    folder = write_set(tmp_path / "set", uint8_images(2), columns=columns)
+    with pytest.raises(ValueError, match=r"manifest.csv: expected the columns .*'lpips'.*, got \['file'"):
+        GeneratedDataset(folder)
+
+
+# -- real OOD sets ---------------------------------------------------------------------------------------
+
+
+def test_digits_are_the_1797_sklearn_images_labelled_unknown(fashion_folder: str) -> None:
+    from sklearn.datasets import load_digits
+
+    digits = real_ood_set("digits", data_dir=fashion_folder, known=DEMO_KNOWN)
+    assert len(digits) == 1797
+    assert digits.labels.tolist() == [-2] * 1797
+    raw = torch.from_numpy(load_digits().images[100].astype(np.float32) / 16)[None, None]
+    expected = F.interpolate(raw, size=(28, 28), mode="bilinear", align_corners=False)[0].clamp(0, 1)
+    torch.testing.assert_close(digits[100].image, expected, rtol=0, atol=1e-6)
+
+
+def test_fashion_unknown_is_the_official_test_images_of_classes_4_6_9(fashion_folder: str) -> None:
+    unknown = real_ood_set("fashion:unknown", data_dir=fashion_folder, known=DEMO_KNOWN)
+    images, classes = load_fashion_mnist(fashion_folder, "test")
+    chosen = np.flatnonzero(np.isin(classes, (4, 6, 9)))
+    assert len(unknown) == 3000 == chosen.size
+    assert unknown.labels.tolist() == [-2] * 3000
+    assert torch.equal(unknown.images[:, 0], torch.from_numpy(images[chosen]))
+    assert torch.equal(unknown[2999].image, torch.tensor(images[chosen[-1]]).float()[None] / 255)
+    classes_3 = real_ood_set("fashion:3", data_dir=fashion_folder, known=DEMO_KNOWN)
+    assert torch.equal(classes_3.images[:, 0], torch.from_numpy(images[classes == 3]))
+
+
+def test_a_known_class_is_refused_as_real_ood(fashion_folder: str) -> None:
+    with pytest.raises(ValueError, match=r"'fashion:4,7,8' holds in-distribution classes \[7, 8\]"):
+        real_ood_set("fashion:4,7,8", data_dir=fashion_folder, known=DEMO_KNOWN)
+
+
+def test_an_image_folder_is_read_with_unknown_labels(tmp_path: Path, fashion_folder: str) -> None:
+    rng = np.random.default_rng(1)
+    pixels = {"a/one.png": rng.integers(0, 256, (6, 5, 3), dtype=np.uint8),
+              "b/two.png": rng.integers(0, 256, (6, 5), dtype=np.uint8)}
+    for name, array in pixels.items():
+        (tmp_path / "ood" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(tmp_path / "ood" / name)
+    (tmp_path / "ood" / "notes.txt").write_text("not an image")
+    folder = real_ood_set(str(tmp_path / "ood"), data_dir=fashion_folder, known=DEMO_KNOWN)
+    assert len(folder) == 2
+    first, second = folder[0], folder[1]
+    assert (first.target, second.target) == (-2, -2)
+    assert torch.equal(first.image, torch.from_numpy(pixels["a/one.png"]).permute(2, 0, 1).float() / 255)
+    # a grey-scale file is read as RGB (three equal channels)
+    assert torch.equal(second.image, torch.from_numpy(pixels["b/two.png"]).float().div(255).expand(3, -1, -1))
+
+
+def test_a_missing_or_empty_folder_is_refused(tmp_path: Path, fashion_folder: str) -> None:
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "absent"))):
+        real_ood_set(str(tmp_path / "absent"), data_dir=fashion_folder, known=DEMO_KNOWN)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=f"{re.escape(str(tmp_path / 'empty'))} holds no"):
+        real_ood_set(str(tmp_path / "empty"), data_dir=fashion_folder, known=DEMO_KNOWN)
+
+
+# -- ResizedImages, GeneratedBenchmarkData ----------------------------------------------------------------
+
+
+def test_resized_images_resize_and_convert_channels() -> None:
+    grey = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    colour = torch.rand(3, 3, 20, 20, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([2, -2, 0])
+
+    def reference(image: torch.Tensor, size: int) -> torch.Tensor:
+        return F.interpolate(image[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
+
+    up = ResizedImages(TensorImageDataset(grey, labels), 32)[2]
+    assert isinstance(up, Sample) and (up.target, up.index) == (0, 2)
+    torch.testing.assert_close(up.image, reference(grey[2], 32), rtol=0, atol=0)
+    to_grey = ResizedImages(TensorImageDataset(colour, labels), 28, channels=1)[1]
+    assert to_grey.image.shape == (1, 28, 28) and to_grey.target == -2
+    torch.testing.assert_close(to_grey.image, reference(colour[1].mean(dim=0, keepdim=True), 28), rtol=0, atol=0)
+    to_colour = ResizedImages(TensorImageDataset(grey, labels), None, channels=3)[0]
+    assert torch.equal(to_colour.image, grey[0].expand(3, -1, -1))
+    same = ResizedImages(TensorImageDataset(grey, labels), 28, channels=1)[0]
+    assert torch.equal(same.image, grey[0])  # already the size and channels: untouched
+    assert len(ResizedImages(TensorImageDataset(grey, labels), 32)) == 3
+
+
+def test_benchmark_data_names_kinds_and_resizes_every_set(tmp_path: Path) -> None:
+    id_test = TensorImageDataset(uint8_images(4, size=28), torch.tensor([0, 1, 2, 3]))
+    near = write_set(tmp_path / "near", uint8_images(3, seed=1), kind="near_ood")
+    shift = write_set(tmp_path / "shift", uint8_images(2, seed=2))
+    real = TensorImageDataset(uint8_images(5, channels=3, size=20), torch.full((5,), -2))
+    data = GeneratedBenchmarkData(id_test, near_ood=[near], shift=[shift], real_ood={"rgb": real}, image_size=28,
+                                  channels=1, batch_size=2)
+    assert data.kinds == {"id_test": "id", "near_ood:near": "near_ood", "shift:shift": "shift",
+                          "real:rgb": "real_ood"}
+    assert {name: len(dataset) for name, dataset in data.sets.items()} == {
+        "id_test": 4, "near_ood:near": 3, "shift:shift": 2, "real:rgb": 5}
+    assert all(data.sets[name][0].image.shape == (1, 28, 28) for name in data.sets)
+    assert data.targets("shift:shift").tolist() == [0, 3] and data.targets("near_ood:near").tolist() == [-2] * 3
+    assert data.info["near_ood:near"]["kind"] == "near_ood" and "id_test" not in data.info
+
+
+def test_benchmark_data_refuses_a_set_of_the_other_kind(tmp_path: Path) -> None:
+    id_test = TensorImageDataset(uint8_images(2, size=28), torch.tensor([0, 1]))
+    near = write_set(tmp_path / "near", uint8_images(3), kind="near_ood")
+    with pytest.raises(ValueError, match=f"{re.escape(str(near))} is a near_ood set, given as shift"):
+        GeneratedBenchmarkData(id_test, shift=[near])
+    shift = write_set(tmp_path / "shift", uint8_images(3))
+    with pytest.raises(ValueError, match="is a shift set, given as near_ood"):
+        GeneratedBenchmarkData(id_test, near_ood=[shift])

@@ -1,0 +1,61 @@
+"""MinRank and the energy standardisation of EvG (DESIGN.md §5.4) against direct computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from metrics import auroc, energy_standardisation, min_rank, standardised_energy
+
+
+def direct_min_rank(id_scores: np.ndarray, ood_scores: np.ndarray) -> int:
+    """``min_j |{i : κ_id_i > κ_ood_j}|``, counted pair by pair."""
+    return min(sum(1 for s in id_scores if s > t) for t in ood_scores)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_min_rank_matches_a_direct_count_with_ties(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    # few distinct values: many ties between and within the two sets
+    id_scores = rng.integers(0, 12, size=rng.integers(1, 60)).astype(np.float64)
+    ood_scores = rng.integers(0, 12, size=rng.integers(1, 40)).astype(np.float64)
+    assert min_rank(torch.from_numpy(id_scores), torch.from_numpy(ood_scores)) == direct_min_rank(id_scores, ood_scores)
+
+
+def test_min_rank_hand_cases() -> None:
+    id_scores = torch.tensor([0.9, 0.8, 0.7, 0.7, 0.2])
+    assert min_rank(id_scores, torch.tensor([0.1, 0.05])) == 5  # every outlier below every ID sample: N_id
+    assert min_rank(id_scores, torch.tensor([0.1, 0.75])) == 2  # 0.9 and 0.8 above the most trusted outlier
+    assert min_rank(id_scores, torch.tensor([0.7])) == 2  # ties do not count: strictly above
+    assert min_rank(id_scores, torch.tensor([0.95, 0.1])) == 0
+    # MinRank only sees the most trusted outlier, the AUROC sees them all
+    assert auroc(id_scores, torch.tensor([0.1, 0.75])) == pytest.approx((5 + 2) / 10)
+
+
+def test_min_rank_refuses_empty_and_nan() -> None:
+    with pytest.raises(ValueError, match="MinRank needs"):
+        min_rank(torch.tensor([1.0]), torch.tensor([]))
+    with pytest.raises(ValueError, match="NaN"):
+        min_rank(torch.tensor([1.0, float("nan")]), torch.tensor([0.5]))
+
+
+def test_energy_standardisation_is_the_authors() -> None:
+    rng = np.random.default_rng(3)
+    kappa = rng.normal(2.0, 0.7, size=500)
+    mean, scale = energy_standardisation(torch.from_numpy(kappa))
+    # outlier score -κ; torch.std's default (N - 1), plus 1e-3
+    assert mean == pytest.approx(float(np.mean(-kappa)), abs=1e-12)
+    assert scale == pytest.approx(float(np.std(-kappa, ddof=1)) + 1e-3, abs=1e-12)
+    energy = standardised_energy(torch.tensor([2.0, 0.0]), mean, scale)
+    expected = (np.array([-2.0, 0.0]) - np.mean(-kappa)) / (np.std(-kappa, ddof=1) + 1e-3)
+    np.testing.assert_allclose(energy.numpy(), expected, rtol=1e-5)  # float32 κ in, float32 out
+    # a constant detector: the 1e-3 keeps the scale finite
+    assert energy_standardisation(torch.ones(10)) == (-1.0, pytest.approx(1e-3))
+
+
+def test_nan_scores_are_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"NaN scores \(samples \[1\] of 3\)"):
+        standardised_energy(torch.tensor([0.1, float("nan"), 0.3]), 0.0, 1.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        energy_standardisation(torch.tensor([1.0]))

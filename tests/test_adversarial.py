@@ -1,0 +1,257 @@
+"""``evaluate.py adversarial`` (EvG, DESIGN.md §5.4) end to end on the demo data: every number of the report
+recomputed from the saved worst cases with an independent pass and scikit-learn, the energy standardised on
+ID validation images only, a resumed run that reruns nothing finished, chains independent of the batch size,
+and 2 processes equal to 1."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+import evaluate
+from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
+from datamodules.severity import load_digits_images
+from lightning_modules import OpenSetClassifier
+from lightning_modules.checkpoint import load_module
+from lightning_modules.evg import AdversarialSearch, Detector
+from lightning_modules.variations import AffineVariation, ColourVariation
+from tests.conftest import ROOT
+from tests.test_ddp_scenarios import DISTRIBUTED_ENV
+
+CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
+CHAINS, STEPS = 9, 12
+KAPPAS = ("softmax", "max_logit")
+
+
+def options(checkpoint: Path, out: Path, per_batch: int = 4) -> list[str]:
+    return ["adversarial", "--model", str(checkpoint), "--kappa", *KAPPAS, "--ood", "digits", "--image-size", "28",
+            "--id-arg", "max_train_per_class=60", "--variation", "affine", "colour", "--sampler", "mh", "random",
+            "--chains", str(CHAINS), "--steps", str(STEPS), "--chains-per-batch", str(per_batch), "--seed", "3",
+            "--trace-every", "5", "--output-dir", str(out)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the machine's two cores are shared: intra-op threads only contend
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def run(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("adversarial") / "out"
+    result = evaluate.main(options(demo_checkpoint, out) + CLI)
+    return {"result": result, "out": out, "checkpoint": demo_checkpoint}
+
+
+def kappa_of(network: torch.nn.Module, images: torch.Tensor, kappa: str) -> np.ndarray:
+    """κ from the classifier's logits, written out here. In the model's float32, as the detectors score: a
+    float32 softmax response saturates at exactly 1.0 for confident images, so float64 would break ties the
+    report (rightly) keeps."""
+    with torch.no_grad():
+        logits = torch.cat([network(chunk) for chunk in images.split(512)])
+    if kappa == "softmax":
+        return torch.softmax(logits, dim=1).max(dim=1).values.double().numpy()
+    return logits.max(dim=1).values.double().numpy()
+
+
+def reference_sets() -> dict[str, torch.Tensor]:
+    data = FashionMNISTOpenSetDataModule(max_train_per_class=60)
+    data.setup("fit")
+    data.setup("test")
+    sets = {}
+    for name, dataset in (("id_validation", data.val_set), ("id_test", data.test_set)):
+        known = torch.nonzero(dataset.labels >= 0).flatten()
+        sets[name] = torch.stack([dataset[int(i)].image for i in known]).float()
+    sets["ood"] = load_digits_images(28)[0]
+    return sets
+
+
+def same_rows(one: list[dict], other: list[dict]) -> bool:
+    """Rows equal value for value, NaN equal to NaN (random search has no acceptance rate)."""
+    def canonical(value: object) -> object:
+        return "nan" if isinstance(value, float) and np.isnan(value) else value
+
+    return [{k: canonical(v) for k, v in row.items()} for row in one] == [
+        {k: canonical(v) for k, v in row.items()} for row in other]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
+    network = load_module(run["checkpoint"], expected=OpenSetClassifier).eval()
+    sets = reference_sets()
+    worst_cases = torch.load(run["out"] / "worst_cases.pt", weights_only=False)
+    rows = {(r["detector"], r["variation"], r["sampler"]): r for r in run["result"]["rows"]}
+    assert len(rows) == len(KAPPAS) * 2 * 2
+    seeds = sets["ood"][torch.arange(CHAINS) % sets["ood"].shape[0]]
+    variations = {"affine": AffineVariation(), "colour": ColourVariation(channels=1)}
+    scores = {k: {name: kappa_of(network, images, k) for name, images in sets.items()} for k in KAPPAS}
+    for (detector, variation, sampler), row in rows.items():
+        kappa = detector.rsplit("/", 1)[1]
+        found = worst_cases[f"{detector}|{variation}|{sampler}"]
+        worst = variations[variation](found["points"], seeds)
+        worst_kappa = kappa_of(network, worst, kappa)
+        # the energy of each worst case: -κ standardised on ID *validation* scores, σ with N - 1, + 1e-3
+        outlier = -scores[kappa]["id_validation"]
+        energy = (-worst_kappa - outlier.mean()) / (outlier.std(ddof=1) + 1e-3)
+        np.testing.assert_allclose(found["energy"].numpy(), energy, rtol=1e-4, atol=1e-4)
+        id_test, ood = scores[kappa]["id_test"], scores[kappa]["ood"]
+        labels = np.r_[np.ones(id_test.size), np.zeros(ood.size)]
+        assert row["clean auroc"] == pytest.approx(roc_auc_score(labels, np.r_[id_test, ood]), abs=1e-6)
+        labels = np.r_[np.ones(id_test.size), np.zeros(CHAINS)]
+        assert row["worst-case auroc"] == pytest.approx(roc_auc_score(labels, np.r_[id_test, worst_kappa]), abs=1e-6)
+        assert row["min rank"] == int((id_test > worst_kappa.max()).sum())
+        assert row["clean min rank"] == int((id_test > ood.max()).sum())
+        assert row["chains"] == CHAINS and row["steps"] == STEPS + 1
+        assert row["id test images"] == 4000 and row["ood test images"] == 1797
+        assert row["varied"] == ("brightness, contrast" if variation == "colour"
+                                 else "angle, translate_x, translate_y, scale, shear")
+        # the search found outliers the detector trusts at least as much as its random start
+        assert row["mean lowest energy"] <= row["mean start energy"]
+        if sampler == "random":
+            assert np.isnan(row["acceptance"])
+        else:
+            assert 0.0 < row["acceptance"] <= 1.0
+        # transferability: the worst cases found against this detector, scored by every detector
+        for other in KAPPAS:
+            other_name = detector.rsplit("/", 1)[0] + "/" + other
+            other_kappa = kappa_of(network, worst, other)
+            expected = roc_auc_score(labels, np.r_[scores[other]["id_test"], other_kappa])
+            assert run["result"]["transfer"][(variation, sampler)][detector][other_name] == pytest.approx(expected, abs=1e-6)
+
+
+def test_files_hold_the_returned_numbers(run: dict) -> None:
+    out = run["out"]
+    written = read_rows(out / "results.csv")
+    assert len(written) == len(run["result"]["rows"])
+    for line, row in zip(written, run["result"]["rows"], strict=True):
+        for key, value in row.items():
+            if isinstance(value, float) and np.isnan(value):
+                assert line[key] == "nan"
+            elif isinstance(value, float):
+                assert float(line[key]) == value
+            else:
+                assert line[key] == str(value)
+    assert "Energy standardisation on ID validation" in (out / "results.md").read_text()
+    transfer = read_rows(out / "transfer_colour_mh.csv")
+    matrix = run["result"]["transfer"][("colour", "mh")]
+    for line in transfer:
+        for other, value in matrix[line["searched against"]].items():
+            assert float(line[other]) == value
+    for name in ("transfer_affine_mh.png", "grids/demo-best_softmax__affine__mh.png",
+                 "traces/demo-best_max_logit__colour.png"):
+        assert (out / name).stat().st_size > 1000, name
+
+
+def test_resume_reruns_nothing_finished_and_gives_the_same_report(run: dict, capsys: pytest.CaptureFixture) -> None:
+    out = run["out"]
+    chain_files = sorted((out / "chains").glob("*/chains-*.pt"))
+    assert [p.name for p in chain_files] == ["chains-0000000-0000003.pt", "chains-0000004-0000007.pt",
+                                             "chains-0000008-0000008.pt"]
+    times = {p: p.stat().st_mtime_ns for p in chain_files}
+    chain_files[1].unlink()  # an interrupted run: one batch of chains missing
+    result = evaluate.main(options(run["checkpoint"], out) + CLI)
+    assert "chains 0-3, 8-8 have results" in capsys.readouterr().out
+    assert chain_files[1].is_file()
+    assert all(p.stat().st_mtime_ns == times[p] for p in (chain_files[0], chain_files[2]))  # not rerun
+    assert same_rows(result["rows"], run["result"]["rows"])
+    assert result["transfer"] == run["result"]["transfer"]
+
+
+def test_chains_do_not_depend_on_the_batch_size(run: dict, tmp_path: Path) -> None:
+    """Each chain draws the same random numbers in any batch (exact: test_samplers); through a network the
+    energies may differ in the last float32 bit between batch sizes (the convolution's blocking), so the
+    chains agree to float tolerance, and an acceptance decision flipped by 3e-8 is practically impossible."""
+    result = evaluate.main(options(run["checkpoint"], tmp_path / "out", per_batch=CHAINS) + CLI)
+    for row, reference in zip(result["rows"], run["result"]["rows"], strict=True):
+        for key, value in row.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(reference[key], abs=1e-5, nan_ok=True), key
+            else:
+                assert value == reference[key], key
+    one = torch.load(run["out"] / "worst_cases.pt", weights_only=False)
+    other = torch.load(tmp_path / "out" / "worst_cases.pt", weights_only=False)
+    for key in one:
+        torch.testing.assert_close(one[key]["points"], other[key]["points"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(one[key]["energy"], other[key]["energy"], atol=1e-5, rtol=0)
+        assert torch.equal(one[key]["best_step"], other[key]["best_step"]), key
+
+
+def test_two_processes_give_the_one_process_results(run: dict, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"})
+    command = [sys.executable, str(ROOT / "evaluate.py"), *options(run["checkpoint"], tmp_path / "out"),
+               "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--no-progress-bar",
+               "--wandb-mode", "disabled"]
+    # a hang (a rank skipping a collective) ends in the timeout instead of blocking the suite
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert (tmp_path / "out" / "results.csv").read_bytes() == (run["out"] / "results.csv").read_bytes()
+    one = torch.load(run["out"] / "worst_cases.pt", weights_only=False)
+    two = torch.load(tmp_path / "out" / "worst_cases.pt", weights_only=False)
+    assert one.keys() == two.keys()
+    for key in one:
+        for name in ("points", "energy", "best_step"):
+            assert torch.equal(one[key][name], two[key][name]), (key, name)
+
+
+def test_detector_refuses_nan_and_unstandardised_use() -> None:
+    class NaNNetwork(torch.nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return torch.full((images.shape[0], 3), float("nan"))
+
+    detector = Detector(NaNNetwork(), "max_logit", name="nan/max_logit")
+    with pytest.raises(RuntimeError, match="fit_standardisation"):
+        detector.energy(torch.zeros(2, 1, 4, 4))
+    detector.fit_standardisation(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="NaN scores"):
+        detector.energy(torch.zeros(2, 1, 4, 4))
+
+
+def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
+    detector = Detector.from_spec(str(demo_checkpoint), "softmax")
+    seeds = torch.rand(3, 1, 28, 28)
+    module = AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"mh": {}, "random": {}}, seeds)
+    assert module.pairs == [("affine", "mh"), ("affine", "random")]
+    with pytest.raises(ValueError, match="unknown samplers"):
+        AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"annealing": {}}, seeds)
+    with pytest.raises(ValueError, match="no search to run"):
+        AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"linf": {}}, seeds)
+    with pytest.raises(ValueError, match="needs an ensemble"):
+        Detector.from_spec(str(demo_checkpoint), "ensemble_mi")
+    with pytest.raises(SystemExit, match="--gan"):
+        evaluate.main(["adversarial", "--model", str(demo_checkpoint), "--variation", "gan", "--chains", "2",
+                       "--steps", "1", "--id-arg", "max_train_per_class=20", *CLI])
+
+
+def test_timm_detector_normalises_inside() -> None:
+    """The variations act on [0, 1] images; a timm model's own mean/std normalisation happens in the detector."""
+    import timm
+
+    detector = Detector.from_spec("timm:resnet10t", "max_logit", pretrained=False)
+    network = timm.create_model("resnet10t", pretrained=False)
+    network.load_state_dict(detector.network.state_dict())
+    network.eval()
+    config = timm.data.resolve_model_data_config(network)
+    assert detector.channel_mean.flatten().tolist() == pytest.approx(list(config["mean"]))
+    assert detector.channel_std.flatten().tolist() == pytest.approx(list(config["std"]))
+    images = torch.rand(3, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    mean = torch.tensor(config["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(config["std"]).view(1, 3, 1, 1)
+    with torch.no_grad():
+        expected = network((images - mean) / std).max(dim=1).values
+    torch.testing.assert_close(detector.scores(images), expected)
+    assert detector.name == "resnet10t/max_logit"

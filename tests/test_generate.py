@@ -1,0 +1,360 @@
+"""``evaluate.py generate`` (DESIGN.md §5.3): a generated set is reproducible, every manifest value can be
+recomputed from the generator, the ensemble and LPIPS, 2 processes write the same set as 1, and a set is
+written whole or not at all."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+import evaluate
+from datamodules.fashion_mnist import DEMO_KNOWN, FashionMNISTOpenSetDataModule, load_fashion_mnist
+from datamodules.generated import MANIFEST_COLUMNS, GeneratedDataset, IncompleteGeneratedSet
+from tests.conftest import ROOT, train_demo_checkpoint
+from tests.test_ddp_scenarios import DISTRIBUTED_ENV
+
+# No ImageNet weights on this machine: every generator and set here uses the random LPIPS backbone, asked for
+# by name; its warning says so once per construction.
+pytestmark = pytest.mark.filterwarnings(r"ignore:LPIPS\(alex, RANDOM backbone:UserWarning")
+
+CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
+MEMBER_SIZE = 28  # the ensemble members' input (the demo's Fashion-MNIST size); the generators make 32 px
+
+
+@functools.cache
+def train_generators(root: str) -> dict[str, Path | list[Path]]:
+    """Tiny ShiftGenerator and NearOODGenerator checkpoints (4 optimiser steps, 2 per network) with a 2-member
+    ensemble of demo classifiers; cached per folder so the benchmark tests reuse them in the same session."""
+    import pytorch_lightning as pl
+
+    from lightning_modules.generators import NearOODGenerator, ShiftGenerator
+
+    folder = Path(root)
+    members = [train_demo_checkpoint(folder / f"member{seed}", "softmax", steps=3, seed=seed) for seed in range(2)]
+    paths: dict[str, Path | list[Path]] = {"members": members}
+    for kind, generator_class in (("shift", ShiftGenerator), ("near_ood", NearOODGenerator)):
+        pl.seed_everything(0)
+        data = FashionMNISTOpenSetDataModule(train_negatives="exclude", image_size=32, max_train_per_class=16,
+                                             batch_size=8)
+        # No ImageNet weights on this machine: the random LPIPS backbone is asked for by name (not a
+        # perceptual distance; these tests check the plumbing and the arithmetic, not what LPIPS means).
+        model = generator_class(ensemble=[str(p) for p in members], lpips_net="alex", lpips_random_backbone=True,
+                                base_width=8)
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=4, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+        trainer.fit(model, datamodule=data)
+        paths[kind] = folder / f"{kind}.ckpt"
+        trainer.save_checkpoint(paths[kind])  # on_save_checkpoint records model_class and datamodule_class
+    return paths
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 shared cores: no oversubscription
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def generators(tmp_path_factory: pytest.TempPathFactory, one_thread: None) -> dict:
+    return train_generators(str(tmp_path_factory.getbasetemp() / "generators"))
+
+
+def seeded_random_lpips() -> torch.nn.Module:
+    """AlexNet LPIPS with the random backbone that ``evaluate.py`` builds (asked for by name: there are no
+    ImageNet weights here): the backbone comes from seed 0, so it is the same network in every process."""
+    from lightning_modules.perceptual import PerceptualDistance
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return PerceptualDistance("alex", random_backbone=True)
+
+
+def generate(checkpoint: Path, output: Path, *options: str) -> Path:
+    return evaluate.main(["generate", "--ckpt", str(checkpoint), "--output-dir", str(output), *options, *CLI])
+
+
+def manifest(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "manifest.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert tuple(reader.fieldnames or ()) == MANIFEST_COLUMNS
+        return list(reader)
+
+
+def column(rows: list[dict[str, str]], name: str, kind: type = int) -> list:
+    return [kind(row[name]) for row in rows]
+
+
+def pngs(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((folder / "images").iterdir())}
+
+
+def load_images(folder: Path) -> torch.Tensor:
+    return torch.load(folder / "images.pt", weights_only=True)
+
+
+def known_test_images(count: int, size: int = 32) -> tuple[np.ndarray, torch.Tensor, list[int]]:
+    """The first ``count`` in-distribution Fashion-MNIST test images read from the IDX files: their test-set
+    indices, the images in [0, 1] at ``size`` px and their labels (position in the known classes)."""
+    images, classes = load_fashion_mnist(FashionMNISTOpenSetDataModule()._folder(), "test")
+    indices = np.flatnonzero(np.isin(classes, DEMO_KNOWN))[:count]
+    pixels = torch.from_numpy(images[indices].copy()).float().div(255).unsqueeze(1)
+    if size != 28:
+        pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+    return indices, pixels, [DEMO_KNOWN.index(int(c)) for c in classes[indices]]
+
+
+def as_uint8(images: torch.Tensor) -> torch.Tensor:
+    return torch.round(images.clamp(0, 1) * 255).to(torch.uint8)
+
+
+def member_logits(members: list[Path], images: torch.Tensor) -> torch.Tensor:
+    """``(M, N, C)`` logits of every member loaded on its own, on images resized to the members' input."""
+    from lightning_modules.checkpoint import load_module
+    from lightning_modules.open_set_classifier import OpenSetClassifier
+
+    resized = F.interpolate(images, size=(MEMBER_SIZE, MEMBER_SIZE), mode="bilinear", align_corners=False,
+                            antialias=True)
+    with torch.no_grad():
+        return torch.stack([load_module(p, expected=OpenSetClassifier).eval()(resized) for p in members])
+
+
+def assert_pngs_are_the_tensor(folder: Path, images: torch.Tensor) -> None:
+    files = pngs(folder)
+    assert list(files) == [f"{i:06d}.png" for i in range(images.shape[0])]
+    for i, name in enumerate(files):
+        decoded = np.asarray(Image.open(folder / "images" / name))
+        assert np.array_equal(decoded, images[i, 0].numpy()), name
+
+
+# -- reproducibility --------------------------------------------------------------------------------------
+
+
+def test_same_seed_same_bytes_other_seed_other_near_ood_images(generators: dict, tmp_path: Path) -> None:
+    near = generators["near_ood"]
+    options = ("--num", "5", "--batch-size", "2", "--reference", "4")
+    first = generate(near, tmp_path / "first", *options, "--seed", "3")
+    again = generate(near, tmp_path / "again", *options, "--seed", "3")
+    other = generate(near, tmp_path / "other", *options, "--seed", "4")
+    assert (first / "images.pt").read_bytes() == (again / "images.pt").read_bytes()
+    assert (first / "manifest.csv").read_bytes() == (again / "manifest.csv").read_bytes()
+    assert (first / "info.json").read_bytes() == (again / "info.json").read_bytes()
+    assert pngs(first) == pngs(again) and len(pngs(first)) == 5
+    # image i comes from the seed base * 1_000_003 + i, so another base changes every image
+    assert column(manifest(first), "seed") == [3 * 1_000_003 + i for i in range(5)]
+    assert column(manifest(other), "seed") == [4 * 1_000_003 + i for i in range(5)]
+    differs = (load_images(first) != load_images(other)).flatten(1).any(dim=1)
+    assert differs.tolist() == [True] * 5
+    assert json.loads((other / "info.json").read_text())["seed"] == 4
+
+
+def test_shift_does_not_depend_on_the_seed(generators: dict, tmp_path: Path) -> None:
+    # the U-Net runs in eval mode (dropout off): each shifted image is a function of its source alone
+    shift = generators["shift"]
+    zero = generate(shift, tmp_path / "zero", "--num", "5", "--batch-size", "2", "--seed", "0")
+    seven = generate(shift, tmp_path / "seven", "--num", "5", "--batch-size", "2", "--seed", "7")
+    assert (zero / "images.pt").read_bytes() == (seven / "images.pt").read_bytes()
+    assert (zero / "manifest.csv").read_bytes() == (seven / "manifest.csv").read_bytes()
+    assert pngs(zero) == pngs(seven)
+    assert column(manifest(zero), "seed") == [-1] * 5
+
+
+# -- the manifest against independent recomputation -------------------------------------------------------
+
+
+def test_shift_manifest_matches_sources_sha256_lpips_and_mi(generators: dict, tmp_path: Path) -> None:
+    from lightning_modules.checkpoint import load_module
+    from metrics.ensemble import mutual_information_from_logits
+
+    checkpoint = generators["shift"]
+    folder = generate(checkpoint, tmp_path / "shift", "--num", "6", "--batch-size", "4")
+    rows, images = manifest(folder), load_images(folder)
+    assert images.dtype == torch.uint8 and images.shape == (6, 1, 32, 32) and len(rows) == 6
+    assert column(rows, "index") == list(range(6))
+    assert column(rows, "file", str) == [f"images/{i:06d}.png" for i in range(6)]
+    sha256 = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert column(rows, "generator_sha256", str) == [sha256] * 6
+    info = json.loads((folder / "info.json").read_text())
+    assert info["generator_sha256"] == sha256 and info["kind"] == "shift" and info["count"] == 6
+
+    indices, sources, labels = known_test_images(6)
+    assert column(rows, "source_index") == indices.tolist()  # the ID test images, in test-set order
+    assert column(rows, "source_label") == labels
+    module = load_module(checkpoint).eval()
+    with torch.no_grad():
+        shifted = module.generator(sources)
+        lpips = seeded_random_lpips()(sources, shifted)
+    assert (as_uint8(shifted).int() - images.int()).abs().max() <= 1  # rounding of equal floats aside
+    np.testing.assert_allclose(column(rows, "lpips", float), lpips.numpy(), rtol=0, atol=1e-5)
+    logits = member_logits(generators["members"], shifted)
+    mi = mutual_information_from_logits(logits)
+    np.testing.assert_allclose(column(rows, "mi", float), mi.numpy(), rtol=1e-4, atol=1e-8)
+    assert column(rows, "ensemble_prediction") == torch.softmax(logits, -1).mean(0).argmax(1).tolist()
+    assert_pngs_are_the_tensor(folder, images)
+    dataset = GeneratedDataset(folder)
+    assert dataset.labels.tolist() == labels and torch.equal(dataset.images, images)
+
+
+def test_near_ood_manifest_matches_seeds_nearest_lpips_and_mi(generators: dict, tmp_path: Path) -> None:
+    from lightning_modules.checkpoint import load_module
+    from metrics.ensemble import mutual_information_from_logits
+
+    checkpoint = generators["near_ood"]
+    folder = generate(checkpoint, tmp_path / "near", "--num", "5", "--batch-size", "2", "--reference", "6",
+                      "--seed", "2")
+    rows, images = manifest(folder), load_images(folder)
+    assert len(rows) == 5 and images.shape == (5, 1, 32, 32)
+    sha256 = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert column(rows, "generator_sha256", str) == [sha256] * 5
+    assert column(rows, "source_index") == [-1] * 5 and column(rows, "source_label") == [-1] * 5
+    seeds = [2 * 1_000_003 + i for i in range(5)]
+    assert column(rows, "seed") == seeds
+
+    module = load_module(checkpoint).eval()
+    latents = torch.stack([torch.randn(module.latent_dim, generator=torch.Generator().manual_seed(s)) for s in seeds])
+    _, references, _ = known_test_images(6)
+    lpips = seeded_random_lpips()
+    with torch.no_grad():
+        generated = module.generator(latents)
+        # brute force: every (image, reference) pair through LPIPS' own forward, then the nearest
+        pairs = torch.stack([lpips(generated, r.expand_as(generated)) for r in references], dim=1)
+    assert (as_uint8(generated).int() - images.int()).abs().max() <= 1
+    np.testing.assert_allclose(column(rows, "lpips", float), pairs.min(dim=1).values.numpy(), rtol=0, atol=1e-5)
+    logits = member_logits(generators["members"], generated)
+    np.testing.assert_allclose(column(rows, "mi", float), mutual_information_from_logits(logits).numpy(),
+                               rtol=1e-4, atol=1e-8)
+    assert column(rows, "ensemble_prediction") == torch.softmax(logits, -1).mean(0).argmax(1).tolist()
+    assert_pngs_are_the_tensor(folder, images)
+    info = json.loads((folder / "info.json").read_text())
+    assert info["kind"] == "near_ood" and info["reference_images"] == 6
+    assert info["ensemble"] == [str(p) for p in generators["members"]]
+    assert GeneratedDataset(folder).labels.tolist() == [-2] * 5
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+
+def test_two_processes_write_the_same_set_as_one(generators: dict, tmp_path: Path) -> None:
+    # 13 images in batches of 4 over 2 ranks: the distributed sampler pads rank 1 with a duplicate
+    options = ["--num", "13", "--batch-size", "4", "--reference", "5", "--seed", "1"]
+    one = generate(generators["near_ood"], tmp_path / "one", *options)
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"})
+    command = [sys.executable, str(ROOT / "evaluate.py"), "generate", "--ckpt", str(generators["near_ood"]),
+               "--output-dir", str(tmp_path / "two"), *options, "--accelerator", "cpu", "--devices", "2",
+               "--strategy", "ddp", "--no-progress-bar", "--wandb-mode", "disabled"]
+    # a hang (a rank skipping a collective) ends in the timeout instead of blocking the suite
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    two = tmp_path / "two"
+    assert len(manifest(two)) == 13  # the padding duplicate is not written
+    assert (two / "images.pt").read_bytes() == (one / "images.pt").read_bytes()
+    # the ranks batch other images together (rank 0: 0, 2, 4, 6), and a network's float32 result may differ in
+    # the last bit with the batch: MI and LPIPS agree to float tolerance, everything else exactly
+    for row_two, row_one in zip(manifest(two), manifest(one), strict=True):
+        for name in MANIFEST_COLUMNS:
+            if name in ("mi", "lpips"):
+                assert float(row_two[name]) == pytest.approx(float(row_one[name]), rel=1e-5, abs=1e-7), name
+            else:
+                assert row_two[name] == row_one[name], name
+    assert pngs(two) == pngs(one)
+
+
+# -- whole or not at all ---------------------------------------------------------------------------------
+
+
+def failing_png_writer(monkeypatch: pytest.MonkeyPatch, after: int) -> list[str]:
+    """Make PIL's ``Image.save`` fail (a full disk) after ``after`` files; returns the paths it wrote."""
+    written: list[str] = []
+    save = Image.Image.save
+
+    def flaky_save(self: Image.Image, fp: object, *args: object, **kwargs: object) -> None:
+        if len(written) == after:
+            raise OSError("No space left on device (simulated)")
+        written.append(str(fp))
+        save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(Image.Image, "save", flaky_save)
+    return written
+
+
+def test_an_interrupted_generation_leaves_no_set(generators: dict, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = tmp_path / "sets"
+    folder = parent / "shift"
+    written = failing_png_writer(monkeypatch, after=3)
+    with pytest.raises(OSError, match="No space left"):
+        generate(generators["shift"], folder, "--num", "6", "--batch-size", "4")
+    monkeypatch.undo()
+    # the PNG files went into a staging folder `.shift.*` next to the set, which is gone again
+    assert len(written) == 3 and all(Path(p).parent.parent.name.startswith(".shift.") for p in written)
+    assert not folder.exists()
+    assert list(parent.iterdir()) == []
+    with pytest.raises(IncompleteGeneratedSet, match=f"{re.escape(str(folder))} is not a complete generated set"):
+        GeneratedDataset(folder)
+
+
+def test_an_existing_set_is_kept_until_overwrite_replaces_it_whole(generators: dict, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    near = generators["near_ood"]
+    folder = tmp_path / "near"
+    generate(near, folder, "--num", "7", "--reference", "4", "--seed", "0")
+    before = {name: (folder / name).read_bytes() for name in ("images.pt", "manifest.csv", "info.json")}
+    with pytest.raises(FileExistsError, match=f"{re.escape(str(folder))} exists.*overwrite"):
+        generate(near, folder, "--num", "5", "--reference", "4", "--seed", "1")
+    # an interrupted overwrite leaves the old set whole
+    failing_png_writer(monkeypatch, after=2)
+    with pytest.raises(OSError, match="No space left"):
+        generate(near, folder, "--num", "5", "--reference", "4", "--seed", "1", "--overwrite")
+    monkeypatch.undo()
+    assert {name: (folder / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["near"]  # no staging folder left
+    assert len(GeneratedDataset(folder)) == 7
+
+    (folder / "stale.txt").write_text("from an older run")
+    generate(near, folder, "--num", "5", "--reference", "4", "--seed", "1", "--overwrite")
+    assert not (folder / "stale.txt").exists()
+    assert list(pngs(folder)) == [f"{i:06d}.png" for i in range(5)]  # images 5 and 6 of the old set are gone
+    assert column(manifest(folder), "seed") == [1_000_003 + i for i in range(5)]
+    assert json.loads((folder / "info.json").read_text())["count"] == 5
+    assert len(GeneratedDataset(folder)) == 5
+
+    (folder / "manifest.csv").unlink()  # a set broken by hand is not taken as complete either
+    with pytest.raises(IncompleteGeneratedSet, match=f"{re.escape(str(folder))}.*manifest.csv is missing"):
+        GeneratedDataset(folder)
+
+
+# -- bad inputs --------------------------------------------------------------------------------------------
+
+
+def test_generate_refuses_a_classifier_checkpoint(generators: dict, tmp_path: Path) -> None:
+    member = generators["members"][0]
+    with pytest.raises(SystemExit, match="RegularisedGenerator") as raised:
+        generate(member, tmp_path / "set", "--num", "2")
+    message = str(raised.value)
+    assert str(member) in message and "OpenSetClassifier" in message
+    assert not (tmp_path / "set").exists()
+
+
+def test_generate_refuses_a_missing_checkpoint_and_too_many_sources(generators: dict, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=f"checkpoint {re.escape(str(tmp_path / 'absent.ckpt'))} does not exist"):
+        generate(tmp_path / "absent.ckpt", tmp_path / "set", "--num", "2")
+    # the demo has 4000 in-distribution test images (1000 of each known class) to shift
+    with pytest.raises(SystemExit, match="--num 4001: the data has only 4000 in-distribution test images"):
+        generate(generators["shift"], tmp_path / "set", "--num", "4001")
+    assert not (tmp_path / "set").exists()

@@ -1,0 +1,106 @@
+"""The generators under 2-process CPU DDP (tests/generator_scenarios.py): the ranks end with identical
+networks, and a resume from ``last.ckpt`` continues from the saved step and weights."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, train_demo_checkpoint
+
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    # the machine's two cores are shared: intra-op threads only contend for them
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    root = tmp_path_factory.mktemp("members")
+    return [str(train_demo_checkpoint(root / f"m{seed}", "eos", steps=2, seed=seed)) for seed in range(2)]
+
+
+def run_scenario(kind: str, members: list[str], out: Path, *, steps: int, resume: Path | None = None
+                 ) -> list[dict[str, Any]]:
+    """Run the scenario on 2 gloo processes; return what each rank saved."""
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"})
+    command = [sys.executable, "-m", "tests.generator_scenarios", "--kind", kind, "--devices", "2",
+               "--steps", str(steps), "--members", *members, "--out", str(out)]
+    if resume is not None:
+        command += ["--resume", str(resume)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # a hang (a rank skipping a collective) ends in the timeout instead of blocking the suite
+    result = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return [torch.load(out.with_suffix(f".rank{rank}.pt"), weights_only=False) for rank in range(2)]
+
+
+def parameters(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The trained parameters, without the batch-norm running statistics.
+
+    Under DDP the statistics are not averaged: DDP broadcasts rank 0's buffers at the start of each forward,
+    then every rank updates them with its own batch, so after the last step they legitimately differ
+    between ranks. The parameters are updated with all-reduced gradients and must be equal.
+    """
+    return {k: v for k, v in weights.items() if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))}
+
+
+def assert_equal(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> None:
+    assert left.keys() == right.keys()
+    for name, value in left.items():
+        assert torch.equal(value, right[name]), name
+
+
+def assert_trained(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> None:
+    """Both networks moved (the run did train them)."""
+    changed = {k.split(".")[0] for k, v in after.items() if not torch.equal(v, before[k])}
+    assert changed == {"generator", "discriminator"}
+
+
+def train_on_two_ranks(kind: str, members: list[str], directory: Path) -> dict[str, torch.Tensor]:
+    """2 training steps on 2 ranks: the ranks agree; returns rank 0's final weights (those checkpointed)."""
+    first = run_scenario(kind, members, directory / "result.pt", steps=2)
+    for rank in first:  # 2 training steps, each a D and a G optimiser step
+        assert (rank["start_global_step"], rank["global_step"]) == (0, 4)
+    # the same initial networks on both ranks, and the same trained parameters
+    assert_equal(first[0]["start_weights"], first[1]["start_weights"])
+    trained = parameters(first[0]["weights"])
+    assert_equal(trained, parameters(first[1]["weights"]))
+    assert_trained(trained, first[0]["start_weights"])
+    return first[0]["weights"]
+
+
+# the same Lightning machinery as the shift generator's run below; two more process start-ups (about 40 s)
+@pytest.mark.slow
+def test_near_ood_ranks_agree(members: list[str], tmp_path: Path) -> None:
+    train_on_two_ranks("near_ood", members, tmp_path)
+
+
+def test_shift_ranks_agree_and_a_resume_continues_from_the_checkpoint(members: list[str], tmp_path: Path) -> None:
+    weights = train_on_two_ranks("shift", members, tmp_path / "first")
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=False)
+    assert saved["global_step"] == 4
+    assert set(saved["state_dict"]) == set(weights)  # the two networks only: no LPIPS, no ensemble
+    assert_equal(saved["state_dict"], weights)  # rank 0 writes the checkpoint
+
+    resumed = run_scenario("shift", members, tmp_path / "resumed" / "result.pt", steps=3, resume=last)
+    for rank in resumed:  # one more training step from the saved one, starting from the saved weights
+        assert (rank["start_global_step"], rank["global_step"]) == (4, 6)
+        assert_equal(rank["start_weights"], saved["state_dict"])
+    assert_equal(parameters(resumed[0]["weights"]), parameters(resumed[1]["weights"]))
+    assert_trained(parameters(resumed[0]["weights"]), saved["state_dict"])
