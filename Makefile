@@ -73,7 +73,7 @@ demo-generated: setup
 
 # Adversarial evaluation (EvG, Yoon et al.): the plain GAN on the digits (the GAN-latent variation model), then
 # MH and random search over affine, colour and GAN-latent variations of the digits against the demo's model
-# (softmax, max-logit, entropy, energy) and the ensemble's MI. Needs the ensemble of demo-generated.
+# (softmax, max-logit, energy) and the ensemble's MI. Needs the ensemble of demo-generated.
 demo-adversarial: setup
 	$(PY) train.py fit --config configs/generators/digits_gan.yaml --checkpoint_dir runs/demo/generators/digits_gan
 	$(PY) evaluate.py adversarial --config configs/evaluate/fashion_adversarial.yaml --accelerator cpu --devices 1 \

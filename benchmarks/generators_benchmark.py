@@ -41,7 +41,7 @@ def ensemble_forward() -> str:
              "|---|---|---|---|---|---|"]
     for kind, images in (("small_cnn", torch.rand(256, 1, 28, 28)), ("resnet18", torch.rand(16, 3, 112, 112))):
         nets = members(kind, 5)
-        ensemble = DeepEnsemble(nets)
+        ensemble = DeepEnsemble(nets, batched=True)  # the vmap path (the CPU default is the member loop)
         with torch.no_grad():
             batched = best_time(lambda e=ensemble, x=images: e(x))
             loop = best_time(lambda n=nets, x=images: [m(x)[0] for m in n])

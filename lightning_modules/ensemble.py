@@ -5,7 +5,10 @@ Mukhoti et al. regularise their generators with the mutual information of a pre-
 with different seeds (initialisation and data order; ``python train.py ensemble``), so every existing
 evaluation works on each member. :class:`DeepEnsemble` loads M of them, frozen, and returns ``(M, N, C)``
 logits in one call: members of identical architecture run as one batched forward (``torch.func``'s
-``stack_module_state`` + ``functional_call`` under ``vmap``), not a Python loop over members.
+``stack_module_state`` + ``functional_call`` under ``vmap``), not a Python loop over members. On the CPU
+``vmap`` over convolutions is slower than running the members one after the other (about 2x for 5 demo
+CNNs, ``benchmarks/RESULTS.md``), so ``batched=None`` (the default) takes ``vmap`` on accelerators and
+the member loop on the CPU; ``batched=True`` / ``False`` forces one. Both give the same logits.
 
 The ensemble is a fixed scorer: its weights are non-persistent buffers (they never get gradients or
 optimiser state and do not enter the checkpoint of a module that holds it; that module records the member
@@ -94,9 +97,10 @@ class DeepEnsemble(nn.Module):
 
     def __init__(
         self, members: Sequence[nn.Module], *, background: bool = False, num_classes: int | None = None,
-        paths: Sequence[str] = (), input_size: int | None = None,
+        paths: Sequence[str] = (), input_size: int | None = None, batched: bool | None = None,
     ) -> None:
         super().__init__()
+        self.batched = batched
         if not members:
             raise ValueError("an ensemble needs at least one member")
         wrapped = [_Logits(copy.deepcopy(m)).eval() for m in members]
@@ -155,7 +159,10 @@ class DeepEnsemble(nn.Module):
         return {name: getattr(self, self._slots[f"{kind}:{name}"]) for name in self._names[kind]}
 
     def forward(self, images: Tensor) -> Tensor:
-        """``(N, ...)`` images -> ``(M, N, C)`` logits, all members in one vmapped call."""
+        """``(N, ...)`` images -> ``(M, N, C)`` logits: all members in one vmapped call (or, on the CPU unless
+        ``batched=True``, one member after the other: faster there)."""
+        if self.batched is False or (self.batched is None and images.device.type == "cpu"):
+            return torch.stack([self.member_forward(m, images) for m in range(self.num_members)])
         base = self._base[0]
 
         def member(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:

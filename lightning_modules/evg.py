@@ -16,13 +16,16 @@ The report is the job of :class:`callbacks.AdversarialReport`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lightning_modules.ensemble import DeepEnsemble
 from lightning_modules.samplers import SAMPLERS, SearchResult
 from lightning_modules.scoring import load_scoring_network, penultimate_features, weights_fingerprint
 from lightning_modules.variations import PixelPerturbation
@@ -47,6 +50,10 @@ class Detector(nn.Module):
                  normalisation: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
         super().__init__()
         self.network = network.eval().requires_grad_(False)
+        if not isinstance(network, DeepEnsemble):  # its weights are stacked buffers, not modules
+            # channels-last convolution weights: oneDNN (CPU) runs the demo's CNN about 1.6x faster with
+            # them, and it is the fast layout of convolutions with mixed precision on GPUs
+            self.network.to(memory_format=torch.channels_last)
         self.kappa = get_kappa(kappa) if isinstance(kappa, str) else kappa
         self.name, self.background = name, background
         self.kappa_args = self.kappa.parameters(**(kappa_args or {}))
@@ -177,6 +184,7 @@ class AdversarialSearch(pl.LightningModule):
         """``{"chains": (B,), "results": {(detector, variation, sampler): {...}}}`` for chain indices ``(B,)``."""
         chains = batch.to(self.device).long().view(-1)
         results: dict[tuple[str, str, str], dict[str, Tensor]] = {}
+        started, total = time.perf_counter(), len(self.pairs) * len(self.detectors)
         for variation_name, sampler in self.pairs:
             variation = self.variations[variation_name]
             seeds = self.seeds_of(chains) if variation.conditional else None
@@ -191,4 +199,6 @@ class AdversarialSearch(pl.LightningModule):
                     "calls": torch.tensor(found.calls), "trace_steps": found.trace_steps.cpu(),
                     "trace_energy": found.trace_energy.cpu(), "trace_best": found.trace_best.cpu(), **scored,
                 }
+                rank_zero_info(f"chains {int(chains[0])}-{int(chains[-1])}: search {len(results)}/{total} "
+                               f"({name}, {variation_name}, {sampler}) done, {time.perf_counter() - started:.0f} s")
         return {"chains": chains.cpu(), "results": results}

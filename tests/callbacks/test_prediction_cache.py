@@ -50,14 +50,29 @@ def _sharded(rank: int, world_size: int, n: int, batch_size: int):
                            batch_size=batch_size)
 
 
-@pytest.mark.parametrize(("n", "batch_size"), [(1, 4), (7, 2)])  # fewer samples than ranks; uneven shards
-def test_two_processes_equal_one_process(n, batch_size):
+CASES = [(1, 4), (7, 2)]  # fewer samples than ranks; uneven shards
+
+
+def _sharded_each(rank: int, world_size: int, cases: list[tuple[int, int]]):
+    """Every case in turn, in one pair of processes (starting processes is most of the cost)."""
+    return [_sharded(rank, world_size, n, batch_size) for n, batch_size in cases]
+
+
+@pytest.fixture(scope="module")
+def distributed_results() -> list[list]:
+    return run_distributed(_sharded_each, CASES)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_two_processes_equal_one_process(case, distributed_results):
+    n, batch_size = CASES[case]
     data = dataset(n)
     images = torch.stack([data[i].image for i in range(n)])
     expected = step(images)
     single = _sharded(0, 1, n, batch_size)
     torch.testing.assert_close(single["logits"], expected["logits"], rtol=0, atol=0)
-    for result in run_distributed(_sharded, n, batch_size):
+    for per_rank in distributed_results:
+        result = per_rank[case]
         assert result["targets"].tolist() == data.labels.tolist()
         for key in ("logits", "scores"):
             assert torch.equal(result[key], single[key])

@@ -27,9 +27,10 @@ def members(count: int, **kwargs) -> list[OpenSetClassifier]:
     return models
 
 
-def test_batched_forward_equals_the_member_loop():
+@pytest.mark.parametrize("batched", [True, None])  # vmap, and the CPU default (the member loop)
+def test_batched_forward_equals_the_member_loop(batched):
     models = members(3)
-    ensemble = DeepEnsemble([m.network for m in models])
+    ensemble = DeepEnsemble([m.network for m in models], batched=batched)
     images = torch.rand(6, 1, 28, 28)
     with torch.no_grad():
         batched = ensemble(images)

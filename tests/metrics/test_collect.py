@@ -55,20 +55,35 @@ def _gather(rank: int, world_size: int, shards: dict[int, list[int]]):
         return str(error)
 
 
-@pytest.mark.parametrize("shards", [
+SHARDINGS = [
     {0: [0, 2, 4], 1: [1, 3]},  # uneven shards
     {0: [0, 1, 2, 3, 4]},  # rank 1 has no sample at all (N-way data on fewer ranks)
     {1: [4, 3, 2, 1, 0, 2]},  # rank 0 has none; rank 1 holds a duplicate
     {1: [3]},  # one sample: gather keeps its sample dimension (compute() would squeeze it)
-])
-def test_two_processes_with_uneven_and_empty_ranks_equal_one_process(shards):
-    results = run_distributed(_gather, shards)
+    {},  # no rank has data: every rank fails with the reason, none hangs
+]
+
+
+def _gather_each(rank: int, world_size: int, shardings: list[dict[int, list[int]]]):
+    """Every sharding in turn, in one pair of processes (starting processes is most of the cost)."""
+    return [_gather(rank, world_size, shards) for shards in shardings]
+
+
+@pytest.fixture(scope="module")
+def gathered() -> list[list]:
+    """Per rank, the result of each sharding of SHARDINGS."""
+    return run_distributed(_gather_each, SHARDINGS)
+
+
+@pytest.mark.parametrize("case", range(len(SHARDINGS) - 1))
+def test_two_processes_with_uneven_and_empty_ranks_equal_one_process(case, gathered):
+    shards = SHARDINGS[case]
     expected = sorted({i for indices in shards.values() for i in indices})
-    for values, target in results:
+    for per_rank in gathered:
+        values, target = per_rank[case]
         assert values.dtype == torch.float64 and target.dtype == torch.long
         assert torch.equal(values, VALUES[expected]) and torch.equal(target, TARGETS[expected])
 
 
-def test_no_rank_with_data_fails_on_every_rank_without_hanging():
-    results = run_distributed(_gather, {})
-    assert all("before any update" in result for result in results)
+def test_no_rank_with_data_fails_on_every_rank_without_hanging(gathered):
+    assert all("before any update" in per_rank[-1] for per_rank in gathered)
