@@ -129,6 +129,7 @@ class DeepEnsemble(nn.Module):
                 self._slots[f"{kind}:{name}"] = slot
                 self.register_buffer(slot, tensors[name].detach().clone(), persistent=False)
         self._base = [copy.deepcopy(wrapped[0]).to("meta")]  # a list: not a registered submodule
+        self._cpu_members: tuple[tuple, list[nn.Module]] | None = None
         self.train(False)
 
     @classmethod
@@ -162,13 +163,30 @@ class DeepEnsemble(nn.Module):
         """``(N, ...)`` images -> ``(M, N, C)`` logits: all members in one vmapped call (or, on the CPU unless
         ``batched=True``, one member after the other: faster there)."""
         if self.batched is False or (self.batched is None and images.device.type == "cpu"):
-            return torch.stack([self.member_forward(m, images) for m in range(self.num_members)])
+            return torch.stack([member(images) for member in self._member_modules(images.device)])
         base = self._base[0]
 
         def member(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
             return functional_call(base, (params, buffers), (x,))
 
         return torch.vmap(member, in_dims=(0, 0, None))(self._stacked("params"), self._stacked("buffers"), images)
+
+    def _member_modules(self, device: torch.device) -> list[nn.Module]:
+        """The members as frozen modules with their own weights (channels-last convolutions: oneDNN runs the
+        demo's CNN about 1.6x faster with them and caches their reordered weights across calls), rebuilt
+        from the stacked buffers whenever those move or change."""
+        stacked = self._stacked("params")
+        key = (str(device), tuple(t.data_ptr() for t in stacked.values()), tuple(t._version for t in stacked.values()))
+        if self._cpu_members is None or self._cpu_members[0] != key:
+            buffers = self._stacked("buffers")
+            modules = []
+            for index in range(self.num_members):
+                module = copy.deepcopy(self._base[0]).to_empty(device=device)
+                module.load_state_dict({**{k: v[index] for k, v in stacked.items()},
+                                        **{k: v[index] for k, v in buffers.items()}})
+                modules.append(module.to(memory_format=torch.channels_last).eval().requires_grad_(False))
+            self._cpu_members = (key, modules)
+        return self._cpu_members[1]
 
     def member_forward(self, index: int, images: Tensor) -> Tensor:
         """One member's logits ``(N, C)`` (for checks and per-member evaluation)."""
