@@ -93,6 +93,7 @@ test-all: setup
 benchmark: setup
 	$(PY) -m benchmarks.oscr_benchmark
 	$(PY) -m benchmarks.severity_benchmark
+	$(PY) -m benchmarks.training_overhead
 	$(PY) -m benchmarks.generators_benchmark
 	$(PY) -m benchmarks.evg_sampler --write
 

@@ -478,6 +478,15 @@ def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-progress-bar", action="store_true")
 
 
+def add_detector_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config``, ``--model`` and ``--kappa``: the detectors of the commands that evaluate several."""
+    parser.add_argument("--config", default=None, help="a YAML file of these options (flags override it)")
+    parser.add_argument("--model", nargs="+", default=None,
+                        help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
+    parser.add_argument("--kappa", nargs="+", default=["softmax"],
+                        help="κ names; ensemble_* apply to ensemble models, the others to single models")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -525,11 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="datamodule argument")
     add_trainer_arguments(generate)
     generated = commands.add_parser("generated", help="detectors on generated near-OOD and shifted sets")
-    generated.add_argument("--config", default=None, help="a YAML file of these options (flags override it)")
-    generated.add_argument("--model", nargs="+", default=None,
-                           help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
-    generated.add_argument("--kappa", nargs="+", default=["softmax"],
-                           help="κ names; ensemble_* apply to ensemble models, the others to single models")
+    add_detector_arguments(generated)
     generated.add_argument("--id", default="fashion", help="fashion, or a checkpoint whose datamodule gives the ID test set")
     generated.add_argument("--id-arg", action="append", default=[], metavar="KEY=VALUE")
     generated.add_argument("--near-ood", nargs="*", default=[], help="generated near-OOD set folders")
@@ -549,11 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     generated.add_argument("--no-plots", action="store_true")
     add_trainer_arguments(generated)
     adversarial = commands.add_parser("adversarial", help="worst-case outliers of detectors by MCMC (EvG)")
-    adversarial.add_argument("--config", default=None, help="a YAML file of these options (flags override it)")
-    adversarial.add_argument("--model", nargs="+", default=None,
-                             help="timm:<name>, torchvision:<name>, a train.py checkpoint or ensemble:<members file>")
-    adversarial.add_argument("--kappa", nargs="+", default=["softmax"],
-                             help="κ names; ensemble_* apply to ensemble models, the others to single models")
+    add_detector_arguments(adversarial)
     adversarial.add_argument("--kappa-arg", action="append", default=[], metavar="KAPPA.NAME=VALUE")
     adversarial.add_argument("--id", default="fashion", help="fashion, or a checkpoint whose datamodule gives the "
                              "ID validation and test sets")

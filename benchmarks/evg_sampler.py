@@ -289,17 +289,19 @@ def similar(a: Measurement, b: Measurement) -> bool:
 
 def random_numbers_ms(method: str, chains: int, dim: int, *, calls: int = 50, repeat: int = 3) -> float:
     """Milliseconds per step of one sampler's random numbers alone for ``chains`` chains (best of ``repeat``
-    rounds of ``calls`` steps): the batched sampler's proposal normals and acceptance uniforms
-    (``chain_normal`` + ``chain_uniform``), or the loop's NumPy normals and uniforms made tensors."""
-    from lightning_modules.samplers import STREAM_ACCEPT, STREAM_PROPOSAL, chain_normal, chain_uniform
+    rounds of ``calls`` steps): the batched sampler's proposal normals and acceptance uniforms as it draws
+    them (``ChainNumbers``: a block of up to 64 steps at a time), or the loop's NumPy normals and uniforms
+    made tensors."""
+    from lightning_modules.samplers import STREAM_ACCEPT, STREAM_PROPOSAL, ChainNumbers
 
     index = torch.arange(chains)
     rng = np.random.default_rng(SEED)
 
     def batched() -> None:
+        numbers = ChainNumbers(SEED, index)
         for step in range(1, calls + 1):
-            chain_normal(SEED, index, step, STREAM_PROPOSAL, dim).float()
-            chain_uniform(SEED, index, step, STREAM_ACCEPT, 1).view(-1)
+            numbers.normal(step, STREAM_PROPOSAL, dim, last_step=calls).float()
+            numbers.uniform(step, STREAM_ACCEPT, 1, last_step=calls).view(-1)
 
     def reference() -> None:
         for _ in range(calls):
@@ -379,7 +381,8 @@ def interpretation(rows: list[dict[str, Any]]) -> list[str]:
             f"{_span([_ms_per_step(row['batched'], row['steps']) for row in toy], '.2f')} ms per step against the "
             f"loop's {_span([_ms_per_step(row['reference'], row['steps']) for row in toy], '.2f')} ms, so it is "
             f"{word} ({_span(ratios, '.2f')}x the loop's chain-steps/s). Its counter-based random numbers alone "
-            f"(`chain_normal` + `chain_uniform`, a few hundred small int64 tensor operations per step) take "
+            f"(proposal normals and acceptance uniforms, a few hundred small int64 tensor operations per block of "
+            f"up to 64 steps) take "
             f"{_span([row['batched'].random_ms for row in toy], '.2f')} ms per step for "
             f"{_span([row['chains'] for row in toy], 'd')} chains (timed alone in the same process right after), "
             f"{_span(shares, '.0%')} of its step, against {_span([row['reference'].random_ms for row in toy], '.3f')} "

@@ -69,6 +69,16 @@ def _check_bounds(name: str, bounds: tuple[float, float]) -> tuple[float, float]
     return low, high
 
 
+def _unit_point(parameters: tuple[tuple[str, tuple[float, float], float], ...]) -> Tensor:
+    """The point of ``[0, 1]^D`` whose linear map gives each ``(name, bounds, value)``'s value."""
+    values = []
+    for name, bounds, value in parameters:
+        if not bounds[0] <= value <= bounds[1]:
+            raise ValueError(f"{name} bounds {bounds} exclude the identity {value}")
+        values.append(0.5 if bounds[0] == bounds[1] else (value - bounds[0]) / (bounds[1] - bounds[0]))
+    return torch.tensor(values)
+
+
 def _check_points(points: Tensor, images: Tensor | None, dim: int, name: str) -> None:
     if points.ndim != 2 or points.shape[1] != dim:
         raise ValueError(f"{name} takes points of shape (chains, {dim}), got {tuple(points.shape)}")
@@ -113,14 +123,9 @@ class AffineVariation(nn.Module):
 
     def identity_point(self) -> Tensor:
         """Rotation 0, translation 0, scale 1, shear 0 (each must lie within its bounds)."""
-        values = []
-        for name, bounds, identity in (("angle", self.angle, 0.0), ("translation", self.translation, 0.0),
-                                       ("translation", self.translation, 0.0), ("scale", self.scale, 1.0),
-                                       ("shear", self.shear, 0.0)):
-            if not bounds[0] <= identity <= bounds[1]:
-                raise ValueError(f"{name} bounds {bounds} exclude the identity {identity}")
-            values.append(0.5 if bounds[0] == bounds[1] else (identity - bounds[0]) / (bounds[1] - bounds[0]))
-        return torch.tensor(values)
+        return _unit_point((("angle", self.angle, 0.0), ("translation", self.translation, 0.0),
+                            ("translation", self.translation, 0.0), ("scale", self.scale, 1.0),
+                            ("shear", self.shear, 0.0)))
 
     def parameters_of(self, points: Tensor, height: int, width: int) -> dict[str, Tensor]:
         """Transform parameters ``(chains,)`` each: degrees, pixels, factor, degrees."""
@@ -245,13 +250,8 @@ class ColourVariation(nn.Module):
         return 4
 
     def identity_point(self) -> Tensor:
-        values = []
-        for name, bounds, identity in (("brightness", self.brightness, 1.0), ("contrast", self.contrast, 1.0),
-                                       ("saturation", self.saturation, 1.0), ("hue", self.hue, 0.0)):
-            if not bounds[0] <= identity <= bounds[1]:
-                raise ValueError(f"{name} bounds {bounds} exclude the identity {identity}")
-            values.append(0.5 if bounds[0] == bounds[1] else (identity - bounds[0]) / (bounds[1] - bounds[0]))
-        return torch.tensor(values)
+        return _unit_point((("brightness", self.brightness, 1.0), ("contrast", self.contrast, 1.0),
+                            ("saturation", self.saturation, 1.0), ("hue", self.hue, 0.0)))
 
     def parameters_of(self, points: Tensor) -> dict[str, Tensor]:
         return {name: _linear(points[:, i], bounds) for i, (name, bounds) in enumerate(

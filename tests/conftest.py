@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from datamodules.protocols import imagenet_protocol
@@ -90,3 +92,13 @@ def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bg_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A background-class checkpoint of the demo (``.../bg/checkpoints/best.ckpt``, 5 logits for 4 classes)."""
     return train_demo_checkpoint(tmp_path_factory.mktemp("checkpoint") / "bg", "bg", steps=15)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for a module's tests: the machine's two cores are shared, and with several
+    threads per process (the DDP tests run two) they only contend for them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -26,6 +26,8 @@ from lightning_modules.variations import AffineVariation, ColourVariation
 from tests.conftest import ROOT
 from tests.test_ddp_scenarios import DISTRIBUTED_ENV
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
 CHAINS, STEPS = 9, 12
 KAPPAS = ("softmax", "max_logit")
@@ -37,13 +39,6 @@ def options(checkpoint: Path, out: Path, per_batch: int = 4) -> list[str]:
             "--chains", str(CHAINS), "--steps", str(STEPS), "--chains-per-batch", str(per_batch), "--seed", "3",
             "--trace-every", "5", "--output-dir", str(out)]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's two cores are shared: intra-op threads only contend
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -61,13 +60,6 @@ def train_generators(root: str) -> dict[str, Path | list[Path]]:
         trainer.save_checkpoint(paths[kind])  # on_save_checkpoint records model_class and datamodule_class
     return paths
 
-
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores: no oversubscription
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

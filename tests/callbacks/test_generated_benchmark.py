@@ -5,7 +5,6 @@ own outputs on the same images."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +31,6 @@ KAPPAS = ["softmax", "entropy", "ensemble_mi", "ensemble_softmax"]
 REFERENCE = 2  # ID test images the nearest-image LPIPS searches (the brute force below costs 2 s each)
 SETS = ("id_test", "near_ood:near", "shift:shift", "real:fashion:unknown", "real:digits")
 
-
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores: no oversubscription
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ perceptual one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +23,11 @@ from lightning_modules.generators import FIXED_SAMPLES, NearOODGenerator, Regula
 from tests.conftest import train_demo_checkpoint
 
 # the random LPIPS backbone is asked for by name in every test: its warning says nothing new here
-pytestmark = pytest.mark.filterwarnings("ignore:LPIPS\\(alex, RANDOM backbone")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:LPIPS\\(alex, RANDOM backbone")]
 
 KINDS = ("shift", "near_ood")
 BATCH = 8
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    # the machine's two cores are shared: intra-op threads only contend for them
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
