@@ -79,9 +79,7 @@ class AdversarialReport(pl.Callback):
     # -- the run's identity and its finished batches ----------------------------------------------
 
     def run_key(self, module: Any) -> str:
-        """A digest of everything a chain's result depends on; ``""``-free only when the ID validation images
-        can be fingerprinted (otherwise a random key: nothing is resumed)."""
-        id_validation = self.data.fingerprint("id_validation")
+        """A digest of everything a chain's result depends on (the same in every process)."""
         seeds = module.seed_images
         return digest({
             "detectors": {name: [d.fingerprint(), d.kappa.name, d.kappa_args, d.background,
@@ -89,7 +87,7 @@ class AdversarialReport(pl.Callback):
             "variations": {name: _variation_config(v) for name, v in module.variations.items()},
             "samplers": module.sampler_args, "pairs": module.pairs, "steps": module.steps, "seed": module.seed,
             "trace_every": module.trace_every, "seed_images": tensors_fingerprint({"seeds": seeds}),
-            "id_validation": id_validation if id_validation is not None else f"unfingerprinted-{time.time_ns()}",
+            "id_validation": self.data.fingerprint("id_validation"),
         })
 
     def chain_dir(self, module: Any) -> Path:
@@ -131,15 +129,15 @@ class AdversarialReport(pl.Callback):
         fingerprint = self.data.fingerprint(split)
         key = digest({"model": detector.fingerprint(), "kappa": detector.kappa.name, "args": detector.kappa_args,
                       "background": detector.background, "normalisation": detector.channel_mean.tolist(),
-                      "data": fingerprint, "precision": str(trainer.precision)}) if fingerprint else None
+                      "data": fingerprint, "precision": str(trainer.precision)})
         name = f"{slug(detector.name)}-{split}"
-        cached = self.cache.load_on_rank_zero(trainer, name, key, rows=len(dataset)) if key else None
+        cached = self.cache.load_on_rank_zero(trainer, name, key, rows=len(dataset))
         if cached is not None:
             return cached["kappa"]
         outputs = sharded_outputs(trainer, dataset, lambda images: {"kappa": detector.scores(images)}, keys=["kappa"],
                                   batch_size=self.data.batch_size, num_workers=self.data.num_workers,
                                   device=pl_module.device)
-        if key and trainer.is_global_zero:
+        if trainer.is_global_zero:
             self.cache.save(name, key, outputs, {"detector": detector.name, "split": split})
         return outputs["kappa"]
 

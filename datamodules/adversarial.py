@@ -60,11 +60,18 @@ class AdversarialData:
             if len(dataset) == 0:
                 raise ValueError(f"the adversarial evaluation's {name} set is empty")
         self.batch_size, self.num_workers = batch_size, num_workers
-        self._fingerprints: dict[str, str | None] = {}
+        self._fingerprints: dict[str, str] = {}
 
-    def fingerprint(self, name: str) -> str | None:
+    def fingerprint(self, name: str) -> str:
+        """A digest of a set's images: from its files or tensors (:func:`dataset_fingerprint`), or, for a data
+        set of another kind, from every image it yields (one pass; deterministic, so every process agrees)."""
         if name not in self._fingerprints:
-            self._fingerprints[name] = dataset_fingerprint(self.sets[name])
+            fingerprint = dataset_fingerprint(self.sets[name])
+            if fingerprint is None:
+                dataset = self.sets[name]
+                fingerprint = digest([tensors_fingerprint({"image": dataset[i].image, "target": torch.as_tensor(
+                    dataset[i].target)}) for i in range(len(dataset))])
+            self._fingerprints[name] = fingerprint
         return self._fingerprints[name]
 
     def seed_images(self, count: int) -> torch.Tensor:

@@ -250,3 +250,33 @@ def test_timm_detector_normalises_inside() -> None:
         expected = network((images - mean) / std).max(dim=1).values
     torch.testing.assert_close(detector.scores(images), expected)
     assert detector.name == "resnet10t/max_logit"
+
+
+def test_sets_of_any_kind_are_fingerprinted_by_their_images() -> None:
+    """The run key (resume) and the score cache need the same digest in every process, also for a data set
+    that is neither files nor tensors: its images are hashed."""
+    from datamodules.adversarial import AdversarialData, dataset_fingerprint
+    from datamodules.base import TensorImageDataset
+    from datamodules.batch import Sample
+
+    class Listed(torch.utils.data.Dataset):
+        def __init__(self, images: torch.Tensor) -> None:
+            self.images = images
+
+        def __len__(self) -> int:
+            return len(self.images)
+
+        def __getitem__(self, index: int) -> Sample:
+            return Sample(self.images[index], -2, index)
+
+    images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    tensors = TensorImageDataset(images, torch.zeros(4, dtype=torch.long))
+    assert dataset_fingerprint(Listed(images)) is None
+
+    def fingerprint(ood: torch.utils.data.Dataset) -> str:
+        return AdversarialData(id_validation=tensors, id_test=tensors, ood=ood).fingerprint("ood")
+
+    assert fingerprint(Listed(images)) == fingerprint(Listed(images.clone()))
+    changed = images.clone()
+    changed[2, 0, 3, 3] += 0.5
+    assert fingerprint(Listed(changed)) != fingerprint(Listed(images))
