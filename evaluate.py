@@ -379,7 +379,10 @@ def run_adversarial(args: argparse.Namespace) -> dict[str, Any]:
     if not args.model:
         raise SystemExit("give at least one --model (or `model:` in --config)")
     (id_validation, id_test), datamodule = id_sets(args, ("val", "test"))
-    ood = real_ood_set(args.ood, data_dir=datamodule._folder(), known=datamodule.known)
+    # Fashion-MNIST's folder and known classes matter for `fashion:` OOD sets only (an ImageNet protocol's
+    # datamodule has neither; its OOD set is a folder)
+    folder = datamodule._folder() if hasattr(datamodule, "_folder") else ""
+    ood = real_ood_set(args.ood, data_dir=folder, known=getattr(datamodule, "known", ()))
     data = AdversarialData(id_validation=id_validation, id_test=id_test, ood=ood, image_size=args.image_size,
                            channels=args.channels, batch_size=args.batch_size)
     kappa_args = parse_kappa_args(args.kappa_arg)
