@@ -153,14 +153,9 @@ class RegularisedGenerator(pl.LightningModule):
                       sync_dist=True, batch_size=batch_size, prog_bar=False)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from lightning_modules.open_set_classifier import class_path
+        from lightning_modules.open_set_classifier import record_run
 
-        checkpoint["model_class"] = class_path(self)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if datamodule is not None:
-            checkpoint["datamodule_class"] = class_path(datamodule)
-        if self.logger is not None:
-            checkpoint["logger_version"] = self.logger.version
+        record_run(self, checkpoint)
         # LPIPS is rebuilt from its package and the torch cache, not stored with every generator
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("perceptual.")}
 

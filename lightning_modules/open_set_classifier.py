@@ -253,14 +253,7 @@ class OpenSetClassifier(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": self.lr_scheduler_factory(optimizer)}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Everything `evaluate.py` needs to rebuild the run from the checkpoint alone, and what
-        # `train.py fit --ckpt_path` needs to resume logging into the same logger run.
-        checkpoint["model_class"] = class_path(self)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if datamodule is not None:
-            checkpoint["datamodule_class"] = class_path(datamodule)
-        if self.logger is not None:
-            checkpoint["logger_version"] = self.logger.version
+        record_run(self, checkpoint)
 
 
 def check_gamma_split(labels: Tensor, *, split: str) -> None:
@@ -273,6 +266,17 @@ def check_gamma_split(labels: Tensor, *, split: str) -> None:
             f"the {split} split ({labels.numel()} samples) holds no {' and no '.join(missing)}: gamma, the "
             "checkpoint-selection metric, needs both (gamma+ over the knowns, gamma- over the negatives)"
         )
+
+
+def record_run(module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    """Everything ``evaluate.py`` needs to rebuild a run from its checkpoint alone (model and datamodule
+    classes), and what ``train.py fit --ckpt_path`` needs to resume logging into the same logger run."""
+    checkpoint["model_class"] = class_path(module)
+    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+    if datamodule is not None:
+        checkpoint["datamodule_class"] = class_path(datamodule)
+    if module.logger is not None:
+        checkpoint["logger_version"] = module.logger.version
 
 
 def class_path(obj: object) -> str:

@@ -21,18 +21,12 @@ from lightning_modules.generator_networks import (
     default_patchgan_layers,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 LATENT = 8
 # (family, image size): every supported size of every noise generator
 NOISE_GENERATORS = [("dcgan", 32), ("dcgan", 64), ("resnet", 64), ("resnet", 128)]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # the machine's two cores are shared: intra-op threads only contend for them
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_gan(kind: str, size: int, channels: int, num_classes: int = 0, **kwargs):

@@ -21,6 +21,8 @@ from torch import nn
 from lightning_modules.networks import PretrainedWeightsMissing
 from lightning_modules.perceptual import BACKBONES, PerceptualDistance, backbone_weights_url
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 WEIGHT_FILES = {
     "vgg": "vgg16-397923af.pth",
     "alex": "alexnet-owt-7be5be79.pth",
@@ -31,14 +33,6 @@ WEIGHT_FILES = {
 def _no_network(*args, **kwargs):
     raise AssertionError("PerceptualDistance tried to reach the network")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # the machine's two cores are shared: intra-op threads only contend for them
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
