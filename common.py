@@ -3,7 +3,8 @@
 One home for what would otherwise be defined in several places:
 
 - the label convention: known classes ``0..K-1``, negatives ``-1``, unknowns ``-2``;
-- the background-class column: the last column of a ``(N, K+1)`` tensor, dropped without renormalising;
+- the background-class column: the last column of a ``(N, K+1)`` tensor, dropped without renormalising (and,
+  where a distribution over the known classes is needed, its mass spread uniformly over them);
 - digests and fingerprints (of JSON-able descriptions, files on disk, tensors) for cache keys;
 - atomic writes: an artefact appears complete under its final name, or not at all.
 
@@ -41,6 +42,13 @@ def known_columns(values: Tensor, background: bool) -> Tensor:
             f"background=True needs at least 2 columns (K known + 1 background), got shape {tuple(values.shape)}"
         )
     return values[..., :-1]
+
+
+def spread_background_mass(probs: Tensor) -> Tensor:
+    """``(..., K+1) -> (..., K)``: ``p'_c = p_c + p_bg / K``, the background probability spread uniformly over
+    the K known classes (it means "none of them"), so each row still sums to 1 and ``p_bg = 1`` is uniform."""
+    known = known_columns(probs, True)
+    return known + probs[..., -1:] / known.shape[-1]
 
 
 def digest(payload: object) -> str:

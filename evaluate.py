@@ -187,8 +187,8 @@ def run_severity(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_scorers(args: argparse.Namespace, hparams: Any) -> tuple[Any, Any]:
     """The ensemble and LPIPS that measure a generated set: the command line's, else the generator's own."""
-    from lightning_modules.ensemble import DeepEnsemble
-    from lightning_modules.perceptual import PerceptualDistance
+    from lightning_modules.nets.ensemble import DeepEnsemble
+    from lightning_modules.nets.lpips import PerceptualDistance
 
     members = args.ensemble or hparams.get("ensemble")
     net = args.lpips_net or hparams.get("lpips_net", "vgg")
@@ -214,7 +214,7 @@ def run_generate(args: argparse.Namespace) -> Path | list[Path]:
     from common import file_sha256
     from datamodules.batch import collate_samples
     from datamodules.generated import LatentSeeds
-    from lightning_modules.generators import NearOODGenerator, RegularisedGenerator, ShiftGenerator
+    from lightning_modules.generated.generators import NearOODGenerator, RegularisedGenerator, ShiftGenerator
 
     try:
         checkpoint = read_checkpoint(args.ckpt)
@@ -268,7 +268,7 @@ def id_sets(args: argparse.Namespace, splits: tuple[str, ...]) -> tuple[list[Any
     """The known-class images of the ID datamodule's ``val`` / ``test`` sets (``--id``, ``--id-arg``)."""
     import torch
 
-    from datamodules.base import TensorImageDataset
+    from datamodules.images import TensorImageDataset
 
     id_args = parse_overrides(args.id_arg, "--id-arg")
     if args.id == "fashion":
@@ -293,12 +293,13 @@ def id_sets(args: argparse.Namespace, splits: tuple[str, ...]) -> tuple[list[Any
 
 def run_generated(args: argparse.Namespace) -> dict[str, Any]:
     """Detectors on generated sets next to real OOD sets, the sets' description, and the rank agreement."""
-    from callbacks.generated_benchmark import GeneratedBenchmark, markdown_table
+    from callbacks.generated import GeneratedBenchmark, markdown_table
     from callbacks.severity import rows_to_csv
     from common import atomic_write_text
-    from datamodules.generated import GeneratedBenchmarkData, real_ood_set
-    from lightning_modules.ensemble import DeepEnsemble
-    from lightning_modules.perceptual import PerceptualDistance
+    from datamodules.generated import GeneratedBenchmarkData
+    from datamodules.sources import real_ood_set
+    from lightning_modules.nets.ensemble import DeepEnsemble
+    from lightning_modules.nets.lpips import PerceptualDistance
     from lightning_modules.scoring import ScoringModel
     from metrics import kendall_tau
 
@@ -364,17 +365,17 @@ def run_adversarial(args: argparse.Namespace) -> dict[str, Any]:
     """Adversarial evaluation of detectors (EvG, Yoon et al.): MCMC over variation models of the OOD set."""
     import torch
 
-    from callbacks.adversarial import AdversarialReport
-    from datamodules.adversarial import AdversarialData, ChainBatches, chain_ranges
-    from datamodules.generated import real_ood_set
-    from lightning_modules.evg import AdversarialSearch, Detector
-    from lightning_modules.generators import NearOODGenerator
-    from lightning_modules.variations import (
+    from callbacks.evg import AdversarialReport
+    from datamodules.evg import AdversarialData, ChainBatches, chain_ranges
+    from datamodules.sources import real_ood_set
+    from lightning_modules.evg.search import AdversarialSearch, Detector
+    from lightning_modules.evg.variations import (
         AffineVariation,
         ColourVariation,
         LatentVariation,
         PixelPerturbation,
     )
+    from lightning_modules.generated.generators import NearOODGenerator
 
     if not args.model:
         raise SystemExit("give at least one --model (or `model:` in --config)")

@@ -11,7 +11,7 @@ training and, unless a logger version is given, logging into the same logger run
 A deep ensemble (Mukhoti et al.'s semantic regulariser) is M ordinary ``fit`` runs with seeds
 ``seed, seed+1, ...`` (initialisation and data order), each writing its checkpoints to
 ``<out-dir>/member_<m>/checkpoints/``, and ``<out-dir>/ensemble.txt`` listing the members' best checkpoints
-(``lightning_modules.ensemble.DeepEnsemble.from_checkpoints`` loads them)::
+(``lightning_modules.nets.ensemble.DeepEnsemble.from_checkpoints`` loads them)::
 
     python train.py ensemble --members 5 --seed 0 --out-dir runs/ensemble --config configs/demo/fashion_mnist_eos.yaml
 """

@@ -5,7 +5,7 @@ Both samplers minimise the same energy for the same chains (the same seed image 
 proposal (``clamp(z + 0.1·N(0, I), 0, 1)``), acceptance rule (``exp(-(E' - E) / T) >= U``, T = 1) and
 result (per chain, the lowest-energy state of the whole trajectory); only the random numbers differ.
 
-- *batched*: :func:`lightning_modules.samplers.metropolis_hastings` -- counter-based random numbers computed
+- *batched*: :func:`lightning_modules.evg.samplers.metropolis_hastings` -- counter-based random numbers computed
   for all chains at once, only the running minimum and a thinned energy trace (``trace_every=10``) kept.
 - *authors' loop*: :func:`authors_loop`, written here from the description of the authors' ``sample_mh``:
   NumPy ``default_rng`` normals and uniforms drawn every step and converted to tensors, and the whole
@@ -175,7 +175,7 @@ def toy_energy(points: Tensor) -> Tensor:
 def make_detector() -> Any:
     """The demo's small CNN (random weights) scored by softmax response, standardised on random images."""
     from lightning_modules import OpenSetClassifier
-    from lightning_modules.evg import Detector
+    from lightning_modules.evg.search import Detector
 
     torch.manual_seed(SEED)
     network = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)
@@ -187,7 +187,7 @@ def make_detector() -> Any:
 
 def make_energy(kind: str, chains: int, detector: Any) -> tuple[Callable[[Tensor], Tensor], Any]:
     """``(energy, domain)`` for ``chains`` chains: the toy quadratic or the detector over affine variations."""
-    from lightning_modules.variations import AffineVariation
+    from lightning_modules.evg.variations import AffineVariation
 
     variation = AffineVariation()
     if kind == "toy":
@@ -203,7 +203,7 @@ def make_energy(kind: str, chains: int, detector: Any) -> tuple[Callable[[Tensor
 def run_sampler(method: str, energy: Callable[[Tensor], Tensor], domain: Any, chains: int,
                 steps: int) -> tuple[Tensor, Tensor, Tensor, int]:
     """One run: ``(lowest energies, start energies, acceptance, kept bytes)``."""
-    from lightning_modules.samplers import metropolis_hastings
+    from lightning_modules.evg.samplers import metropolis_hastings
 
     if method == "reference":
         found = authors_loop(energy, domain.dim, chains, steps=steps)
@@ -292,7 +292,7 @@ def random_numbers_ms(method: str, chains: int, dim: int, *, calls: int = 50, re
     rounds of ``calls`` steps): the batched sampler's proposal normals and acceptance uniforms as it draws
     them (``ChainNumbers``: a block of up to 64 steps at a time), or the loop's NumPy normals and uniforms
     made tensors."""
-    from lightning_modules.samplers import STREAM_ACCEPT, STREAM_PROPOSAL, ChainNumbers
+    from lightning_modules.evg.samplers import STREAM_ACCEPT, STREAM_PROPOSAL, ChainNumbers
 
     index = torch.arange(chains)
     rng = np.random.default_rng(SEED)
@@ -477,7 +477,7 @@ def markdown(rows: list[dict[str, Any]], settings: Settings, *, load: tuple[str,
     dim = rows[0]["dim"] if rows else 0
     lines = [
         "Metropolis–Hastings (step 0.1, T = 1, per chain the lowest-energy state of the whole trajectory), "
-        "`lightning_modules.samplers.metropolis_hastings` (*batched*: counter-based random numbers for all "
+        "`lightning_modules.evg.samplers.metropolis_hastings` (*batched*: counter-based random numbers for all "
         f"chains at once, keeps the running minimum and an energy trace every {TRACE_EVERY} steps) against a "
         "reimplementation of the authors' `sample_mh` loop (*authors' loop*: NumPy `default_rng` numbers every "
         "step, `x.cpu()`, `E.cpu()`, `accept.cpu()` appended to Python lists every step, stacked at the end), "

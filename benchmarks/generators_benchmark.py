@@ -35,7 +35,7 @@ def members(kind: str, count: int) -> list[nn.Module]:
 
 
 def ensemble_forward() -> str:
-    from lightning_modules.ensemble import DeepEnsemble
+    from lightning_modules.nets.ensemble import DeepEnsemble
 
     lines = ["| members | input | `vmap` (s) | loop over the member networks (s) | `DeepEnsemble` default here (s) "
              "| loop / vmap | default / vmap | max abs difference |", "|---|---|---|---|---|---|---|---|"]
@@ -58,7 +58,7 @@ def ensemble_forward() -> str:
 
 def step_time(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], steps: int = 3) -> float:
     """Best wall time of one discriminator + generator step of a generator module (no Trainer)."""
-    from lightning_modules.generators import NearOODGenerator
+    from lightning_modules.generated.generators import NearOODGenerator
 
     optimizer_g, optimizer_d = module.configure_optimizers()
     images, labels = batch
@@ -86,7 +86,7 @@ def step_time(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], steps
 
 
 def generator_steps(member_paths: list[str]) -> str:
-    from lightning_modules.generators import NearOODGenerator, ShiftGenerator
+    from lightning_modules.generated.generators import NearOODGenerator, ShiftGenerator
 
     torch.manual_seed(0)
     batch = (torch.rand(32, 1, 32, 32), torch.zeros(32, dtype=torch.long))

@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.common import load_average, machine, time_hooks, write_section
 from datamodules import FashionMNISTOpenSetDataModule, collate_samples
-from datamodules.base import TensorImageDataset
+from datamodules.images import TensorImageDataset
 from lightning_modules import OpenSetClassifier
 
 GOAL = 1.05  # Lightning / plain loop

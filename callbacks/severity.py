@@ -4,7 +4,7 @@
 tested (``evaluate.py severity``, and at ``trainer.test``) on a severity data set
 (:mod:`datamodules.severity`): the ID test images, and the OOD pool's estimation and test images.
 
-1. collect: one sharded pass over each split (:func:`callbacks.prediction_cache.sharded_outputs`; every
+1. collect: one sharded pass over each split (:func:`callbacks.scoring.sharded_outputs`; every
    rank joins every gather) gives the logits; a model-based κ (ODIN, MC dropout) gets its own pass. With
    ``cache_dir`` (fixed models) the passes are cached on disk, keyed by the weights, the data files, the
    transform, the precision and each κ's parameters; during training nothing is cached across epochs
@@ -38,7 +38,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
 from callbacks.plots import plot_severity
-from callbacks.prediction_cache import PredictionCache, sharded_outputs
+from callbacks.scoring import PredictionCache, sharded_outputs
 from common import atomic_write_text, digest, known_columns, tensors_fingerprint
 from datamodules.severity import SEVERITY_SPLITS, SeverityDataModule
 from metrics import TABLE_COLUMNS, Kappa, class_mean_scores, get_kappa, severity_levels, severity_table

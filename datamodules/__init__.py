@@ -1,9 +1,11 @@
 """LightningDataModules, protocols, WordNet and data files. Never imports a model."""
 
-from datamodules.base import OpenSetDataModule, UnreadableImageError
-from datamodules.batch import Batch, Sample, collate_samples
+from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
+from datamodules.evg import OODImagesDataModule
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ImageNetProtocolDataModule
+from datamodules.images import ImageFileDataset, TensorImageDataset, UnreadableImageError, dataset_labels
+from datamodules.open_set import OpenSetDataModule
 from datamodules.protocols import Protocol, imagenet_protocol
 from datamodules.transforms import BackgroundClassTarget
 
@@ -11,11 +13,16 @@ __all__ = [
     "BackgroundClassTarget",
     "Batch",
     "FashionMNISTOpenSetDataModule",
+    "ImageFileDataset",
     "ImageNetProtocolDataModule",
+    "OODImagesDataModule",
     "OpenSetDataModule",
     "Protocol",
     "Sample",
+    "TensorImageDataset",
     "UnreadableImageError",
     "collate_samples",
+    "dataset_labels",
     "imagenet_protocol",
+    "unpack_batch",
 ]

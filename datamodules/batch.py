@@ -7,7 +7,7 @@ a run that skips images reports exactly which and how many.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -40,3 +40,13 @@ def collate_samples(samples: list[Sample]) -> Batch:
         indices=torch.tensor([s.index for s in readable], dtype=torch.long),
         skipped=skipped,
     )
+
+
+def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """``(images, targets, indices or None, skipped or None)`` from a :class:`datamodules.Batch` or a tuple."""
+    if isinstance(batch, (tuple, list)) and 2 <= len(batch) <= 4:
+        images, targets, *rest = batch
+        indices = rest[0] if rest else None
+        skipped = rest[1] if len(rest) > 1 else None
+        return images, targets, indices, skipped
+    raise TypeError(f"expected a batch (images, targets[, indices[, skipped]]), got {type(batch).__name__}")

@@ -20,9 +20,7 @@ where it is missing, ``prepare_data`` falls back to torchvision's download into 
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,56 +28,17 @@ import torch
 from sklearn.model_selection import train_test_split
 from torchvision import transforms as T
 
-from datamodules.base import OpenSetDataModule, TensorImageDataset, TrainNegatives
-
-DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
-DEMO_KNOWN = (0, 1, 7, 8)
-DEMO_NEGATIVE = (2, 3, 5)
-DEMO_UNKNOWN = (4, 6, 9)
-_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
-
-
-def read_idx(path: str | Path) -> np.ndarray:
-    """Read a (gzipped) IDX file of unsigned bytes: images ``(N, H, W)`` or labels ``(N,)``."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise ValueError(f"{path} is not an IDX file of unsigned bytes (magic {data[:4].hex()})")
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    array = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if array.size != int(np.prod(shape)):
-        raise ValueError(f"{path} is truncated: header says {shape}, found {array.size} values")
-    return array.reshape(shape)
-
-
-def find_fashion_mnist(data_dir: str | Path) -> Path | None:
-    """The folder holding the four IDX files (Debian's layout or torchvision's ``FashionMNIST/raw``)."""
-    for candidate in (Path(data_dir), Path(data_dir) / "FashionMNIST" / "raw"):
-        if all((candidate / name).is_file() for pair in _FILES.values() for name in pair):
-            return candidate
-    return None
-
-
-def load_fashion_mnist(data_dir: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(images (N, 28, 28) uint8, labels (N,) uint8)`` of the ``"train"`` or ``"test"`` split."""
-    folder = find_fashion_mnist(data_dir)
-    if folder is None:
-        raise FileNotFoundError(
-            f"Fashion-MNIST IDX files not found in {data_dir}: install Debian's dataset-fashion-mnist "
-            f"(files in {DEBIAN_FASHION_MNIST_DIR}) or let prepare_data download them with torchvision"
-        )
-    images_file, labels_file = _FILES[split]
-    images, labels = read_idx(folder / images_file), read_idx(folder / labels_file)
-    if images.shape[0] != labels.shape[0]:
-        raise ValueError(f"{folder}: {images.shape[0]} {split} images but {labels.shape[0]} labels")
-    return images, labels
+from datamodules.images import TensorImageDataset
+from datamodules.open_set import OpenSetDataModule, TrainNegatives
+from datamodules.sources import (
+    CLASS_NAMES,
+    DEBIAN_FASHION_MNIST_DIR,
+    DEMO_KNOWN,
+    DEMO_NEGATIVE,
+    DEMO_UNKNOWN,
+    find_fashion_mnist,
+    load_fashion_mnist,
+)
 
 
 def open_set_labels(classes: np.ndarray, known: Sequence[int], negative: Sequence[int], unknown: Sequence[int]) -> np.ndarray:

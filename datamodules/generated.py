@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from datamodules.base import TensorImageDataset, dataset_labels
 from datamodules.batch import Sample
+from datamodules.images import TensorImageDataset, dataset_labels
 
 MANIFEST_COLUMNS = ("file", "index", "seed", "source_index", "source_label", "ensemble_prediction", "mi", "lpips",
                     "generator_sha256")
@@ -118,39 +117,6 @@ class ResizedImages(torch.utils.data.Dataset):
             image = torch.nn.functional.interpolate(image[None].float(), size=(self.size, self.size), mode="bilinear",
                                                     align_corners=False, antialias=True)[0]
         return Sample(image, sample.target, sample.index)
-
-
-def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int]) -> torch.utils.data.Dataset:
-    """A real OOD set by name: ``fashion:unknown`` (the demo's never-seen classes), ``fashion:<id>,<id>``
-    (those Fashion-MNIST classes), ``digits`` (scikit-learn's 8x8 digits, upsampled), or a folder of images
-    with class sub-folders (all labelled -2). Official test images only."""
-    from datamodules.fashion_mnist import DEMO_UNKNOWN, load_fashion_mnist
-
-    if spec == "digits":
-        from datamodules.severity import load_digits_images
-
-        images, _ = load_digits_images()
-        return TensorImageDataset(images, torch.full((images.shape[0],), -2))
-    if spec.startswith("fashion:"):
-        classes = DEMO_UNKNOWN if spec == "fashion:unknown" else tuple(int(c) for c in spec[8:].split(","))
-        if set(classes) & set(known):
-            raise ValueError(f"real OOD set {spec!r} holds in-distribution classes {sorted(set(classes) & set(known))}")
-        images, labels = load_fashion_mnist(data_dir, "test")
-        mask = np.isin(labels, classes)
-        return TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
-                                  torch.full((int(mask.sum()),), -2))
-    folder = Path(spec)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"real OOD set {spec!r}: not 'digits', 'fashion:...' nor an existing folder")
-    from torchvision import transforms as T
-
-    from datamodules.base import ImageFileDataset
-
-    rows = [(str(p.relative_to(folder)), -2) for p in sorted(folder.rglob("*")) if p.is_file()
-            and p.suffix.lower() in {".png", ".jpg", ".jpeg"}]
-    if not rows:
-        raise FileNotFoundError(f"real OOD set folder {folder} holds no .png/.jpg images")
-    return ImageFileDataset(str(folder), rows, transform=T.ToTensor())
 
 
 class GeneratedBenchmarkData:

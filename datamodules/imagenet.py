@@ -23,13 +23,8 @@ from typing import Any
 import torch
 
 from common import atomic_write_text
-from datamodules.base import (
-    BadImagePolicy,
-    ImageFileDataset,
-    OpenSetDataModule,
-    TrainNegatives,
-    read_rgb_image,
-)
+from datamodules.images import BadImagePolicy, ImageFileDataset, read_rgb_image
+from datamodules.open_set import OpenSetDataModule, TrainNegatives
 from datamodules.protocols import (
     SPLITS,
     check_class_folders,

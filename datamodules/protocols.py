@@ -33,6 +33,7 @@ from pathlib import Path
 from sklearn.model_selection import train_test_split
 
 from common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
+from datamodules.images import image_files
 
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")
@@ -145,10 +146,6 @@ def csv_path(directory: str | os.PathLike, number: int | str, split: str) -> Pat
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return Path(directory) / f"p{number}_{split}.csv"
-
-
-def image_files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
 def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, Iterable[str]]) -> None:

@@ -33,23 +33,24 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from common import digest, files_fingerprint
-from datamodules.base import (
+from datamodules.batch import collate_samples
+from datamodules.imagenet21k import class_names, class_rng, read_pool_file
+from datamodules.images import (
     BadImagePolicy,
     ImageFileDataset,
     TensorImageDataset,
     check_choice,
     dataset_labels,
 )
-from datamodules.batch import collate_samples
-from datamodules.fashion_mnist import (
+from datamodules.protocols import check_class_folders, image_files, imagenet1k_wnids, imagenet_protocol
+from datamodules.sources import (
     CLASS_NAMES,
     DEBIAN_FASHION_MNIST_DIR,
     DEMO_KNOWN,
     DEMO_NEGATIVE,
+    load_digits_images,
     load_fashion_mnist,
 )
-from datamodules.imagenet21k import class_names, class_rng, read_pool_file
-from datamodules.protocols import check_class_folders, image_files, imagenet1k_wnids, imagenet_protocol
 
 SEVERITY_SPLITS = ("id", "ood_estimation", "ood_test")
 UNSEEN = "no"
@@ -271,16 +272,6 @@ class ProtocolSeverityDataModule(_FileSeverityDataModule):
     def setup(self, stage: str | None = None) -> None:
         self.rows("id")
         super().setup(stage)
-
-
-def load_digits_images(size: int = 28) -> tuple[torch.Tensor, np.ndarray]:
-    """scikit-learn's real 8x8 digits (1,797 images, 0-16 grey levels) as ``(N, 1, size, size)`` in [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = torch.from_numpy(digits.images.astype(np.float32) / 16.0).unsqueeze(1)
-    images = torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
-    return images.clamp(0, 1), digits.target.astype(np.int64)
 
 
 class FashionSeverityDataModule(SeverityDataModule):

@@ -16,11 +16,26 @@ class CheckpointError(ValueError):
     """A file that is not a readable checkpoint of the expected kind; the message names the file."""
 
 
+# Modules that moved when the packages were arranged by paper; checkpoints written before record the old
+# paths (the classes themselves did not change).
+MOVED_MODULES = {
+    "lightning_modules.generators": "lightning_modules.generated.generators",
+    "lightning_modules.networks": "lightning_modules.nets.backbones",
+    "lightning_modules.ensemble": "lightning_modules.nets.ensemble",
+    "lightning_modules.perceptual": "lightning_modules.nets.lpips",
+    "lightning_modules.generator_networks": "lightning_modules.nets.gans",
+    "datamodules.ood_images": "datamodules.evg",
+    "datamodules.base": "datamodules.open_set",
+}
+
+
 def import_class(path: str) -> type:
-    """``"package.module.Class"`` -> the class."""
+    """``"package.module.Class"`` -> the class (also under a module path of before the move, see
+    :data:`MOVED_MODULES`)."""
     module, _, name = path.rpartition(".")
     if not module:
         raise ValueError(f"{path!r} is not a module.Class path")
+    module = MOVED_MODULES.get(module, module)
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
@@ -82,3 +97,28 @@ def load_module(
         )
     overrides = {"pretrained": False} if "pretrained" in checkpoint.get("hyper_parameters", {}) else {}
     return module_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+
+
+def record_run(module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    """Everything ``evaluate.py`` needs to rebuild a run from its checkpoint alone (model and datamodule
+    classes), and what ``train.py fit --ckpt_path`` needs to resume logging into the same logger run."""
+    checkpoint["model_class"] = class_path(module)
+    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+    if datamodule is not None:
+        checkpoint["datamodule_class"] = class_path(datamodule)
+    if module.logger is not None:
+        checkpoint["logger_version"] = module.logger.version
+
+
+def class_path(obj: object) -> str:
+    """The public path of an object's class: ``package.Name`` when the top-level package exports it (the
+    project's classes: ``lightning_modules.ShiftGenerator``), else ``module.QualifiedName``. Checkpoints
+    record it, so they do not depend on the module a class lives in."""
+    cls = type(obj)
+    package = cls.__module__.partition(".")[0]
+    try:
+        if getattr(importlib.import_module(package), cls.__qualname__, None) is cls:
+            return f"{package}.{cls.__qualname__}"
+    except ImportError:
+        pass
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -1,6 +1,6 @@
 """``OpenSetClassifier``: SoftMax, Background-class and Entropic Open-Set training (Palechor et al., WACV 2023).
 
-The network is :class:`lightning_modules.networks.OpenSetNetwork` (a backbone by name, the deep-feature
+The network is :class:`lightning_modules.nets.backbones.OpenSetNetwork` (a backbone by name, the deep-feature
 layer and bias-free logits). Validation logs γ (``val/gamma``, ``val/gamma_plus``, ``val/gamma_minus``),
 the checkpoint-selection metric of the paper, computed on all ranks from the gathered predictions (exact
 under DDP, also when a rank has no batch). ``validation_step`` and ``test_step`` return probabilities,
@@ -23,13 +23,15 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from common import NEGATIVE_LABEL
+from datamodules.batch import unpack_batch
 from datamodules.transforms import BackgroundClassTarget
+from lightning_modules.checkpoint import record_run
 from lightning_modules.losses import BackgroundClassLoss, EntropicOpenSetLoss, SoftMaxLoss
-from lightning_modules.networks import OpenSetNetwork, build_backbone
+from lightning_modules.nets.backbones import OpenSetNetwork, build_backbone
 from metrics import Gamma
 
 Loss = Literal["softmax", "bg", "eos"]
-# How the training set must treat negatives for each loss (see datamodules.base).
+# How the training set must treat negatives for each loss (see datamodules.open_set).
 TRAIN_NEGATIVES: dict[str, str] = {"softmax": "exclude", "bg": "background", "eos": "include"}
 
 
@@ -38,16 +40,6 @@ def train_negatives_for_loss(loss: str) -> str:
     if loss not in TRAIN_NEGATIVES:
         raise ValueError(f"loss must be one of {sorted(TRAIN_NEGATIVES)}, got {loss!r}")
     return TRAIN_NEGATIVES[loss]
-
-
-def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """``(images, targets, indices or None, skipped or None)`` from a :class:`datamodules.Batch` or a tuple."""
-    if isinstance(batch, (tuple, list)) and 2 <= len(batch) <= 4:
-        images, targets, *rest = batch
-        indices = rest[0] if rest else None
-        skipped = rest[1] if len(rest) > 1 else None
-        return images, targets, indices, skipped
-    raise TypeError(f"expected a batch (images, targets[, indices[, skipped]]), got {type(batch).__name__}")
 
 
 class OpenSetClassifier(pl.LightningModule):
@@ -266,19 +258,3 @@ def check_gamma_split(labels: Tensor, *, split: str) -> None:
             f"the {split} split ({labels.numel()} samples) holds no {' and no '.join(missing)}: gamma, the "
             "checkpoint-selection metric, needs both (gamma+ over the knowns, gamma- over the negatives)"
         )
-
-
-def record_run(module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
-    """Everything ``evaluate.py`` needs to rebuild a run from its checkpoint alone (model and datamodule
-    classes), and what ``train.py fit --ckpt_path`` needs to resume logging into the same logger run."""
-    checkpoint["model_class"] = class_path(module)
-    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
-    if datamodule is not None:
-        checkpoint["datamodule_class"] = class_path(datamodule)
-    if module.logger is not None:
-        checkpoint["logger_version"] = module.logger.version
-
-
-def class_path(obj: object) -> str:
-    """``module.QualifiedName`` of an object's class."""
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"

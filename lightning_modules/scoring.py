@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from common import tensors_fingerprint
 from lightning_modules.checkpoint import load_module
-from lightning_modules.networks import build_classifier
+from lightning_modules.nets.backbones import build_classifier
 from lightning_modules.open_set_classifier import OpenSetClassifier
 
 
@@ -39,7 +39,7 @@ def load_scoring_network(
     ``train.py ensemble`` writes it) or ``ensemble:<a.ckpt>,<b.ckpt>,...``; its forward gives ``(M, N, C)``.
     """
     if model.startswith("ensemble:"):
-        from lightning_modules.ensemble import DeepEnsemble
+        from lightning_modules.nets.ensemble import DeepEnsemble
 
         ensemble = DeepEnsemble.from_checkpoints(model.removeprefix("ensemble:"))
         name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"

@@ -3,7 +3,6 @@
 This package imports nothing from the rest of the project.
 """
 
-from metrics.adversarial import energy_standardisation, min_rank, standardised_energy
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
 from metrics.ensemble import (
@@ -14,8 +13,10 @@ from metrics.ensemble import (
     mutual_information_from_logits,
     predictive_entropy,
 )
+from metrics.evg import energy_standardisation, min_rank, standardised_energy
 from metrics.gamma import Gamma, gamma
 from metrics.kappa import KAPPAS, Kappa, from_pytorch_ood, get_kappa
+from metrics.open_set import GROUPS, fpr_key, open_set_report
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
     OSCR,
@@ -29,7 +30,6 @@ from metrics.oscr import (
     oscr_curve,
 )
 from metrics.ranking import kendall_tau
-from metrics.report import GROUPS, fpr_key, open_set_report
 from metrics.severity import (
     TABLE_COLUMNS,
     class_mean_scores,

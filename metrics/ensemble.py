@@ -15,7 +15,7 @@ the only clamping, and it never changes a value by more than the float rounding.
 
 Background-class members (``background=True``, DESIGN.md §3): each member's softmax runs over all ``K+1``
 logits and the background mass is spread uniformly over the K known classes,
-``p'_c = p_c + p_bg / K`` (:func:`metrics.kappa.spread_background_mass`, as the ``entropy`` κ does), so every
+``p'_c = p_c + p_bg / K`` (:func:`common.spread_background_mass`, as the ``entropy`` κ does), so every
 member still gives a distribution over the known classes that sums to 1: a member sure of "background" is a
 uniform, maximally uncertain member. Dropping the column without renormalising, as OSCR does, would not
 give a distribution and the entropies would be meaningless.
@@ -40,7 +40,7 @@ import math
 import torch
 from torch import Tensor
 
-from common import known_columns
+from common import known_columns, spread_background_mass
 from metrics._validation import as_tensor, check_finite, check_probabilities
 from metrics.collect import IndexedPredictions
 
@@ -124,7 +124,7 @@ def member_probabilities(member_logits: Tensor, background: bool = False) -> Ten
         member_logits: ``(M, N, C)`` logits of M members for N samples.
         background: the last logit is a background class (``C = K + 1``): the softmax runs over all C
             logits and the background mass is spread over the K known classes, ``p'_c = p_c + p_bg / K``
-            (:func:`metrics.kappa.spread_background_mass`), so each row still sums to 1.
+            (:func:`common.spread_background_mass`), so each row still sums to 1.
 
     Returns:
         ``(M, N, K)`` probabilities (``K = C`` without background), float64 (see the module docstring for
@@ -133,9 +133,6 @@ def member_probabilities(member_logits: Tensor, background: bool = False) -> Ten
     member_logits = _check_members(member_logits, name="member_logits", probabilities=False)
     probs = torch.softmax(_as_working(member_logits), dim=-1)
     if background:
-        # imported here: metrics.kappa registers this module's κ, so it imports this module at load time
-        from metrics.kappa import spread_background_mass
-
         probs = spread_background_mass(probs)
     return probs
 

@@ -21,7 +21,7 @@ Logit-based κ (``kind == "logits"``) take logits ``(N, C)``, so many κ can sha
 pass; model-based κ (``kind == "model"``) take ``(model, images)``. :func:`from_pytorch_ood` turns any
 pytorch-ood detector into a κ (its outlier score negated), so Energy, ViM, KNN, Mahalanobis ... work too.
 Ensemble κ (``kind == "ensemble"``) take the ``(M, N, C)`` logits of M members (one batched forward of
-``lightning_modules.ensemble.DeepEnsemble``).
+``lightning_modules.nets.ensemble.DeepEnsemble``).
 
 Background-class models (``background=True``, DESIGN.md §3–§4): the last logit is the background class.
 The softmax runs over all ``K+1`` logits and the background column is dropped afterwards, exactly as in
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common import known_columns
+from common import known_columns, spread_background_mass
 from metrics.ensemble import ensemble_entropy, ensemble_mi, ensemble_softmax
 
 KappaKind = Literal["logits", "features", "model", "ensemble"]
@@ -90,13 +90,6 @@ def _as_float(logits: Tensor) -> Tensor:
     if logits.ndim != 2:
         raise ValueError(f"logits must have shape (N, C), got {tuple(logits.shape)}")
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-
-
-def spread_background_mass(probs: Tensor) -> Tensor:
-    """``(..., K+1) -> (..., K)``: ``p'_c = p_c + p_bg / K``, the background probability spread uniformly over
-    the K known classes (it means "none of them"), so each row still sums to 1 and ``p_bg = 1`` is uniform."""
-    known = known_columns(probs, True)
-    return known + probs[..., -1:] / known.shape[-1]
 
 
 def _negative_entropy_of_known(probs: Tensor, background: bool) -> Tensor:

@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from callbacks import OpenSetEvaluation, SeverityAUROC
 from datamodules import FashionMNISTOpenSetDataModule
-from datamodules.base import TensorImageDataset
 from datamodules.batch import collate_samples
+from datamodules.images import TensorImageDataset
 from datamodules.severity import FashionSeverityDataModule
 from lightning_modules import OpenSetClassifier
 

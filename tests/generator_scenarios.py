@@ -21,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules import FashionMNISTOpenSetDataModule
-from lightning_modules.generators import NearOODGenerator, ShiftGenerator
+from lightning_modules.generated.generators import NearOODGenerator, ShiftGenerator
 
 
 def networks(module: pl.LightningModule) -> dict[str, torch.Tensor]:

@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 import evaluate
-from datamodules.fashion_mnist import DEMO_KNOWN, FashionMNISTOpenSetDataModule, load_fashion_mnist
+from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.generated import MANIFEST_COLUMNS, GeneratedDataset, IncompleteGeneratedSet
+from datamodules.sources import DEMO_KNOWN, load_fashion_mnist
 from tests.conftest import ROOT, train_demo_checkpoint
 from tests.test_ddp_scenarios import DISTRIBUTED_ENV
 
@@ -40,7 +41,7 @@ def train_generators(root: str) -> dict[str, Path | list[Path]]:
     ensemble of demo classifiers; cached per folder so the benchmark tests reuse them in the same session."""
     import pytorch_lightning as pl
 
-    from lightning_modules.generators import NearOODGenerator, ShiftGenerator
+    from lightning_modules.generated.generators import NearOODGenerator, ShiftGenerator
 
     folder = Path(root)
     members = [train_demo_checkpoint(folder / f"member{seed}", "softmax", steps=3, seed=seed) for seed in range(2)]
@@ -70,7 +71,7 @@ def generators(tmp_path_factory: pytest.TempPathFactory, one_thread: None) -> di
 def seeded_random_lpips() -> torch.nn.Module:
     """AlexNet LPIPS with the random backbone that ``evaluate.py`` builds (asked for by name: there are no
     ImageNet weights here): the backbone comes from seed 0, so it is the same network in every process."""
-    from lightning_modules.perceptual import PerceptualDistance
+    from lightning_modules.nets.lpips import PerceptualDistance
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

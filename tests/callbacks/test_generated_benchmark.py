@@ -15,12 +15,8 @@ from scipy.stats import kendalltau
 from sklearn.metrics import roc_auc_score
 
 import evaluate
-from datamodules.fashion_mnist import (
-    DEMO_KNOWN,
-    DEMO_UNKNOWN,
-    FashionMNISTOpenSetDataModule,
-    load_fashion_mnist,
-)
+from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
+from datamodules.sources import DEMO_KNOWN, DEMO_UNKNOWN, load_fashion_mnist
 from tests.test_generate import CLI, generate, manifest, seeded_random_lpips, train_generators
 
 # No ImageNet weights on this machine: the LPIPS backbone is the random one, asked for by name on every
@@ -241,7 +237,7 @@ def assert_csv_equals(path: Path, rows: list[dict], columns: tuple[str, ...]) ->
 
 
 def test_files_hold_the_returned_numbers(run: dict) -> None:
-    from callbacks.generated_benchmark import DETECTOR_COLUMNS, SET_COLUMNS
+    from callbacks.generated import DETECTOR_COLUMNS, SET_COLUMNS
 
     out, result = run["output"], run["result"]
     assert_csv_equals(out / "detectors.csv", result["detectors"], DETECTOR_COLUMNS)

@@ -13,7 +13,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from callbacks import SeverityAUROC
-from callbacks.prediction_cache import PredictionCache
+from callbacks.scoring import PredictionCache
 from datamodules import FashionMNISTOpenSetDataModule
 from datamodules.severity import FashionSeverityDataModule
 from lightning_modules import OpenSetClassifier

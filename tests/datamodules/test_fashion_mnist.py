@@ -4,13 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.fashion_mnist import (
-    DEMO_KNOWN,
-    FashionMNISTOpenSetDataModule,
-    load_fashion_mnist,
-    open_set_labels,
-    read_idx,
-)
+from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule, open_set_labels
+from datamodules.sources import DEMO_KNOWN, load_fashion_mnist, read_idx
 
 
 def write_idx(path, array: np.ndarray) -> None:

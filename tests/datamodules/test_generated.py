@@ -16,9 +16,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader, Subset
 
-from datamodules.base import TensorImageDataset
 from datamodules.batch import Sample
-from datamodules.fashion_mnist import DEMO_KNOWN, FashionMNISTOpenSetDataModule, load_fashion_mnist
+from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.generated import (
     MANIFEST_COLUMNS,
     GeneratedBenchmarkData,
@@ -26,8 +25,9 @@ from datamodules.generated import (
     IncompleteGeneratedSet,
     LatentSeeds,
     ResizedImages,
-    real_ood_set,
 )
+from datamodules.images import TensorImageDataset
+from datamodules.sources import DEMO_KNOWN, load_fashion_mnist, real_ood_set
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -85,7 +85,7 @@ def test_latent_seeds_are_per_index_whatever_the_slicing() -> None:
 
 
 def test_latent_of_an_image_does_not_depend_on_its_batch() -> None:
-    from lightning_modules.generators import NearOODGenerator
+    from lightning_modules.generated.generators import NearOODGenerator
 
     generator = NearOODGenerator(lambda_perceptual=0, lambda_semantic=0, base_width=8, latent_dim=16)
     seeds = torch.tensor([LatentSeeds(6, 2)[i][0] for i in range(6)])

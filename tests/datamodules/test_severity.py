@@ -4,7 +4,8 @@ import torch
 
 from datamodules.imagenet21k import sample_pool, write_pool_file
 from datamodules.protocols import imagenet1k_wnids
-from datamodules.severity import FashionSeverityDataModule, ImageNetSeverityDataModule, load_digits_images
+from datamodules.severity import FashionSeverityDataModule, ImageNetSeverityDataModule
+from datamodules.sources import load_digits_images
 from datamodules.transforms import eval_transform
 from tests.conftest import make_imagenet_folder, write_jpeg
 
@@ -60,7 +61,7 @@ def test_imagenet_severity_data(tmp_path):
 
 def test_fashion_pool_holds_no_training_image():
     """OOD images must be images the model never saw: the demo trains on training images, negatives included."""
-    from datamodules.fashion_mnist import load_fashion_mnist
+    from datamodules.sources import load_fashion_mnist
 
     data = FashionSeverityDataModule(estimation=100, test=50)
     data.setup()

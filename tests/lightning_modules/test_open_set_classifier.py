@@ -124,8 +124,8 @@ def test_multiple_validation_dataloaders_with_overlapping_indices():
     """Two dataloaders over different data with the same indices 0..N-1: each gets its own gamma."""
     from torch.utils.data import DataLoader
 
-    from datamodules.base import TensorImageDataset
     from datamodules.batch import collate_samples
+    from datamodules.images import TensorImageDataset
 
     torch.manual_seed(0)
     data = FashionMNISTOpenSetDataModule(max_train_per_class=20)

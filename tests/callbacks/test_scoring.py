@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from callbacks.prediction_cache import PredictionCache, shard_indices, sharded_outputs
-from datamodules.base import TensorImageDataset
+from callbacks.scoring import PredictionCache, shard_indices, sharded_outputs
+from datamodules.images import TensorImageDataset
 from tests.distributed import run_distributed
 
 

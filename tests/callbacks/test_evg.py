@@ -18,11 +18,11 @@ from sklearn.metrics import roc_auc_score
 
 import evaluate
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
-from datamodules.severity import load_digits_images
+from datamodules.sources import load_digits_images
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import load_module
-from lightning_modules.evg import AdversarialSearch, Detector
-from lightning_modules.variations import AffineVariation, ColourVariation
+from lightning_modules.evg.search import AdversarialSearch, Detector
+from lightning_modules.evg.variations import AffineVariation, ColourVariation
 from tests.conftest import ROOT
 from tests.test_ddp_scenarios import DISTRIBUTED_ENV
 
@@ -255,9 +255,9 @@ def test_timm_detector_normalises_inside() -> None:
 def test_sets_of_any_kind_are_fingerprinted_by_their_images() -> None:
     """The run key (resume) and the score cache need the same digest in every process, also for a data set
     that is neither files nor tensors: its images are hashed."""
-    from datamodules.adversarial import AdversarialData, dataset_fingerprint
-    from datamodules.base import TensorImageDataset
     from datamodules.batch import Sample
+    from datamodules.evg import AdversarialData, dataset_fingerprint
+    from datamodules.images import TensorImageDataset
 
     class Listed(torch.utils.data.Dataset):
         def __init__(self, images: torch.Tensor) -> None:

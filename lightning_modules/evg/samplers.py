@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from lightning_modules.variations import Domain
+from lightning_modules.evg.variations import Domain
 
 Energy = Callable[[Tensor], Tensor]
 

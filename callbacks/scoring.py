@@ -28,8 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common import atomic_write_bytes
-from datamodules.batch import collate_samples
-from lightning_modules.open_set_classifier import unpack_batch
+from datamodules.batch import collate_samples, unpack_batch
 from metrics import IndexedPredictions
 
 

@@ -6,6 +6,11 @@ the OOD seed images, and the chains as batches.
 - ``ood``: the unmodified OOD test images (the clean AUROC) and the seeds of the chains: chain ``i`` varies
   image ``i mod N_ood`` (affine, colour, l∞).
 
+:class:`OODImagesDataModule` serves a real OOD set as training data: the authors train the generator of the
+GAN-latent variation model on the OOD set itself, so that ``G(z)`` stays on that set's manifold while the
+sampler searches its latent space (scikit-learn's digits have no separate training split: the demo's GAN
+is trained on the 1,797 images the chains then start from).
+
 Every image is resized/converted to the detectors' input (:class:`ResizedImages`).
 
 :class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
@@ -17,12 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common import digest, files_fingerprint, tensors_fingerprint
-from datamodules.base import ImageFileDataset, TensorImageDataset
+from datamodules.batch import collate_samples
 from datamodules.generated import ResizedImages
+from datamodules.images import ImageFileDataset, TensorImageDataset
+from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 
 
 def dataset_fingerprint(dataset: Dataset) -> str | None:
@@ -110,3 +118,39 @@ class ChainBatches(Dataset):
 
 def chain_ranges(bounds: Sequence[tuple[int, int]]) -> str:
     return ", ".join(f"{a}-{b - 1}" for a, b in bounds)
+
+
+class OODImagesDataModule(pl.LightningDataModule):
+    """Args:
+        ood: the set: ``digits``, ``fashion:<id>,<id>`` or an image folder.
+        image_size, channels: what the generator makes.
+        batch_size, num_workers: of the training loader.
+        data_dir: Fashion-MNIST's folder (for ``fashion:`` sets).
+    """
+
+    def __init__(self, ood: str = "digits", image_size: int = 32, channels: int | None = 1, batch_size: int = 64,
+                 num_workers: int = 0, data_dir: str = DEBIAN_FASHION_MNIST_DIR) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.ood, self.image_size, self.channels = ood, image_size, channels
+        self.batch_size, self.num_workers, self.data_dir = batch_size, num_workers, data_dir
+        self.train_set: ResizedImages | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """No known classes: the generator trained here is unconditional."""
+        return 0
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None:
+            self.train_set = ResizedImages(real_ood_set(self.ood, data_dir=self.data_dir, known=()), self.image_size,
+                                           self.channels)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_set is None:
+            raise RuntimeError("the OOD training set is not set up; call setup() first")
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers,
+                          collate_fn=collate_samples, drop_last=len(self.train_set) > self.batch_size,
+                          persistent_workers=self.num_workers > 0)

@@ -9,7 +9,7 @@ import torch
 import train
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import CheckpointError
-from lightning_modules.ensemble import DeepEnsemble
+from lightning_modules.nets.ensemble import DeepEnsemble
 from tests.conftest import ROOT, train_demo_checkpoint
 
 

@@ -9,7 +9,7 @@ activations of layer ``l`` of an ImageNet backbone (VGG-16, AlexNet or SqueezeNe
 linear weights calibrated on human judgements (shipped inside the ``lpips`` package).
 
 The backbone weights come from torchvision's cache (``torch.hub.get_dir()/checkpoints``) and are never
-downloaded: a missing file raises :class:`~lightning_modules.networks.PretrainedWeightsMissing`. A random
+downloaded: a missing file raises :class:`~lightning_modules.nets.backbones.PretrainedWeightsMissing`. A random
 backbone (``random_backbone=True``) must be asked for explicitly, and it is then not a perceptual distance.
 
 Minimum input sizes (per spatial dimension) below which the backbone's feature maps would vanish:
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_modules.networks import PretrainedWeightsMissing, _torchvision_weights_path
+from lightning_modules.nets.backbones import PretrainedWeightsMissing, _torchvision_weights_path
 
 # lpips' backbone name -> (torchvision builder lpips calls with pretrained=True, smallest input size in px)
 BACKBONES: dict[str, tuple[str, int]] = {

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_modules.samplers import (
+from lightning_modules.evg.samplers import (
     STREAM_ACCEPT,
     STREAM_PROPOSAL,
     STREAM_START,
@@ -23,7 +23,7 @@ from lightning_modules.samplers import (
     start_points,
     zeroth_order_linf,
 )
-from lightning_modules.variations import Domain
+from lightning_modules.evg.variations import Domain
 
 BOX2 = Domain("box", 2)
 LOCAL, GLOBAL = np.array([0.2, 0.2]), np.array([0.8, 0.8])

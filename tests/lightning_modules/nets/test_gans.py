@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from lightning_modules.generator_networks import (
+from lightning_modules.nets.gans import (
     DCGANDiscriminator,
     DCGANGenerator,
     PatchGANDiscriminator,

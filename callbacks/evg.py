@@ -31,12 +31,12 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
-from callbacks.generated_benchmark import markdown_table
+from callbacks.generated import markdown_table
 from callbacks.plots import plot_energy_traces, plot_heatmap, save_image_grid
-from callbacks.prediction_cache import PredictionCache, sharded_outputs
+from callbacks.scoring import PredictionCache, sharded_outputs
 from callbacks.severity import rows_to_csv, slug
 from common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
-from datamodules.adversarial import AdversarialData
+from datamodules.evg import AdversarialData
 from metrics import auroc, min_rank
 
 RESULT_COLUMNS = ("detector", "variation", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
@@ -56,7 +56,7 @@ class AdversarialReport(pl.Callback):
     """See the module docstring.
 
     Args:
-        data: the ID validation, ID test and OOD sets (:class:`datamodules.adversarial.AdversarialData`).
+        data: the ID validation, ID test and OOD sets (:class:`datamodules.evg.AdversarialData`).
         chains: the number of chains of the run (the report checks that every one has a result).
         output_dir: where the tables, figures and chain results go.
         cache_dir: cache of the detectors' scores on the fixed sets (``None``: ``<output_dir>/cache``).

@@ -12,122 +12,20 @@ treats negatives depends on the loss (Palechor et al. §4), set by ``train_negat
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import pytorch_lightning as pl
 import torch
-from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from common import NEGATIVE_LABEL, UNKNOWN_LABEL
-from datamodules.batch import Sample, collate_samples
+from datamodules.batch import collate_samples
+from datamodules.images import check_choice, dataset_labels
 from datamodules.transforms import BackgroundClassTarget
 
 TrainNegatives = Literal["include", "exclude", "background"]
-BadImagePolicy = Literal["fail", "skip"]
-
-
-class UnreadableImageError(RuntimeError):
-    """An image file could not be decoded; the message names the file."""
-
-
-def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def read_rgb_image(path: str) -> Image.Image:
-    """Open and fully decode an image as RGB (decoding errors surface here, not later)."""
-    with Image.open(path) as image:
-        return image.convert("RGB")
-
-
-class ImageFileDataset(Dataset):
-    """Images listed as ``(relative path, label)`` rows under ``root``.
-
-    Args:
-        on_bad_image: ``"fail"`` raises :class:`UnreadableImageError` naming the file; ``"skip"`` warns with
-            the path and yields a sample without image, which :func:`collate_samples` drops and counts.
-    """
-
-    def __init__(
-        self,
-        root: str,
-        rows: Sequence[tuple[str, int]],
-        transform: Callable | None = None,
-        target_transform: Callable | None = None,
-        on_bad_image: BadImagePolicy = "fail",
-    ) -> None:
-        self.root = root
-        self.rows = list(rows)
-        self.transform = transform
-        self.target_transform = target_transform
-        self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def path(self, index: int) -> str:
-        """The file of a row: its path under ``root``, or the path itself when absolute."""
-        return os.path.join(self.root, self.rows[index][0])
-
-    def __getitem__(self, index: int) -> Sample:
-        relative, label = self.rows[index]
-        target = self.target_transform(label) if self.target_transform else label
-        path = self.path(index)
-        try:
-            image = read_rgb_image(path)
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
-            if self.on_bad_image == "fail":
-                raise UnreadableImageError(
-                    f"cannot read image {path} ({type(error).__name__}: {error}); fix or remove the file, "
-                    "or set on_bad_image='skip' to skip and count unreadable images"
-                ) from error
-            warnings.warn(f"skipping unreadable image {path}: {error}", RuntimeWarning, stacklevel=2)
-            return Sample(None, target, index)
-        return Sample(self.transform(image) if self.transform else image, target, index)
-
-
-class TensorImageDataset(Dataset):
-    """In-memory images ``(N, C, H, W)`` (uint8 or float) with labels ``(N,)``."""
-
-    def __init__(
-        self,
-        images: Tensor,
-        labels: Tensor,
-        transform: Callable | None = None,
-        target_transform: Callable | None = None,
-    ) -> None:
-        if images.shape[0] != labels.shape[0]:
-            raise ValueError(f"{images.shape[0]} images but {labels.shape[0]} labels")
-        self.images = images
-        self.labels = labels.long()
-        self.transform = transform
-        self.target_transform = target_transform
-
-    def __len__(self) -> int:
-        return self.labels.shape[0]
-
-    def __getitem__(self, index: int) -> Sample:
-        image = self.images[index]
-        image = image.float().div(255) if image.dtype == torch.uint8 else image
-        label = int(self.labels[index])
-        target = self.target_transform(label) if self.target_transform else label
-        return Sample(self.transform(image) if self.transform else image, target, index)
-
-
-def dataset_labels(dataset: Dataset) -> Tensor:
-    """The labels of an :class:`ImageFileDataset` or :class:`TensorImageDataset`, in dataset order."""
-    if isinstance(dataset, TensorImageDataset):
-        return dataset.labels.clone()
-    if isinstance(dataset, ImageFileDataset):
-        return torch.tensor([label for _, label in dataset.rows], dtype=torch.long)
-    raise TypeError(f"cannot read the labels of a {type(dataset).__name__}")
 
 
 class OpenSetDataModule(pl.LightningDataModule):

@@ -10,7 +10,7 @@ import torch
 import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from lightning_modules.variations import (
+from lightning_modules.evg.variations import (
     AffineVariation,
     ColourVariation,
     Domain,

@@ -7,7 +7,7 @@ deep ensemble with its MI, a pytorch-ood detector wrapped as a κ -- into a blac
 (:func:`metrics.energy_standardisation`). No detector gradients are used by the search.
 
 :class:`AdversarialSearch` runs, in ``predict_step``, every search of a batch of chains: for each detector,
-variation model and sampler, the batched sampler of :mod:`lightning_modules.samplers` from the chains' own
+variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
 matrix). Lightning spreads the batches of chains over the devices (without padding in prediction), and a
 chain's result does not depend on its batch or process, so 2 processes give the 1-process results bit for bit.
@@ -25,10 +25,10 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lightning_modules.ensemble import DeepEnsemble
-from lightning_modules.samplers import SAMPLERS, SearchResult
+from lightning_modules.evg.samplers import SAMPLERS, SearchResult
+from lightning_modules.evg.variations import PixelPerturbation
+from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.scoring import load_scoring_network, penultimate_features, weights_fingerprint
-from lightning_modules.variations import PixelPerturbation
 from metrics import Kappa, energy_standardisation, get_kappa, standardised_energy
 
 
@@ -139,9 +139,9 @@ class AdversarialSearch(pl.LightningModule):
 
     Args:
         detectors: name -> :class:`Detector` (standardised before ``predict``).
-        variations: name -> variation model (:mod:`lightning_modules.variations`); ``"linf"`` must be a
+        variations: name -> variation model (:mod:`lightning_modules.evg.variations`); ``"linf"`` must be a
             :class:`PixelPerturbation`.
-        samplers: name -> keyword arguments of that sampler of :data:`lightning_modules.samplers.SAMPLERS`
+        samplers: name -> keyword arguments of that sampler of :data:`lightning_modules.evg.samplers.SAMPLERS`
             (e.g. ``{"mh": {"step_size": 0.1, "temperature": 1.0}, "random": {}}``).
         seed_images: ``(N_ood, C, H, W)`` OOD images in ``[0, 1]``; chain ``i`` varies image ``i mod N_ood``.
         steps: detector calls per chain (the authors' 2000).

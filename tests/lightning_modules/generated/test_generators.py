@@ -19,7 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from datamodules import FashionMNISTOpenSetDataModule
-from lightning_modules.generators import FIXED_SAMPLES, NearOODGenerator, RegularisedGenerator, ShiftGenerator
+from lightning_modules.generated.generators import (
+    FIXED_SAMPLES,
+    NearOODGenerator,
+    RegularisedGenerator,
+    ShiftGenerator,
+)
 from tests.conftest import train_demo_checkpoint
 
 # the random LPIPS backbone is asked for by name in every test: its warning says nothing new here

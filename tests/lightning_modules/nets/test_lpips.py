@@ -18,8 +18,8 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from lightning_modules.networks import PretrainedWeightsMissing
-from lightning_modules.perceptual import BACKBONES, PerceptualDistance, backbone_weights_url
+from lightning_modules.nets.backbones import PretrainedWeightsMissing
+from lightning_modules.nets.lpips import BACKBONES, PerceptualDistance, backbone_weights_url
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

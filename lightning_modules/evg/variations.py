@@ -280,7 +280,7 @@ class LatentVariation(nn.Module):
 
     Args:
         generator: a module mapping latents ``(N, D)`` to images ``(N, C, H, W)`` in ``[0, 1]`` (e.g. a
-            :class:`lightning_modules.generators.NearOODGenerator`); frozen here.
+            :class:`lightning_modules.generated.generators.NearOODGenerator`); frozen here.
         latent_dim: D; read from ``generator.latent_dim`` when the generator has it.
         image_size: resize the generated images to this size (bilinear, antialiased), e.g. the detector's.
         radius: ``r``; default ``√D``.

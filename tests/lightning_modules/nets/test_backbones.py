@@ -3,7 +3,7 @@ import timm
 import torch
 from torch import nn
 
-from lightning_modules.networks import (
+from lightning_modules.nets.backbones import (
     OpenSetNetwork,
     PretrainedWeightsMissing,
     build_backbone,

@@ -14,8 +14,8 @@ noise ``z`` to ``G(z)``, perceptually close to the data but semantically new:
     L_G = adv(D, G(z)) + λ_p LPIPS(G(z), x_real) - λ_s MI(G(z))
 
 The discriminator losses are the unregularised ones. MI is the mutual information of a frozen deep
-ensemble (:class:`lightning_modules.ensemble.DeepEnsemble`) on the generated images, resized to the
-members' input size; LPIPS is :class:`lightning_modules.perceptual.PerceptualDistance` (VGG by default).
+ensemble (:class:`lightning_modules.nets.ensemble.DeepEnsemble`) on the generated images, resized to the
+members' input size; LPIPS is :class:`lightning_modules.nets.lpips.PerceptualDistance` (VGG by default).
 With ``lambda_perceptual = lambda_semantic = 0`` neither is loaded and the modules are the plain Pix2Pix
 and the plain GAN (the latter is EvG's GAN variation model).
 
@@ -49,10 +49,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_modules.ensemble import DeepEnsemble
-from lightning_modules.generator_networks import PatchGANDiscriminator, UNetGenerator, build_gan
-from lightning_modules.open_set_classifier import unpack_batch
-from lightning_modules.perceptual import PerceptualDistance
+from datamodules.batch import unpack_batch
+from lightning_modules.checkpoint import record_run
+from lightning_modules.nets.ensemble import DeepEnsemble
+from lightning_modules.nets.gans import PatchGANDiscriminator, UNetGenerator, build_gan
+from lightning_modules.nets.lpips import PerceptualDistance
 from metrics.ensemble import mutual_information_from_logits
 
 AdversarialLoss = Literal["non_saturating", "hinge"]
@@ -153,8 +154,6 @@ class RegularisedGenerator(pl.LightningModule):
                       sync_dist=True, batch_size=batch_size, prog_bar=False)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from lightning_modules.open_set_classifier import record_run
-
         record_run(self, checkpoint)
         # LPIPS is rebuilt from its package and the torch cache, not stored with every generator
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("perceptual.")}

@@ -1,0 +1,157 @@
+"""The image data sets of the project: files listed with their labels, and in-memory tensors.
+
+Every data set yields :class:`datamodules.batch.Sample` (image, project label, dataset index). An
+evaluation data set yields raw images -- decoded files as PIL images, in-memory images as float tensors in
+``[0, 1]`` -- and the model that scores them applies its own input transform
+(:mod:`datamodules.transforms`); a training data set carries its datamodule's transform.
+:func:`dataset_labels` reads the labels of any of them, through subsets and wrappers, without loading an image.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+from torch.utils.data import ConcatDataset, Dataset, Subset
+
+from datamodules.batch import Sample
+
+BadImagePolicy = Literal["fail", "skip"]
+
+
+class UnreadableImageError(RuntimeError):
+    """An image file could not be decoded; the message names the file."""
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def image_files(folder: Path) -> list[str]:
+    """The file names in a folder, sorted (hidden files left out)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def read_rgb_image(path: str) -> Image.Image:
+    """Open and fully decode an image as RGB (decoding errors surface here, not later)."""
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+class ImageFileDataset(Dataset):
+    """Images listed as ``(relative path, label)`` rows under ``root``.
+
+    Args:
+        on_bad_image: ``"fail"`` raises :class:`UnreadableImageError` naming the file; ``"skip"`` warns with
+            the path and yields a sample without image, which :func:`collate_samples` drops and counts.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        rows: Sequence[tuple[str, int]],
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        on_bad_image: BadImagePolicy = "fail",
+    ) -> None:
+        self.root = root
+        self.rows = list(rows)
+        self.transform = transform
+        self.target_transform = target_transform
+        self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def path(self, index: int) -> str:
+        """The file of a row: its path under ``root``, or the path itself when absolute."""
+        return os.path.join(self.root, self.rows[index][0])
+
+    def __getitem__(self, index: int) -> Sample:
+        relative, label = self.rows[index]
+        target = self.target_transform(label) if self.target_transform else label
+        path = self.path(index)
+        try:
+            image = read_rgb_image(path)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+            if self.on_bad_image == "fail":
+                raise UnreadableImageError(
+                    f"cannot read image {path} ({type(error).__name__}: {error}); fix or remove the file, "
+                    "or set on_bad_image='skip' to skip and count unreadable images"
+                ) from error
+            warnings.warn(f"skipping unreadable image {path}: {error}", RuntimeWarning, stacklevel=2)
+            return Sample(None, target, index)
+        return Sample(self.transform(image) if self.transform else image, target, index)
+
+    def labels(self) -> Tensor:
+        return torch.tensor([label for _, label in self.rows], dtype=torch.long)
+
+    def without_transform(self) -> ImageFileDataset:
+        """The same files and labels yielding raw (decoded PIL) images: an evaluation set, which the scoring
+        model transforms itself."""
+        return ImageFileDataset(self.root, self.rows, on_bad_image=self.on_bad_image)
+
+
+class TensorImageDataset(Dataset):
+    """In-memory images ``(N, C, H, W)`` (uint8 or float) with labels ``(N,)``."""
+
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+    ) -> None:
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError(f"{images.shape[0]} images but {labels.shape[0]} labels")
+        self.images = images
+        self.labels = labels.long()
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def __getitem__(self, index: int) -> Sample:
+        image = self.images[index]
+        image = image.float().div(255) if image.dtype == torch.uint8 else image
+        label = int(self.labels[index])
+        target = self.target_transform(label) if self.target_transform else label
+        return Sample(self.transform(image) if self.transform else image, target, index)
+
+    def without_transform(self) -> TensorImageDataset:
+        """The same images and labels as raw float tensors in ``[0, 1]`` (an evaluation set)."""
+        return TensorImageDataset(self.images, self.labels)
+
+
+def dataset_labels(dataset: Dataset) -> Tensor:
+    """The labels ``(N,)`` of a data set, in dataset order, without loading an image.
+
+    The one way labels are read: a data set of this project (:class:`ImageFileDataset`,
+    :class:`TensorImageDataset`, or any with a ``labels()`` method or a ``labels`` tensor), a ``Subset`` or
+    ``ConcatDataset`` of them, or a wrapper that keeps its samples' labels and holds the wrapped set as
+    ``.dataset``.
+    """
+    if isinstance(dataset, Subset):
+        return dataset_labels(dataset.dataset)[torch.as_tensor(list(dataset.indices), dtype=torch.long)]
+    if isinstance(dataset, ConcatDataset):
+        return torch.cat([dataset_labels(part) for part in dataset.datasets])
+    labels = getattr(dataset, "labels", None)
+    if callable(labels):
+        labels = labels()
+    if isinstance(labels, Tensor):
+        return labels.long().clone()
+    inner = getattr(dataset, "dataset", None)
+    if isinstance(inner, Dataset):
+        return dataset_labels(inner)
+    raise TypeError(f"cannot read the labels of a {type(dataset).__name__}: give it a labels() method")
+
+
