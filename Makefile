@@ -10,7 +10,7 @@ DEBIAN_STAMP := $(VENV)/.debian-packages
 WORDNET := $(VENV)/share/nltk_data/corpora/wordnet/lexnames
 DEBIAN_PACKAGES := wordnet-base wordnet-sense-index dataset-fashion-mnist
 
-.PHONY: setup demo demo-generated demo-adversarial test test-all lint benchmark clean
+.PHONY: setup demo demo-generated demo-evg test test-all lint benchmark clean
 
 setup: $(PIP_STAMP) $(WORDNET)
 
@@ -42,17 +42,17 @@ $(WORDNET): $(DEBIAN_STAMP) $(PIP_STAMP)
 
 demo: setup
 	$(PY) train.py fit --config configs/demo/fashion_mnist_eos.yaml
-	$(PY) evaluate.py oscr --ckpt runs/demo/checkpoints/best.ckpt --log-dir runs/demo --wandb-project openset-bench-demo
+	$(PY) evaluate.py oscr --model runs/demo/checkpoints/best.ckpt --log-dir runs/demo --wandb-project openset-bench-demo
 	$(PY) evaluate.py severity --model runs/demo/checkpoints/best.ckpt --data fashion \
 		--kappa softmax max_logit entropy energy odin --output-dir runs/demo/severity --cache-dir runs/demo/cache \
 		--log-dir runs/demo --wandb-project openset-bench-demo
 	$(MAKE) --no-print-directory demo-generated
-	$(MAKE) --no-print-directory demo-adversarial
+	$(MAKE) --no-print-directory demo-evg
 	@echo "Demo done."
 	@echo "  open-set report:  runs/demo/checkpoints/best-oscr/ (metrics.json, metrics.csv, oscr_curves.png, score_histograms.png)"
 	@echo "  severity report:  runs/demo/severity/ (one table per confidence function, severity_auroc.png)"
 	@echo "  generated sets:   runs/demo/generated/ (report/sets.md: what the sets are; report/detectors.md; grids)"
-	@echo "  adversarial:      runs/demo/adversarial/ (results.md: clean vs worst-case AUROC, MinRank; transfer_*.png; grids/)"
+	@echo "  EvG:              runs/demo/evg/ (results.md: clean vs worst-case AUROC, MinRank; transfer_*.png; grids/)"
 	@echo "  W&B offline runs: runs/demo/wandb/ (upload with: wandb sync runs/demo/wandb/offline-run-*)"
 
 # Generated shifted and near-OOD sets (Mukhoti et al.): a 5-member ensemble, the regularised generators and the
@@ -68,16 +68,15 @@ demo-generated: setup
 	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood
 	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood_plain \
 		$(PLAIN) --trainer.logger.init_args.name=near-ood-generator-plain
-	$(PY) evaluate.py generate $(GENERATE) --ckpt $(SETS:%=runs/demo/generators/%/last.ckpt) --output-dir $(SETS:%=runs/demo/generated/%)
+	$(PY) evaluate.py generate $(GENERATE) --model $(SETS:%=runs/demo/generators/%/last.ckpt) --output-dir $(SETS:%=runs/demo/generated/%)
 	$(PY) evaluate.py generated --config configs/evaluate/fashion_generated.yaml --accelerator cpu --devices 1 --no-progress-bar
 
-# Adversarial evaluation (EvG, Yoon et al.): the plain GAN on the digits (the GAN-latent variation model), then
+# EvG (Yoon et al.), the adversarial generation of outliers: the plain GAN on the digits (the GAN-latent variation model), then
 # MH and random search over affine, colour and GAN-latent variations of the digits against the demo's model
 # (softmax, max-logit, energy) and the ensemble's MI. Needs the ensemble of demo-generated.
-demo-adversarial: setup
+demo-evg: setup
 	$(PY) train.py fit --config configs/generators/digits_gan.yaml --checkpoint_dir runs/demo/generators/digits_gan
-	$(PY) evaluate.py adversarial --config configs/evaluate/fashion_adversarial.yaml --accelerator cpu --devices 1 \
-		--no-progress-bar
+	$(PY) evaluate.py evg --config configs/evaluate/fashion_evg.yaml --accelerator cpu --devices 1 --no-progress-bar
 
 lint: setup
 	$(PY) -m ruff check .

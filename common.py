@@ -6,7 +6,9 @@ One home for what would otherwise be defined in several places:
 - the background-class column: the last column of a ``(N, K+1)`` tensor, dropped without renormalising (and,
   where a distribution over the known classes is needed, its mass spread uniformly over them);
 - digests and fingerprints (of JSON-able descriptions, files on disk, tensors) for cache keys;
-- atomic writes: an artefact appears complete under its final name, or not at all.
+- atomic writes: an artefact appears complete under its final name, or not at all;
+- importing a class by its path, and checking arguments of a class by the types of its signature (the
+  ``--data-arg`` of every command, before anything is built).
 
 This module imports nothing from the rest of the project.
 """
@@ -14,11 +16,14 @@ This module imports nothing from the rest of the project.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -114,3 +119,38 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """:func:`atomic_write_bytes` for UTF-8 text."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def import_object(path: str) -> Any:
+    """``"package.module.Name"`` -> the object (a class, a function)."""
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"{path!r} is not a module.Name path")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"cannot import {path!r}: {error}") from error
+
+
+def typed_arguments(target: Any, arguments: dict[str, Any], *, what: str) -> dict[str, Any]:
+    """Check ``arguments`` of a class (or function) by the types of its signature, before it is built:
+    an unknown name, a float where an int is expected, a scalar where a list is expected are errors that
+    name ``what``, the argument and the expected type. Returns the arguments as parsed."""
+    from jsonargparse import ArgumentParser
+
+    parameters = inspect.signature(target).parameters
+    unknown = sorted(set(arguments) - set(parameters))
+    if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        raise ValueError(f"{what} ({getattr(target, '__name__', target)}) has no arguments {unknown}; it takes "
+                         f"{[n for n in parameters if n != 'self']}")
+    parser = ArgumentParser(exit_on_error=False)
+    typed = {name: value for name, value in arguments.items() if name in parameters}
+    if inspect.isclass(target):
+        parser.add_class_arguments(target, None, skip={n for n in parameters if n not in typed}, fail_untyped=False)
+    else:
+        parser.add_function_arguments(target, None, skip={n for n in parameters if n not in typed}, fail_untyped=False)
+    try:
+        parsed = parser.parse_object(typed)
+    except Exception as error:  # jsonargparse's ArgumentError names the key and the expected type
+        raise ValueError(f"{what}: {error}".replace("\n", " ")) from None
+    return {name: parsed[name] for name in typed}

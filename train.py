@@ -19,6 +19,7 @@ A deep ensemble (Mukhoti et al.'s semantic regulariser) is M ordinary ``fit`` ru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,9 @@ def train_ensemble(argv: list[str]) -> list[Path]:
             raise SystemExit(f"member {member} wrote no checkpoint in {member_dir}: the configuration needs a "
                              "ModelCheckpoint callback")
         checkpoints.append(best)
-    atomic_write_text(args.out_dir / "ensemble.txt", "".join(f"{path}\n" for path in checkpoints))
+    # paths relative to the members file: the ensemble can be moved or read from another directory
+    listed = [os.path.relpath(path.resolve(), args.out_dir.resolve()) for path in checkpoints]
+    atomic_write_text(args.out_dir / "ensemble.txt", "".join(f"{path}\n" for path in listed))
     return checkpoints
 
 

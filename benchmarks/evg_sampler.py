@@ -16,7 +16,7 @@ result (per chain, the lowest-energy state of the whole trajectory); only the ra
 
 Energies:
 
-- *detector*: ``Detector(OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1), "softmax")``
+- *detector*: ``Detector(ScoringModel(OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)), "softmax")``
   (the demo's network, randomly initialised, not trained), standardised on the κ of 64 random images, over
   ``AffineVariation()`` (D = 5) of one random 28x28 grayscale seed image per chain:
   ``E(z) = detector.energy(variation(z, seeds))``.
@@ -174,12 +174,14 @@ def toy_energy(points: Tensor) -> Tensor:
 
 def make_detector() -> Any:
     """The demo's small CNN (random weights) scored by softmax response, standardised on random images."""
-    from lightning_modules import OpenSetClassifier
-    from lightning_modules.evg.search import Detector
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from lightning_modules import Detector, OpenSetClassifier, ScoringModel
 
     torch.manual_seed(SEED)
     network = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)
-    detector = Detector(network, "softmax", name="demo/softmax")
+    model = ScoringModel(network, model_input=ModelInput(TensorPipeline(28, 1), size=(28, 28), channels=1), name="demo")
+    model.network.to(memory_format=torch.channels_last)  # as evaluate.py evg runs it
+    detector = Detector(model, "softmax", name="demo/softmax")
     generator = torch.Generator().manual_seed(SEED)
     detector.fit_standardisation(detector.scores(torch.rand(64, 1, 28, 28, generator=generator)))
     return detector
@@ -292,7 +294,7 @@ def random_numbers_ms(method: str, chains: int, dim: int, *, calls: int = 50, re
     rounds of ``calls`` steps): the batched sampler's proposal normals and acceptance uniforms as it draws
     them (``ChainNumbers``: a block of up to 64 steps at a time), or the loop's NumPy normals and uniforms
     made tensors."""
-    from lightning_modules.evg.samplers import STREAM_ACCEPT, STREAM_PROPOSAL, ChainNumbers
+    from lightning_modules.evg.chain_random import STREAM_ACCEPT, STREAM_PROPOSAL, ChainNumbers
 
     index = torch.arange(chains)
     rng = np.random.default_rng(SEED)

@@ -20,7 +20,7 @@ Rows, all in one run (well under 5 minutes on one H100/H200-class GPU):
 5. ``+ OpenSetEvaluation``: the time per validation epoch inside ``OpenSetEvaluation(every_n_epochs=1,
    plot_every_n_epochs=0)``'s hooks (GPU synchronised around each hook), and the wall difference to row 4.
 6. ``+ SeverityAUROC``: the same for ``SeverityAUROC(kappas=[softmax, max_logit, entropy])`` with a
-   ``ProtocolSeverityDataModule`` on that folder (its own passes over the ID and OOD images).
+   ``ProtocolSeverityData`` on that folder (its own passes over the ID and OOD images).
 
 Training rows: timed after ``--warmup-steps`` over ``--steps`` steps, the GPU synchronised at both ends.
 Public reference: about 2,500 img/s for ResNet-50 (v1.5) mixed-precision training on one A100 80GB
@@ -58,7 +58,6 @@ from torch.utils.data import DataLoader, Dataset
 from benchmarks.common import time_hooks, write_section
 from datamodules import Batch, ImageNetProtocolDataModule, imagenet_protocol
 from datamodules.protocols import Protocol
-from datamodules.transforms import eval_transform
 from lightning_modules import OpenSetClassifier
 
 PROTOCOL = 2  # 30 known, 31 negative, 55 unknown classes
@@ -365,16 +364,15 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
         Rows 4-6 and the one-off set-up time of the severity data.
     """
     from callbacks import OpenSetEvaluation, SeverityAUROC
-    from datamodules.severity import SEVERITY_SPLITS, ProtocolSeverityDataModule
+    from datamodules.severity import SEVERITY_SETS, ProtocolSeverityData
 
     start = time.perf_counter()
-    severity_data = ProtocolSeverityDataModule(
+    severity_data = ProtocolSeverityData(
         root=str(folder), protocol=PROTOCOL, estimation=settings.estimation, test=settings.severity_test,
-        transform=eval_transform(resize=settings.resize, crop=settings.crop), batch_size=data.batch_size,
-        num_workers=settings.num_workers)
+        batch_size=data.batch_size, num_workers=settings.num_workers)
     severity_data.setup()
     severity_setup_s = time.perf_counter() - start
-    severity_images = sum(len(severity_data.dataset(split)) for split in SEVERITY_SPLITS)
+    severity_images = sum(len(severity_data[name]) for name in SEVERITY_SETS)
     variants: dict[str, Callable[[], list[pl.Callback]]] = {
         ROWS[3]: list,
         ROWS[4]: lambda: [OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)],
@@ -394,7 +392,7 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
             wall = time.perf_counter() - start
             for callback in callbacks:  # time real work only
                 evaluated = (callback.report is not None if isinstance(callback, OpenSetEvaluation)
-                             else callback.model_passes == len(SEVERITY_SPLITS) and bool(callback.tables))
+                             else callback.model_passes == len(SEVERITY_SETS) and bool(callback.tables))
                 if not evaluated:
                     raise RuntimeError(f"{type(callback).__name__} did not evaluate during validate")
             if round_index >= warmup:
@@ -409,7 +407,7 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
     for name, images, what in (
         (ROWS[4], val_images, "`OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)`: gather, OSCR, "
                               "CCR@FPR, AUROC of the epoch's predictions"),
-        (ROWS[5], severity_images, f"`SeverityAUROC(kappas={SEVERITY_KAPPAS})`, `ProtocolSeverityDataModule`: "
+        (ROWS[5], severity_images, f"`SeverityAUROC(kappas={SEVERITY_KAPPAS})`, `ProtocolSeverityData`: "
                                    "3 passes (ID, OOD estimation, OOD test), tables, figures"),
     ):
         inside = min(hooks[name])

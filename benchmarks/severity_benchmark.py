@@ -111,20 +111,18 @@ def construction(classes: int, group: int) -> str:
 
 def kappa_passes() -> str:
     from callbacks import SeverityAUROC
-    from datamodules.severity import FashionSeverityDataModule
+    from callbacks.run import launch_loader
+    from datamodules.severity import FashionSeverityData
+    from datamodules.transforms import ModelInput, TensorPipeline
     from lightning_modules import OpenSetClassifier
     from lightning_modules.scoring import ScoringModel
 
     pl.seed_everything(0)
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = Path(tmp) / "demo" / "checkpoints" / "best.ckpt"
         model = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)
-        trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             max_steps=0, enable_model_summary=False)
-        trainer.strategy.connect(model)
-        trainer.save_checkpoint(checkpoint)
-        scoring = ScoringModel(str(checkpoint))
-        data = FashionSeverityDataModule(estimation=100, test=50)
+        scoring = ScoringModel(model, model_input=ModelInput(TensorPipeline(28, 1), size=(28, 28), channels=1),
+                               name="demo")
+        data = FashionSeverityData(estimation=100, test=50)
         data.setup()
 
         def run(kappas: list, cache: str) -> int:
@@ -132,7 +130,7 @@ def kappa_passes() -> str:
                                      output_dir=str(Path(tmp) / "out"))
             bench_trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[severity],
                                        limit_test_batches=1, enable_progress_bar=False, enable_model_summary=False)
-            bench_trainer.test(scoring, dataloaders=data.dataloader("id"), verbose=False)
+            bench_trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
             return severity.model_passes
 
         start = time.perf_counter()

@@ -384,10 +384,10 @@ def callback_costs(model: OpenSetClassifier, data: pl.LightningDataModule, *, ro
         One cost per variant, and the one-off set-up time of the severity data (once per ``fit``).
     """
     from callbacks import OpenSetEvaluation, SeverityAUROC
-    from datamodules.severity import FashionSeverityDataModule
+    from datamodules.severity import FashionSeverityData
 
     start = time.perf_counter()
-    severity_data = FashionSeverityDataModule(estimation=100, test=50)
+    severity_data = FashionSeverityData(estimation=100, test=50)
     severity_data.setup()
     severity_setup_s = time.perf_counter() - start
     variants: dict[str, Callable[[], list[pl.Callback]]] = {
@@ -395,7 +395,7 @@ def callback_costs(model: OpenSetClassifier, data: pl.LightningDataModule, *, ro
         "+ `OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)`": lambda: [
             OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)],
         f"+ `SeverityAUROC(kappas={SEVERITY_KAPPAS}, every_n_epochs=1, "
-        "data=FashionSeverityDataModule(estimation=100, test=50))` (default `plots=True`)": lambda: [
+        "data=FashionSeverityData(estimation=100, test=50))` (default `plots=True`)": lambda: [
             SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data)],
         "+ the same `SeverityAUROC` with `plots=False` (attribution: no figure per κ and epoch)": lambda: [
             SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data, plots=False)],

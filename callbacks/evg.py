@@ -1,10 +1,12 @@
-"""The report of the adversarial evaluation of OOD detectors (EvG; Yoon et al., DESIGN.md §5.4).
+"""The report of EvG, the adversarial evaluation of OOD detectors (Yoon et al.; DESIGN.md §5.4).
 
-:class:`AdversarialReport` runs around ``trainer.predict`` of an :class:`lightning_modules.evg.AdversarialSearch`:
+:class:`EvGReport` runs around ``trainer.test`` and ``trainer.predict`` of an
+:class:`lightning_modules.evg.EvGSearch`:
 
-1. ``on_predict_start``: κ of every detector on the ID validation, ID test and clean OOD images (passes
-   sharded over the devices, every rank joins every gather, cached on disk per model weights, κ and image
-   files), and each detector's energy standardised on its **ID validation** scores.
+1. ``on_test_epoch_end``: κ of every detector on the ID validation, ID test and clean OOD images, from the
+   engine's scoring passes (one pass per model and set, whatever the number of κ of the model; sharded over
+   the devices, every rank joins every gather, cached on disk). The command then fits each detector's
+   energy standardisation on its **ID validation** scores, explicitly (``EvGSearch.fit_standardisation``).
 2. ``on_predict_batch_end``: the results of a batch of chains are written at once (atomically) to
    ``chains/<run key>/chains-<first>-<last>.pt``; a resumed run with the same detectors, data, variation
    models, samplers and seed skips the batches found there (:meth:`done`).
@@ -20,29 +22,46 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
-from callbacks.generated import markdown_table
+from callbacks.generated import fashion_arguments, id_datamodule
 from callbacks.plots import plot_energy_traces, plot_heatmap, save_image_grid
-from callbacks.scoring import PredictionCache, sharded_outputs
-from callbacks.severity import rows_to_csv, slug
-from common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
-from datamodules.evg import AdversarialData
-from metrics import auroc, min_rank
+from callbacks.report import (
+    check_output_dir,
+    log_images,
+    log_scalars,
+    log_table,
+    markdown_table,
+    metric_key,
+    slug,
+    write_csv,
+    write_markdown,
+    write_tables,
+)
+from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from callbacks.scoring import ScoringPasses, detector_pairs
+from common import atomic_write_bytes, digest, tensors_fingerprint
+from datamodules.evg import ChainBatches, EvGData, chain_ranges
+from datamodules.sources import real_ood_set
+from datamodules.transforms import TensorPipeline
+from lightning_modules.checkpoint import check_classes, load_module
+from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
+from lightning_modules.generated import NearOODGenerator
+from lightning_modules.scoring import ScoringModel
+from metrics import auroc, get_kappa, min_rank
 
 RESULT_COLUMNS = ("detector", "variation", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
                   "clean min rank", "min rank", "id test images", "ood test images", "acceptance",
                   "mean step of minimum", "mean start energy", "mean lowest energy", "varied")
-SPLITS = ("id_validation", "id_test", "ood")
+SPLITS = ("id_val", "id_test", "ood")
 
 
 def _variation_config(variation: torch.nn.Module) -> dict[str, Any]:
@@ -52,26 +71,27 @@ def _variation_config(variation: torch.nn.Module) -> dict[str, Any]:
     return {"class": type(variation).__name__, **config, "weights": tensors_fingerprint(weights) if weights else ""}
 
 
-class AdversarialReport(pl.Callback):
+class EvGReport(pl.Callback):
     """See the module docstring.
 
     Args:
-        data: the ID validation, ID test and OOD sets (:class:`datamodules.evg.AdversarialData`).
+        data: the ID validation, ID test and OOD sets (:class:`datamodules.evg.EvGData`).
         chains: the number of chains of the run (the report checks that every one has a result).
         output_dir: where the tables, figures and chain results go.
-        cache_dir: cache of the detectors' scores on the fixed sets (``None``: ``<output_dir>/cache``).
+        cache_dir: cache of the scoring passes over the fixed sets (``None``: ``<output_dir>/cache``).
         plots: write and log figures.
         grid_chains: worst cases shown per grid (the lowest energies first).
+        passes: the run's scoring passes (shared with every other evaluation of the run).
     """
 
-    def __init__(self, data: AdversarialData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
-                 plots: bool = True, grid_chains: int = 32) -> None:
+    def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
+                 plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None) -> None:
         self.data, self.chains = data, chains
         self.output_dir = Path(output_dir)
-        self.cache = PredictionCache(cache_dir if cache_dir is not None else self.output_dir / "cache")
+        self.passes = passes if passes is not None else ScoringPasses(
+            cache_dir if cache_dir is not None else self.output_dir / "cache")
         self.plots, self.grid_chains = plots, grid_chains
         self.scores: dict[str, dict[str, Tensor]] = {}
-        self.standardisation: dict[str, tuple[float, float]] = {}
         self.rows: list[dict[str, Any]] = []
         self.transfer: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
         self._started = 0.0
@@ -82,12 +102,12 @@ class AdversarialReport(pl.Callback):
         """A digest of everything a chain's result depends on (the same in every process)."""
         seeds = module.seed_images
         return digest({
-            "detectors": {name: [d.fingerprint(), d.kappa.name, d.kappa_args, d.background,
-                                 d.channel_mean.tolist(), d.channel_std.tolist()] for name, d in module.detectors.items()},
+            "detectors": {name: [d.fingerprint(), d.kappa.name, d.kappa_args, d.background, d.model.model_input.key(),
+                                 module.standardisation()[name]] for name, d in module.detectors.items()},
             "variations": {name: _variation_config(v) for name, v in module.variations.items()},
             "samplers": module.sampler_args, "pairs": module.pairs, "steps": module.steps, "seed": module.seed,
             "trace_every": module.trace_every, "seed_images": tensors_fingerprint({"seeds": seeds}),
-            "id_validation": self.data.fingerprint("id_validation"),
+            "id_val": self.data["id_val"].fingerprint(),
         })
 
     def chain_dir(self, module: Any) -> Path:
@@ -116,30 +136,19 @@ class AdversarialReport(pl.Callback):
 
     # -- hooks ------------------------------------------------------------------------------------
 
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._started = time.perf_counter()
-        for name, detector in pl_module.detectors.items():
-            self.scores[name] = {split: self._kappa(trainer, pl_module, detector, split) for split in SPLITS}
-            detector.fit_standardisation(self.scores[name]["id_validation"])
-            self.standardisation[name] = (detector.mean, detector.scale)
-        self.chain_dir(pl_module).mkdir(parents=True, exist_ok=True)
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """κ of every detector on the fixed sets (one pass per model and set, through the engine)."""
+        batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        with torch.inference_mode(False):  # model-based κ such as ODIN take input gradients
+            self.scores = {name: {split: self.passes.scores(trainer, detector.model, self.data[split], detector.kappa,
+                                                            detector.kappa_args, **batch) for split in SPLITS}
+                           for name, detector in pl_module.detectors.items()}
 
-    def _kappa(self, trainer: pl.Trainer, pl_module: pl.LightningModule, detector: Any, split: str) -> Tensor:
-        dataset = self.data.sets[split]
-        fingerprint = self.data.fingerprint(split)
-        key = digest({"model": detector.fingerprint(), "kappa": detector.kappa.name, "args": detector.kappa_args,
-                      "background": detector.background, "normalisation": detector.channel_mean.tolist(),
-                      "data": fingerprint, "precision": str(trainer.precision)})
-        name = f"{slug(detector.name)}-{split}"
-        cached = self.cache.load_on_rank_zero(trainer, name, key, rows=len(dataset))
-        if cached is not None:
-            return cached["kappa"]
-        outputs = sharded_outputs(trainer, dataset, lambda images: {"kappa": detector.scores(images)}, keys=["kappa"],
-                                  batch_size=self.data.batch_size, num_workers=self.data.num_workers,
-                                  device=pl_module.device)
-        if trainer.is_global_zero:
-            self.cache.save(name, key, outputs, {"detector": detector.name, "split": split})
-        return outputs["kappa"]
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.scores:
+            raise RuntimeError("EvGReport has no scores of the fixed sets: run trainer.test of the search first")
+        self._started = time.perf_counter()
+        self.chain_dir(pl_module).mkdir(parents=True, exist_ok=True)
 
     def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -213,19 +222,19 @@ class AdversarialReport(pl.Callback):
             matrix = self.transfer.setdefault((variation, sampler), {})
             matrix[detector] = {other: auroc(self.scores[other]["id_test"], result[f"kappa/{other}"])
                                 for other in module.detectors}
-        atomic_write_text(out / "results.csv", rows_to_csv(self.rows, RESULT_COLUMNS))
-        standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in self.standardisation.items())
-        atomic_write_text(out / "results.md", f"Energy standardisation on ID validation (-κ): {standardisation}\n\n"
-                          + markdown_table(self.rows, RESULT_COLUMNS))
+        fitted = module.standardisation()
+        write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
+        standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
+        write_markdown(out / "results.md", self.rows, RESULT_COLUMNS,
+                       preamble=f"Energy standardisation on ID validation (-κ): {standardisation}")
         names = list(module.detectors)
         figures: dict[str, Path] = {}
         for (variation, sampler), matrix in self.transfer.items():
             columns = ("searched against", *names)
             rows = [{"searched against": a, **{b: matrix[a][b] for b in names}} for a in matrix]
             stem = f"transfer_{slug(variation)}_{slug(sampler)}"
-            atomic_write_text(out / f"{stem}.csv", rows_to_csv(rows, columns))
-            atomic_write_text(out / f"{stem}.md", "Worst-case AUROC of the detector of each column on the worst "
-                              "cases found against the detector of each row\n\n" + markdown_table(rows, columns))
+            write_tables(out, stem, rows, columns, preamble="Worst-case AUROC of the detector of each column on the "
+                         "worst cases found against the detector of each row")
             if self.plots:
                 values = np.array([[matrix[a][b] for b in names] for a in matrix])
                 figures[stem] = plot_heatmap(values, list(matrix), names, out / f"{stem}.png",
@@ -235,15 +244,17 @@ class AdversarialReport(pl.Callback):
         torch.save({f"{d}|{v}|{s}": {k: r[k] for k in ("points", "energy", "best_step")} for (d, v, s), r
                     in results.items()}, buffer)
         atomic_write_bytes(out / "worst_cases.pt", buffer.getvalue())
+        # the fitted state of the run: the detectors' energy standardisation
+        write_tables(out, "standardisation", [{"detector": n, "mean": m, "scale": s} for n, (m, s) in fitted.items()],
+                     ("detector", "mean", "scale"), preamble="Energy = (-κ - mean) / scale, fitted on ID validation")
         if self.plots:
             figures.update(self._figures(module, results))
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_table(key="adversarial/results", columns=list(RESULT_COLUMNS),
-                                 data=[[_cell(row[c]) for c in RESULT_COLUMNS] for row in self.rows])
-                for name, path in figures.items():
-                    logger.log_image(key=f"adversarial/{name}", images=[str(path)])
-        rank_zero_info(f"\nAdversarial evaluation written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
+        log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
+                              row[column] for row in self.rows for name, column in
+                              (("auroc", "clean auroc"), ("worst_auroc", "worst-case auroc"), ("min_rank", "min rank"))})
+        log_table(trainer, metric_key("predict", "evg", "results"), self.rows, RESULT_COLUMNS)
+        log_images(trainer, {metric_key("predict", "evg", name): path for name, path in figures.items()})
+        rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
 
     def _figures(self, module: Any, results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[str, Path]:
         figures: dict[str, Path] = {}
@@ -270,5 +281,132 @@ class AdversarialReport(pl.Callback):
         return figures
 
 
-def _cell(value: Any) -> Any:
-    return float(value) if isinstance(value, (int, float)) else str(value)
+AdversarialReport = EvGReport  # the name of before, kept for one release
+
+
+class EvGEvaluation(Evaluation):
+    """``evaluate.py evg`` (alias ``adversarial``): EvG, the outliers each detector trusts most (Yoon et al.),
+    found by MCMC over variation models of an OOD set; worst-case AUROC and MinRank next to the clean ones.
+
+    The run has three steps, each explicit: ``trainer.test`` scores the fixed sets through the engine
+    (:class:`EvGReport`), :meth:`EvGSearch.fit_standardisation` fits each detector's energy on its ID
+    validation scores, and ``trainer.predict`` runs the chains (resumable: finished batches are kept).
+
+    Args:
+        model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).
+        kappa: κ names, each paired with the models it applies to (ensemble κ with ensembles).
+        kappa_args: per κ, its arguments.
+        data: the in-distribution data (validation standardises, test is the AUROC's positives): ``fashion``,
+            a checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
+        data_args: arguments of that datamodule to change.
+        ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
+        image_size: the side of the varied images (default: the detectors' common input; needed when their
+            inputs differ, each detector then resizes to its own).
+        variation: variation models (:data:`lightning_modules.evg.VARIATIONS`): affine, colour, gan, linf.
+        variation_args: per variation model, its arguments, e.g. ``{"affine": {"scale": [0.9, 1.2]}}``.
+        gan: the generator checkpoint of the ``gan`` variation (a plain GAN trained on the OOD set).
+        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh, random, coordinate, linf.
+        sampler_args: per sampler, its arguments, e.g. ``{"mh": {"temperature": 1.0}}``.
+        chains: chains per search (chain ``i`` varies OOD image ``i``).
+        steps: detector calls per chain.
+        chains_per_batch: chains moved together (keep it to resume an interrupted run).
+        seed: the run's seed (each chain's random numbers are keyed by it and the chain).
+        trace_every: energy trace thinning (steps).
+        batch_size, num_workers: of the passes over the fixed sets.
+        random_weights: timm/torchvision models without pretrained weights (tests).
+        output_dir: tables, figures and chain results.
+        cache_dir: cached passes (default: ``<output_dir>/cache``).
+        plots: write and log the figures.
+    """
+
+    command = "evg"
+
+    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
+                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
+                 data_args: dict[str, Any] | None = None, ood: str = "digits", image_size: int | None = None,
+                 variation: Sequence[str] = ("affine", "colour"), variation_args: dict[str, dict[str, Any]] | None = None,
+                 gan: str | None = None, sampler: Sequence[str] = ("mh", "random"),
+                 sampler_args: dict[str, dict[str, Any]] | None = None, chains: int = 1000, steps: int = 2000,
+                 chains_per_batch: int = 100, seed: int = 0, trace_every: int = 10, batch_size: int = 256,
+                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
+                 cache_dir: str | None = None, plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        if not model:
+            raise ValueError("give at least one model (--model, or model: in --config)")
+        for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
+                            ("trace_every", trace_every), ("batch_size", batch_size)):
+            if value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if image_size is not None and image_size < 8:
+            raise ValueError(f"image_size must be at least 8, got {image_size}")
+        unknown = sorted(set(sampler) - set(SAMPLERS))
+        if unknown:
+            raise ValueError(f"unknown samplers {unknown}; choose from {sorted(SAMPLERS)}")
+        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
+        self.data, self.data_args, self.ood, self.image_size = data, dict(data_args or {}), ood, image_size
+        self.variation, self.variation_args, self.gan = list(variation), dict(variation_args or {}), gan
+        self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
+        self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
+        self.seed, self.trace_every, self.batch_size, self.num_workers = seed, trace_every, batch_size, num_workers
+        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
+
+    def detectors(self, models: dict[str, ScoringModel]) -> dict[str, Detector]:
+        """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
+        detectors: dict[str, Detector] = {}
+        for model, kappa in detector_pairs(list(models.values()), [get_kappa(k) for k in self.kappa]):
+            detector = Detector(model, kappa, kappa_args=self.kappa_args.get(kappa.name))
+            detectors[detector.name] = detector
+        return detectors
+
+    def pipeline(self, detectors: dict[str, Detector]) -> Any:
+        """The raw image -> varied image pipeline: the detectors' common input pipeline, or ``image_size``."""
+        inputs = {d.model.display_name: d.model.model_input for d in detectors.values()}
+        if self.image_size is not None:
+            channels = {mi.channels for mi in inputs.values()}
+            return TensorPipeline(self.image_size, channels.pop() if len(channels) == 1 else None)
+        pipelines = {repr(mi.pipeline): mi.pipeline for mi in inputs.values()}
+        if len(pipelines) > 1:
+            sizes = {name: mi.size for name, mi in inputs.items()}
+            raise ValueError(f"the detectors take images of other inputs ({sizes}): give image_size, the side the "
+                             "variations act at (each detector then resizes to its own input)")
+        return next(iter(pipelines.values()))
+
+    def run(self) -> dict[str, Any]:
+        models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
+        for model in models.values():
+            if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
+                model.network.to(memory_format=torch.channels_last)  # runs the demo's CNN about 1.6x faster
+        detectors = self.detectors(models)
+        datamodule = id_datamodule(self.data, self.data_args, models=list(models.values()))
+        data = EvGData(id_val=datamodule.evaluation_set("val", role="id_val", known_only=True),
+                       id_test=datamodule.evaluation_set("test", role="id_test", known_only=True),
+                       ood=real_ood_set(self.ood, **fashion_arguments(datamodule)), classes=datamodule.class_names,
+                       batch_size=self.batch_size, num_workers=self.num_workers)
+        for model in models.values():
+            check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG")
+        if self.chains > len(data["ood"]):
+            print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
+                  f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
+        seeds = data.seed_images(self.chains, self.pipeline(detectors))
+        generator = load_module(self.gan, expected=NearOODGenerator) if self.gan and "gan" in self.variation else None
+        variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
+                                            generator=generator) for name in self.variation}
+        unknown = sorted(set(self.variation_args) - set(variations))
+        if unknown:
+            raise ValueError(f"variation_args for {unknown}, which are not among the variations {self.variation}")
+        module = EvGSearch(detectors, variations, {s: self.sampler_args.get(s, {}) for s in self.sampler}, seeds,
+                           steps=self.steps, seed=self.seed, trace_every=self.trace_every)
+        check_output_dir(self.output_dir)
+        report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
+                           plots=self.plots)
+        logger = make_logger(self.options, name="evg")
+        # inference mode off: model-based κ such as ODIN take input gradients inside the detector
+        trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
+        trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
+        module.fit_standardisation({name: scores["id_val"] for name, scores in report.scores.items()})
+        batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
+        skipped = [b for b in batches.all_bounds if b not in batches.bounds]
+        if skipped and trainer.is_global_zero:
+            print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
+        trainer.predict(module, dataloaders=batches.loader(), return_predictions=False)
+        return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(self.output_dir)}

@@ -29,6 +29,7 @@ import io
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +37,50 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from PIL import Image
-from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 from callbacks.plots import save_image_grid
-from callbacks.scoring import sharded_outputs
-from callbacks.severity import kappa_scores, model_logits, rows_to_csv, slug
-from common import atomic_write_text, known_columns
+from callbacks.report import (
+    check_output_dir,
+    log_images,
+    log_scalars,
+    log_table,
+    markdown_table,
+    metric_key,
+    slug,
+    training_report_dir,
+    write_csv,
+    write_markdown,
+    write_tables,
+)
+from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from callbacks.scoring import ScoringPasses, TransformedSet, detector_pairs
+from callbacks.severity import model_name
+from common import atomic_write_text, file_sha256, known_columns
 from datamodules.generated import MANIFEST_COLUMNS, GeneratedBenchmarkData
-from metrics import IndexedPredictions, Kappa, auroc, get_kappa
+from datamodules.registry import build_datamodule
+from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
+from datamodules.transforms import ModelInput, to_float_tensor
+from lightning_modules.checkpoint import (
+    check_classes,
+    datamodule_from_checkpoint,
+    load_module,
+    read_checkpoint,
+)
+from lightning_modules.generated import RegularisedGenerator, ShiftGenerator
+from lightning_modules.nets import DeepEnsemble, PerceptualDistance
+from lightning_modules.nets.ensemble import member_paths
+from lightning_modules.scoring import ScoringModel
+from metrics import (
+    IndexedPredictions,
+    Kappa,
+    auroc,
+    get_kappa,
+    mutual_information_from_logits,
+    rank_agreement,
+)
 
 PER_IMAGE = ("images", "source_index", "source_label", "seed", "ensemble_prediction", "mi", "lpips")
 
@@ -161,29 +195,16 @@ class SampleGrids(pl.Callback):
         if not trainer.is_global_zero:
             return
         step = trainer.global_step // 2
-        checkpointing = getattr(trainer.checkpoint_callback, "dirpath", None)
-        folder = Path(self.output_dir or checkpointing or trainer.log_dir or trainer.default_root_dir) / "samples"
+        folder = Path(self.output_dir) / "samples" if self.output_dir else training_report_dir(trainer, "samples")
         path = save_image_grid(pl_module.fixed_samples().cpu(), folder / f"step_{step:06d}.png", columns=8)
         self.written.append(path)
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_image(key="samples", images=[str(path)], step=trainer.global_step)
+        log_images(trainer, {"samples": path}, step=trainer.global_step)
 
 
 DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images")
 SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
                "keeps source label", "lambda_perceptual", "lambda_semantic", "generator")
-
-
-def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    def cell(value: Any) -> str:
-        if value is None:
-            return ""
-        return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+AGREEMENT_COLUMNS = ("generated", "real", "detectors", "kendall tau", "p-value")
 
 
 class GeneratedBenchmark(pl.Callback):
@@ -191,118 +212,134 @@ class GeneratedBenchmark(pl.Callback):
 
     Args:
         data: the sets (:class:`datamodules.generated.GeneratedBenchmarkData`).
-        kappas: κ names or objects; ensemble κ need an ensemble model.
-        ensemble: the deep ensemble that describes the sets (MI, predictions); ``None`` skips those columns.
+        kappas: κ names or objects; each is paired with the models it applies to (ensemble κ with ensembles,
+            the others with single models, :func:`metrics.pairs_with`); a κ that pairs with no model, or a
+            model with no κ, is refused.
+        models: the detectors' models (default: the module ``trainer.test`` runs).
+        kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
+        describer: the model whose MI and predictions describe the sets (a deep ensemble); ``None`` skips them.
         perceptual: the LPIPS distance that describes the sets; ``None`` skips that column.
         reference: how many ID test images the nearest-image LPIPS searches.
-        describe_sets: compute the description (once per run: it does not depend on the model).
         output_dir: where files go.
+        passes: the run's scoring passes (shared with every other evaluation of the run).
     """
 
     def __init__(
         self,
         data: GeneratedBenchmarkData,
-        kappas: list[str | Kappa],
+        kappas: Sequence[str | Kappa],
         *,
-        ensemble: torch.nn.Module | None = None,
+        models: Sequence[pl.LightningModule] | None = None,
+        kappa_args: dict[str, dict[str, Any]] | None = None,
+        describer: pl.LightningModule | None = None,
         perceptual: torch.nn.Module | None = None,
         reference: int = 128,
-        describe_sets: bool = True,
         output_dir: str | Path = "runs/generated",
         plots: bool = True,
+        passes: ScoringPasses | None = None,
     ) -> None:
         super().__init__()
         self.data = data
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
-        model_based = [k.name for k in self.kappas if k.kind == "model"]
-        if model_based:
-            raise ValueError(f"model-based κ {model_based} are not supported here yet; use logit or ensemble κ")
-        self.ensemble, self.perceptual = ensemble, perceptual
-        self.reference, self.describe_sets = reference, describe_sets
+        if not self.kappas:
+            raise ValueError("give at least one confidence function")
+        self.kappa_parameters = {k.name: k.parameters(**(kappa_args or {}).get(k.name, {})) for k in self.kappas}
+        self.models = list(models) if models is not None else None
+        self.describer, self.perceptual = describer, perceptual
+        if reference < 1:
+            raise ValueError(f"reference must be positive, got {reference}")
+        self.reference = reference
         self.output_dir, self.plots = Path(output_dir), plots
+        self.passes = passes if passes is not None else ScoringPasses()
         self.detectors: list[dict[str, Any]] = []
         self.sets: list[dict[str, Any]] = []
+        self.agreement: list[dict[str, Any]] = []
+        if self.models is not None:
+            self.pairs()
 
-    def _outputs(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: Any, keys: list[str]
-                 ) -> dict[str, dict[str, Tensor]]:
-        return {name: sharded_outputs(trainer, dataset, step, keys=keys, batch_size=self.data.batch_size,
-                                      num_workers=self.data.num_workers, device=pl_module.device)
-                for name, dataset in self.data.sets.items()}
+    def pairs(self, models: Sequence[pl.LightningModule] | None = None) -> list[tuple[pl.LightningModule, Kappa]]:
+        """(model, κ) of every detector (:func:`callbacks.scoring.detector_pairs`)."""
+        return detector_pairs(list(models if models is not None else self.models or []), self.kappas)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        models = self.models if self.models is not None else [pl_module]
+        self.pairs(models)
+        for model in models:
+            check_classes(getattr(model, "classes", None), self.data.classes, model=model_name(model),
+                          data="the ID test set of the generated benchmark")
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        background = bool(getattr(pl_module, "background_class", False))
-        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            with torch.no_grad():
-                outputs = self._outputs(trainer, pl_module, lambda x: {"logits": model_logits(pl_module, x)},
-                                        ["logits"])
-                description = self._describe(trainer, pl_module) if self.describe_sets else {}
-        finally:
-            pl_module.train(was_training)
-        self.detectors = self._detectors(outputs, background=background, model_name=model_name)
+        models = self.models if self.models is not None else [pl_module]
+        with torch.inference_mode(False), torch.no_grad():
+            self.detectors = [row for model, kappa in self.pairs(models)
+                              for row in self._detector_rows(trainer, pl_module, model, kappa)]
+            description = self._describe(trainer, pl_module)
         self.sets = [self._set_row(name, description) for name in self.data.sets] if description else []
+        self.agreement = rank_agreement(self.detectors, generated=[n for n, k in self.data.kinds.items() if k == "near_ood"],
+                                        real=[n for n, k in self.data.kinds.items() if k == "real_ood"])
+        self._log(trainer)
         if trainer.is_global_zero:
             self._write(trainer)
 
     # -- detectors ---------------------------------------------------------------------------------
 
-    def _detectors(self, outputs: dict[str, dict[str, Tensor]], *, background: bool, model_name: str
-                   ) -> list[dict[str, Any]]:
+    def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
+                       kappa: Kappa) -> list[dict[str, Any]]:
+        model.to(pl_module.device).eval()
+        background = bool(getattr(model, "background_class", False))
+        batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
+                  for name, s in self.data.sets.items()}
         rows = []
-        for kappa in self.kappas:
-            scores = {name: kappa_scores(kappa, out, background=background, parameters={})
-                      for name, out in outputs.items()}
-            for name, kind in self.data.kinds.items():
-                if kind == "id":
-                    continue
-                row = {"model": model_name, "confidence function": kappa.name, "set": name, "kind": kind,
-                       "auroc": auroc(scores["id_test"], scores[name]), "images": int(scores[name].numel())}
-                if kind == "shift":
-                    probs = torch.softmax(outputs[name]["logits"].float(), dim=-1)
-                    probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
-                    targets = outputs[name]["targets"]
-                    row["accuracy"] = float((probs.argmax(dim=1) == targets).double().mean())
-                    # calibration of the known-class prediction; with a background column the row does not sum
-                    # to 1, and the ECE uses the confidence of the predicted known class as it is
-                    row["ece"] = float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1],
-                                                                    n_bins=15, norm="l1"))
-                rows.append(row)
+        for name, kind in self.data.kinds.items():
+            if kind == "id":
+                continue
+            row = {"model": model_name(model), "confidence function": kappa.name, "set": name, "kind": kind,
+                   "auroc": auroc(scores["id_test"], scores[name]), "images": int(scores[name].numel())}
+            if kind == "shift":
+                outputs = self.passes.outputs(trainer, model, self.data[name], **batch)
+                probs = torch.softmax(outputs["logits"].float(), dim=-1)
+                probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
+                targets = outputs["targets"]
+                row["accuracy"] = float((probs.argmax(dim=1) == targets).double().mean())
+                # calibration of the known-class prediction; with a background column the row does not sum
+                # to 1, and the ECE uses the confidence of the predicted known class as it is
+                row["ece"] = float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1],
+                                                                n_bins=15, norm="l1"))
+            rows.append(row)
         return rows
 
     # -- what the sets are -------------------------------------------------------------------------
 
     def _describe(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
-        keys: list[str] = []
-        ensemble, perceptual = self.ensemble, self.perceptual
-        if ensemble is not None:
-            ensemble.to(pl_module.device)
-            keys += ["mi", "prediction"]
-        reference = None
+        describer, perceptual = self.describer, self.perceptual
+        if describer is None and perceptual is None:
+            return {}
+        batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        description: dict[str, dict[str, Tensor]] = {name: {} for name in self.data.sets}
+        if describer is not None:
+            describer.to(pl_module.device).eval()
+            background = bool(getattr(describer, "background_class", False))
+            for name, evaluation_set in self.data.sets.items():
+                outputs = self.passes.outputs(trainer, describer, evaluation_set, **batch)
+                logits = outputs["logits"].float().transpose(0, 1)  # (M, N, C)
+                mean = known_columns(torch.softmax(logits, dim=-1).mean(dim=0), background)
+                description[name].update(targets=outputs["targets"], prediction=mean.argmax(dim=1),
+                                         mi=mutual_information_from_logits(logits, background=background).float())
         if perceptual is not None:
             perceptual.to(pl_module.device)
-            id_set = self.data.sets["id_test"]
+            model_input = (describer or (self.models or [pl_module])[0]).model_input
+            id_set = self.data["id_test"].dataset
             count = min(self.reference, len(id_set))
-            reference = torch.stack([id_set[i].image for i in range(count)]).to(pl_module.device)
-            keys.append("lpips")
-        if not keys:
-            return {}
-
-        def step(images: Tensor) -> dict[str, Tensor]:
-            out: dict[str, Tensor] = {}
-            if ensemble is not None:
-                from metrics.ensemble import mutual_information_from_logits
-
-                logits = ensemble(images).float()
-                out["mi"] = mutual_information_from_logits(logits, background=ensemble.background).float()
-                mean = known_columns(torch.softmax(logits, dim=-1).mean(dim=0), ensemble.background)
-                out["prediction"] = mean.argmax(dim=1).float()
-            if perceptual is not None:
-                out["lpips"] = perceptual.nearest(images, reference)[1].float()
-            return out
-
-        return self._outputs(trainer, pl_module, step, keys)
+            reference = torch.stack([model_input.pipeline(id_set[i].image) for i in range(count)]).to(pl_module.device)
+            for name, evaluation_set in self.data.sets.items():
+                found = self.passes.custom(
+                    trainer, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
+                    name=slug(f"lpips-{name}"), part={"lpips": perceptual.description, "reference": count},
+                    step=lambda images: {"lpips": perceptual.nearest(images, reference)[1].float()}, keys=["lpips"],
+                    **batch)
+                description[name].update(targets=found["targets"], lpips=found["lpips"])
+        return description
 
     def _set_row(self, name: str, description: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
         kind = self.data.kinds[name]
@@ -317,7 +354,7 @@ class GeneratedBenchmark(pl.Callback):
             if kind in ("shift", "id"):  # for the ID test set: the ensemble's accuracy, the scale to read it against
                 row["keeps source label"] = float((out["prediction"].long() == out["targets"]).double().mean())
         if kind == "shift":  # the regularised quantity itself, measured at generation (manifest, info["lpips"])
-            values = [float(r["lpips"]) for r in self.data.sets[name].dataset.rows if r["lpips"] != ""]
+            values = [float(r["lpips"]) for r in self.data[name].dataset.rows if r["lpips"] != ""]
             row["mean LPIPS to source"] = sum(values) / len(values) if values else None
         if "lpips" in out and kind != "id":
             row["mean LPIPS to nearest ID"] = float(out["lpips"].double().mean())
@@ -325,30 +362,39 @@ class GeneratedBenchmark(pl.Callback):
 
     # -- files, W&B ----------------------------------------------------------------------------------
 
+    def _log(self, trainer: pl.Trainer) -> None:
+        scalars = {metric_key("test", "generated", row["model"], row["confidence function"], row["set"], metric):
+                   row[metric] for row in self.detectors for metric in ("auroc", "accuracy", "ece") if metric in row}
+        log_scalars(trainer, scalars)
+        log_table(trainer, metric_key("test", "generated", "detectors"), self.detectors, DETECTOR_COLUMNS)
+        if self.sets:
+            log_table(trainer, metric_key("test", "generated", "sets"), self.sets, SET_COLUMNS)
+        if self.agreement:
+            log_table(trainer, metric_key("test", "generated", "agreement"), self.agreement, AGREEMENT_COLUMNS)
+
     def _write(self, trainer: pl.Trainer) -> None:
         out = self.output_dir
-        model = slug(self.detectors[0]["model"]) if self.detectors else "model"
-        atomic_write_text(out / f"detectors_{model}.csv", rows_to_csv(self.detectors, DETECTOR_COLUMNS))
-        atomic_write_text(out / f"detectors_{model}.md", markdown_table(self.detectors, DETECTOR_COLUMNS))
+        for model in dict.fromkeys(row["model"] for row in self.detectors):
+            write_tables(out, f"detectors_{slug(model)}", [r for r in self.detectors if r["model"] == model],
+                         DETECTOR_COLUMNS)
+        write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS)
+        if self.agreement:
+            write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)
         if self.sets:
             lpips = getattr(self.perceptual, "description", "no LPIPS")
-            atomic_write_text(out / "sets.csv", rows_to_csv(self.sets, SET_COLUMNS))
-            atomic_write_text(out / "sets.md", f"LPIPS: {lpips}; reference: {self.reference} ID test images\n\n"
-                              + markdown_table(self.sets, SET_COLUMNS))
-        grids = {}
+            write_csv(out / "sets.csv", self.sets, SET_COLUMNS)
+            write_markdown(out / "sets.md", self.sets, SET_COLUMNS,
+                           preamble=f"LPIPS: {lpips}; reference: {self.reference} ID test images")
         if self.plots:
-            for name, dataset in self.data.sets.items():
-                images = torch.stack([dataset[i].image for i in range(min(32, len(dataset)))])
-                grids[name] = save_image_grid(images, out / "grids" / f"{slug(name)}.png")
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_table(key="generated/detectors", columns=list(DETECTOR_COLUMNS),
-                                 data=[[_cell(row.get(c)) for c in DETECTOR_COLUMNS] for row in self.detectors])
-                if self.sets:
-                    logger.log_table(key="generated/sets", columns=list(SET_COLUMNS),
-                                     data=[[_cell(row.get(c)) for c in SET_COLUMNS] for row in self.sets])
-                for name, path in grids.items():
-                    logger.log_image(key=f"generated/grid/{slug(name)}", images=[str(path)])
+            grids = {}
+            for name, evaluation_set in self.data.sets.items():
+                pipeline = (self.describer or (self.models or [None])[0]).model_input.pipeline \
+                    if (self.describer or self.models) else to_float_tensor
+                images = torch.stack([pipeline(evaluation_set.dataset[i].image)
+                                      for i in range(min(32, len(evaluation_set)))])
+                grids[metric_key("test", "generated", "grid", slug(name))] = save_image_grid(
+                    images, out / "grids" / f"{slug(name)}.png")
+            log_images(trainer, grids)
         rank_zero_info(f"Generated benchmark tables: {out}")
 
 
@@ -362,8 +408,203 @@ def _float(value: Any) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
-def _cell(value: Any) -> Any:
-    """A W&B table cell: numbers as floats, missing values as None (a column must keep one type)."""
-    if value is None or value == "":
-        return None
-    return float(value) if isinstance(value, (int, float)) else str(value)
+class GenerateSets(Evaluation):
+    """``evaluate.py generate``: write ``num`` images of each generator checkpoint as a generated set
+    (:mod:`datamodules.generated`), each with its own output folder; several share one process.
+
+    A shift generator shifts the first ``num`` in-distribution test images of its own datamodule (through
+    the generator's input transform); a near-OOD generator draws image ``i`` from its own seed. Every
+    count and output folder is checked before anything is generated.
+
+    Args:
+        model: ShiftGenerator or NearOODGenerator checkpoints of ``train.py``.
+        output_dir: one folder per checkpoint (written whole or not at all).
+        num: images per set.
+        seed: near-OOD: image ``i`` comes from the seed ``seed * 1_000_003 + i``.
+        overwrite: replace existing sets (each stays whole until its new one is complete).
+        batch_size: of the generation.
+        reference: near-OOD: the LPIPS of each image is to the nearest of this many ID test images.
+        ensemble: member checkpoints (or a members file) that describe the images (default: the generator's).
+        lpips_net, lpips_random_backbone: the LPIPS that describes them (default: the generator's).
+        data_args: arguments of the generator's datamodule to change (e.g. its root).
+    """
+
+    command = "generate"
+
+    def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
+                 batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
+                 lpips_net: str | None = None, lpips_random_backbone: bool = False,
+                 data_args: dict[str, Any] | None = None, *, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
+        if not self.model:
+            raise ValueError("give at least one generator checkpoint")
+        if len(self.model) != len(self.output_dir):
+            raise ValueError(f"give one output folder per generator: {len(self.model)} checkpoints, "
+                             f"{len(self.output_dir)} folders")
+        if num < 1:
+            raise ValueError(f"the number of images must be positive, got {num}")
+        if batch_size < 1 or reference < 1:
+            raise ValueError(f"batch_size and reference must be positive, got {batch_size} and {reference}")
+        self.num, self.seed, self.overwrite, self.batch_size, self.reference = num, seed, overwrite, batch_size, reference
+        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
+        self.lpips_net, self.lpips_random_backbone = lpips_net, lpips_random_backbone
+        self.data_args = dict(data_args or {})
+
+    def run(self) -> Path | list[Path]:
+        for folder in self.output_dir:
+            check_output_dir(folder, overwrite=self.overwrite, what="the generated set")
+        folders = [self._generate(ckpt, Path(folder)) for ckpt, folder in zip(self.model, self.output_dir, strict=True)]
+        return folders[0] if len(folders) == 1 else folders
+
+    def _generate(self, ckpt: str, folder: Path) -> Path:
+        from torch.utils.data import DataLoader, Subset
+
+        from datamodules.batch import collate_samples
+        from datamodules.generated import LatentSeeds
+
+        checkpoint = read_checkpoint(ckpt)
+        module = load_module(ckpt, checkpoint, expected=RegularisedGenerator,
+                             hint="generate writes the images of a ShiftGenerator or NearOODGenerator checkpoint")
+        datamodule = datamodule_from_checkpoint(checkpoint, ckpt, self.data_args)
+        id_test = datamodule.evaluation_set("test", role="id_test", known_only=True)
+        pipeline = datamodule.model_input().pipeline  # the images the generator was trained on
+        hparams = module.hparams
+        members = self.ensemble or hparams.get("ensemble")
+        ensemble = DeepEnsemble.from_checkpoints(members) if members else None
+        perceptual = PerceptualDistance(self.lpips_net or hparams.get("lpips_net", "vgg"),
+                                        random_backbone=self.lpips_random_backbone
+                                        or bool(hparams.get("lpips_random_backbone", False)))
+        if isinstance(module, ShiftGenerator):
+            kind = "shift"
+            if len(id_test) < self.num:
+                raise ValueError(f"--num {self.num}: the data have only {len(id_test)} in-distribution test images "
+                                 "to shift")
+            sources = TransformedSet(Subset(id_test.dataset, list(range(self.num))), pipeline)
+            loader = DataLoader(sources, batch_size=self.batch_size, collate_fn=collate_samples)
+            module.attach_scorers(ensemble, perceptual)
+        else:
+            kind = "near_ood"
+            loader = DataLoader(LatentSeeds(self.num, self.seed), batch_size=self.batch_size)
+            count = min(self.reference, len(id_test))
+            reference = torch.stack([pipeline(id_test.dataset[i].image) for i in range(count)])
+            module.attach_scorers(ensemble, perceptual, reference=reference)
+        info = {
+            "kind": kind, "generator": str(ckpt), "generator_sha256": file_sha256(ckpt),
+            "generator_class": type(module).__name__, "seed": self.seed,
+            "lambda_perceptual": module.lambda_perceptual, "lambda_semantic": module.lambda_semantic,
+            "lpips": perceptual.description, "ensemble": ensemble.paths if ensemble is not None else [],
+            "reference_images": self.reference if kind == "near_ood" else None,
+            "source": "in-distribution test images, in test-set order" if kind == "shift" else None,
+        }
+        writer = GeneratedSetWriter(folder, info, overwrite=self.overwrite)
+        trainer = make_trainer(self.options, logger=False, callbacks=[writer])
+        trainer.predict(module, dataloaders=loader, return_predictions=False)
+        if trainer.is_global_zero:
+            print(f"{writer.count} {kind} images written to {folder} ({perceptual.description})")
+        return folder
+
+
+class GeneratedEvaluation(Evaluation):
+    """``evaluate.py generated``: detectors on generated near-OOD and shifted sets next to real OOD sets, the
+    sets' description, and the rank agreement of the detectors between generated and real benchmarks.
+
+    Args:
+        model: the detectors' models: ``timm:<name>``, ``torchvision:<name>``, checkpoints,
+            ``ensemble:<members>``.
+        kappa: κ names; each is paired with the models it applies to (ensemble κ with ensembles).
+        kappa_args: per κ, its arguments.
+        data: the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a datamodule class path;
+            default: the first checkpoint model's datamodule.
+        data_args: arguments of that datamodule to change.
+        near_ood, shift: folders of generated sets (``evaluate.py generate``).
+        real_ood: real OOD sets, ``NAME=SPEC`` or ``SPEC``: ``digits``, ``fashion:unknown``, ``fashion:<ids>``,
+            or an image folder.
+        ensemble: member checkpoints (or a members file) of the ensemble whose MI describes the sets.
+        lpips_net, lpips_random_backbone: the LPIPS that describes the sets.
+        reference: ID test images the nearest-image LPIPS searches.
+        batch_size, num_workers: of the passes.
+        random_weights: timm/torchvision models without pretrained weights (tests).
+        output_dir: the tables and grids.
+        cache_dir: cached passes (``None``: none).
+        plots: write and log the grids.
+    """
+
+    command = "generated"
+
+    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
+                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
+                 data_args: dict[str, Any] | None = None, near_ood: Sequence[str] = (), shift: Sequence[str] = (),
+                 real_ood: Sequence[str] = (), ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
+                 lpips_random_backbone: bool = False, reference: int = 128, batch_size: int = 256, num_workers: int = 0,
+                 random_weights: bool = False, output_dir: str = "runs/generated", cache_dir: str | None = None,
+                 plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        if not model:
+            raise ValueError("give at least one model (--model, or model: in --config)")
+        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
+        self.data, self.data_args = data, dict(data_args or {})
+        self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
+        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
+        self.lpips_net, self.lpips_random_backbone, self.reference = lpips_net, lpips_random_backbone, reference
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
+
+    def run(self) -> dict[str, Any]:
+        models = [m if isinstance(m, ScoringModel) else ScoringModel(m, pretrained=not self.random_weights)
+                  for m in self.model]
+        detector_pairs(models, [get_kappa(k) for k in self.kappa])  # before any data are read
+        data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
+        describer = ScoringModel(f"ensemble:{','.join(self.ensemble)}") if self.ensemble else None
+        perceptual = (PerceptualDistance(self.lpips_net, random_backbone=self.lpips_random_backbone)
+                      if self.lpips_net else None)
+        check_output_dir(self.output_dir)
+        benchmark = GeneratedBenchmark(data, self.kappa, models=models, kappa_args=self.kappa_args, describer=describer,
+                                       perceptual=perceptual, reference=self.reference, output_dir=self.output_dir,
+                                       plots=self.plots, passes=ScoringPasses(self.cache_dir))
+        for model in models:
+            check_classes(model.classes, data.classes, model=model.display_name, data="the ID test set")
+        logger = make_logger(self.options, name="generated-benchmark")
+        trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
+        trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
+        if trainer.is_global_zero:
+            print(f"\nGenerated benchmark written to {self.output_dir}")
+            print(markdown_table(benchmark.detectors, DETECTOR_COLUMNS))
+            if benchmark.sets:
+                print((Path(self.output_dir) / "sets.md").read_text())
+        return {"detectors": benchmark.detectors, "sets": benchmark.sets, "agreement": benchmark.agreement}
+
+    def _data(self, models: list[ScoringModel]) -> GeneratedBenchmarkData:
+        datamodule = id_datamodule(self.data, self.data_args, models=models)
+        real = {}
+        for pair in self.real_ood:
+            name, sep, spec = pair.partition("=")
+            real[name if sep else pair] = real_ood_set(spec if sep else pair, **fashion_arguments(datamodule))
+        return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),
+                                      near_ood=self.near_ood, shift=self.shift, real_ood=real,
+                                      classes=datamodule.class_names, batch_size=self.batch_size,
+                                      num_workers=self.num_workers)
+
+
+def id_datamodule(data: str | None, data_args: dict[str, Any], *, models: Sequence[ScoringModel]) -> Any:
+    """The in-distribution datamodule of ``generated`` and ``evg``: ``data`` by name (``fashion``), a checkpoint
+    (its own datamodule) or a class path, with ``data_args``; default: the first checkpoint model's datamodule."""
+    if data is None:
+        checkpoints = [m.spec.removeprefix("ensemble:").split(",")[0] for m in models
+                       if m.spec.endswith(".ckpt") or m.spec.startswith("ensemble:")]
+        if not checkpoints:
+            raise ValueError("no checkpoint among the models gives the in-distribution data: give --data (fashion, a "
+                             "checkpoint of train.py, or a datamodule class path)")
+        data = checkpoints[0]
+        if not data.endswith(".ckpt"):  # a members file: its first member
+            data = str(member_paths(data)[0])
+    if data.endswith(".ckpt"):
+        return datamodule_from_checkpoint(read_checkpoint(data), data, data_args)
+    return build_datamodule(data, data_args)
+
+
+def fashion_arguments(datamodule: Any) -> dict[str, Any]:
+    """``data_dir`` and ``known`` of a Fashion-MNIST datamodule, for ``fashion:`` real OOD sets."""
+    if hasattr(datamodule, "_folder") and hasattr(datamodule, "known"):
+        return {"data_dir": datamodule._folder(), "known": datamodule.known}
+    return {"data_dir": DEBIAN_FASHION_MNIST_DIR, "known": ()}

@@ -31,36 +31,37 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 
 from callbacks.plots import plot_oscr_curves, plot_score_histograms
+from callbacks.report import (
+    check_output_dir,
+    default_report_dir,
+    log_images,
+    training_report_dir,
+    write_csv,
+    write_json,
+)
+from callbacks.run import Evaluation, TrainerOptions, make_logger, make_trainer
 from common import atomic_write_text
+from lightning_modules.checkpoint import load_run
 from metrics import DEFAULT_FPR_TARGETS, IndexedPredictions, fpr_key, open_set_report
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:
     """``output_dir`` if given, else ``<checkpoint dir>/<checkpoint stem>-<suffix>``, else under the log dir."""
-    if output_dir is not None:
-        return Path(output_dir)
-    if trainer.ckpt_path:
-        checkpoint = Path(trainer.ckpt_path)
-        return checkpoint.parent / f"{checkpoint.stem}-{suffix}"
-    return Path(trainer.log_dir or trainer.default_root_dir) / suffix
+    return Path(output_dir) if output_dir is not None else default_report_dir(trainer, suffix)
 
 
 def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, Any]) -> None:
     """``metrics.json`` (scalars plus ``extra``) and ``metrics.csv``, both atomically."""
-    atomic_write_text(directory / "metrics.json", json.dumps({**extra, "scalars": scalars}, indent=2) + "\n")
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["metric", "value"])
-    writer.writerows(sorted(scalars.items()))
-    atomic_write_text(directory / "metrics.csv", buffer.getvalue())
+    write_json(directory / "metrics.json", {**extra, "scalars": scalars})
+    write_csv(directory / "metrics.csv", [{"metric": k, "value": v} for k, v in sorted(scalars.items())],
+              ("metric", "value"))
 
 
 def num_dataloaders(trainer: pl.Trainer, stage: str) -> int:
@@ -191,13 +192,10 @@ class OpenSetEvaluation(pl.Callback):
                 self._plot_validation(trainer, self.report)
 
     def _plot_validation(self, trainer: pl.Trainer, report: dict[str, Any]) -> None:
-        checkpointing = trainer.checkpoint_callback
-        folder = getattr(checkpointing, "dirpath", None) or trainer.log_dir or trainer.default_root_dir
-        path = plot_oscr_curves(report["curves"], Path(folder) / "val-oscr" / f"epoch_{trainer.current_epoch:03d}.png",
+        folder = training_report_dir(trainer, "val-oscr")
+        path = plot_oscr_curves(report["curves"], folder / f"epoch_{trainer.current_epoch:03d}.png",
                                 fpr_targets=self.fpr_targets, title=f"OSCR on validation, epoch {trainer.current_epoch}")
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_image(key="val/oscr_curves", images=[str(path)], step=trainer.global_step)
+        log_images(trainer, {"val/oscr_curves": path}, step=trainer.global_step)
 
     # -- test --------------------------------------------------------------------------------------
 
@@ -245,10 +243,8 @@ class OpenSetEvaluation(pl.Callback):
             files["score_histograms"] = str(
                 plot_score_histograms(report["scores"], directory / "score_histograms.png", bins=self.histogram_bins)
             )
-            for logger in trainer.loggers:
-                if isinstance(logger, WandbLogger):
-                    logger.log_image(key="test/oscr_curves", images=[files["oscr_curves"]])
-                    logger.log_image(key="test/score_histograms", images=[files["score_histograms"]])
+            log_images(trainer, {"test/oscr_curves": files["oscr_curves"],
+                                 "test/score_histograms": files["score_histograms"]})
         write_scalars(
             directory,
             report["scalars"],
@@ -263,3 +259,53 @@ class OpenSetEvaluation(pl.Callback):
         )
         rank_zero_info(f"Open-set evaluation report: {directory}")
         return directory
+
+
+class OSCREvaluation(Evaluation):
+    """``evaluate.py oscr``: the open-set test report (Palechor et al.) of a checkpoint of ``train.py`` -- CCR
+    at FPR on negatives and unknowns, AUROC, closed-set accuracy, γ, the OSCR curves and score histograms.
+
+    The model and the datamodule are rebuilt from the checkpoint alone; ``data_args`` change datamodule
+    arguments (e.g. the ImageNet root on another machine), and data of other known classes than the
+    checkpoint's are refused. The report goes next to the checkpoint (``<checkpoint>-oscr/``) unless
+    ``output_dir`` is given, and to W&B.
+
+    Args:
+        model: a checkpoint of ``train.py``.
+        data_args: datamodule arguments to change.
+        fpr: the FPR targets of CCR@FPR.
+        output_dir: the report folder.
+        plots: write and log the figures.
+        ccr_convention: ``exact`` (the largest CCR with FPR <= target) and/or ``authors`` (the published
+            tables' procedure, keys ``authors_ccr@fpr=...``).
+    """
+
+    command = "oscr"
+
+    def __init__(self, model: str, data_args: dict[str, Any] | None = None,
+                 fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,
+                 ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",), *,
+                 trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        self.model, self.data_args = model, dict(data_args or {})
+        self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
+        self.conventions = list(ccr_convention)
+
+    def run(self) -> dict[str, Any] | None:
+        model, datamodule, checkpoint = load_run(self.model, self.data_args)
+        if self.output_dir is not None:
+            check_output_dir(self.output_dir)
+        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
+                                       conventions=self.conventions)
+        logger = make_logger(self.options, name=f"oscr-{Path(self.model).stem}", version=checkpoint.get("logger_version"))
+        trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
+        trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
+        if not (trainer.is_global_zero and evaluation.report_path is not None):
+            return None
+        report = json.loads((evaluation.report_path / "metrics.json").read_text())
+        print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
+              + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
+              + "; nan = the authors' '—')")
+        for name, value in sorted(report["scalars"].items()):
+            print(f"  {name:40s} {value:.4f}")
+        return report

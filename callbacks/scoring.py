@@ -1,4 +1,8 @@
-"""Sharded model passes over a data set, gathered exactly, and their on-disk cache.
+"""The scoring pass of the evaluation engine: sharded model passes over a data set, gathered exactly, kept
+for the run and cached on disk (DESIGN.md §2).
+
+:class:`ScoringPasses` is what every post-hoc evaluation (severity, the generated benchmarks, EvG) asks for
+logits, features and model-based κ scores; the sections below are its parts.
 
 :func:`sharded_outputs` runs a step function over a data set inside a running Trainer: rank ``r`` of ``W``
 takes the samples ``r, r+W, r+2W, ...`` (no padding, so shards are uneven and a rank may have none), and
@@ -24,12 +28,16 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from common import atomic_write_bytes
-from datamodules.batch import collate_samples, unpack_batch
-from metrics import IndexedPredictions
+from callbacks.report import slug
+from common import atomic_write_bytes, digest, tensors_fingerprint
+from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
+from datamodules.evaluation import EvaluationSet
+from datamodules.transforms import ModelInput
+from lightning_modules.scoring import forward_outputs
+from metrics import IndexedPredictions, Kappa, check_kappa, kappa_scores, pairs_with
 
 
 def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:
@@ -48,6 +56,7 @@ def sharded_outputs(
     batch_size: int,
     num_workers: int = 0,
     device: torch.device | str = "cpu",
+    name: str = "the data set",
 ) -> dict[str, Tensor]:
     """``{key: gathered values, "targets": labels}`` of ``step(images)`` over a data set, on every rank.
 
@@ -57,13 +66,15 @@ def sharded_outputs(
         step: images ``(B, ...)`` on ``device`` -> ``{key: (B, ...) tensor}`` for every key of ``keys``.
         keys: the step's output keys, the same on every rank (a rank without data never calls ``step``).
         batch_size, num_workers: of this rank's data loader.
+        name: how errors call the data set.
 
     Raises:
+        ValueError: when the images of one batch differ in size (a model input without a fixed size).
         RuntimeError: when the gathered samples are not exactly the data set (images skipped as unreadable).
     """
     shard = shard_indices(len(dataset), trainer.global_rank, trainer.world_size)
     loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                        collate_fn=collate_samples)
+                        collate_fn=SizeCheckedCollate(name))
     stores = {key: IndexedPredictions().to(device) for key in keys}
     for batch in loader:
         images, targets, indices, _ = unpack_batch(batch)  # indices: of the full data set (Subset keeps them)
@@ -83,6 +94,20 @@ def sharded_outputs(
             f"predictions cover {result['targets'].shape[0]} of {len(dataset)} samples (unreadable images skipped?)"
         )
     return result
+
+
+class SizeCheckedCollate:
+    """:func:`collate_samples` that names the set and the sizes when a batch holds images of several sizes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, samples: list[Sample]) -> Batch:
+        shapes = sorted({tuple(s.image.shape) for s in samples if s.image is not None})
+        if len(shapes) > 1:
+            raise ValueError(f"{self.name} holds images of several sizes {shapes}, and the model's input transform "
+                             "does not bring them to one: give the model an input of a fixed size")
+        return collate_samples(samples)
 
 
 class PredictionCache:
@@ -132,3 +157,201 @@ class PredictionCache:
         buffer = io.BytesIO()
         torch.save({"key": key, "meta": meta, "tensors": {k: v.contiguous() for k, v in tensors.items()}}, buffer)
         return atomic_write_bytes(self.path(name, key), buffer.getvalue())
+
+
+# --------------------------------------------------------------------------------------------------
+# The scoring pass of the evaluation engine
+
+
+class TransformedSet(Dataset):
+    """A data set of raw images through a model's input transform (unreadable images stay ``None``)."""
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Any], Tensor]) -> None:
+        self.dataset, self.transform = dataset, transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Sample:
+        sample = self.dataset[index]
+        if sample.image is None:
+            return sample
+        return Sample(self.transform(sample.image), sample.target, sample.index)
+
+
+def model_input_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> ModelInput:
+    """How the module takes images: its own ``model_input`` (a :class:`ScoringModel`), else the training
+    datamodule's (a model being trained); never nothing."""
+    own = getattr(pl_module, "model_input", None)
+    if isinstance(own, ModelInput):
+        return own
+    datamodule = getattr(trainer, "datamodule", None)
+    factory = getattr(datamodule, "model_input", None)
+    if callable(factory):
+        return factory()
+    raise ValueError(f"{type(pl_module).__name__} has no model_input and its datamodule "
+                     f"{type(datamodule).__name__} none either: the evaluation does not know how the model takes "
+                     "images (give a ScoringModel with its ModelInput)")
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """Where a module's weights are (the CPU for a module without any)."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def memory_format(module: nn.Module) -> str:
+    """``channels_last`` when the module's first 4-d weight is in that layout (EvG's CPU speed-up), else
+    ``contiguous``: the two give results that differ in the last bits, so a pass records which."""
+    for parameter in module.parameters():
+        if parameter.ndim == 4:
+            return "channels_last" if parameter.is_contiguous(memory_format=torch.channels_last) and not \
+                parameter.is_contiguous() else "contiguous"
+    return "contiguous"
+
+
+class ScoringPasses:
+    """The scoring passes of one run, shared by every evaluation in it (DESIGN.md §2).
+
+    One sharded, exactly gathered pass per (model, data set) gives the logits (and the features, when a κ
+    needs them) of every sample, the model's own input transform applied (:func:`model_input_of`); a
+    model-based κ (ODIN, MC dropout) gets its own pass per parameter set. Each pass is computed once per run
+    (kept in memory, whichever method asks for it) and, with ``cache_dir``, cached on disk under one key:
+    the weights, the data set's fingerprint, the input transform, the precision, the memory format (and the
+    κ and its parameters for a model-based pass). ``passes`` counts what was actually run.
+
+    Args:
+        cache_dir: the on-disk cache (``None``: none; during training the weights change every epoch).
+        memo: keep passes in memory for the run (off while the weights change).
+    """
+
+    def __init__(self, cache_dir: str | Path | None = None, *, memo: bool = True) -> None:
+        self.cache = PredictionCache(cache_dir) if cache_dir is not None else None
+        self.memo = memo
+        self._kept: dict[str, dict[str, Tensor]] = {}
+        self._fingerprints: dict[int, tuple[tuple, str]] = {}
+        self.passes = 0  # passes run (neither in memory nor in the cache)
+        self.requests = 0
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._fingerprints.clear()
+
+    def _weights(self, pl_module: nn.Module) -> str:
+        """The weights fingerprint, recomputed only when a parameter changed (its version counter)."""
+        versions = tuple((p.data_ptr(), p._version) for p in pl_module.parameters())
+        known = self._fingerprints.get(id(pl_module))
+        if known is None or known[0] != versions:
+            own = getattr(pl_module, "fingerprint", None)
+            known = (versions, own() if callable(own) else tensors_fingerprint(
+                {**dict(pl_module.named_parameters()), **dict(pl_module.named_buffers())}))
+            self._fingerprints[id(pl_module)] = known
+        return known[1]
+
+    def _key(self, trainer: pl.Trainer, pl_module: nn.Module, evaluation_set: EvaluationSet, model_input: ModelInput,
+             part: dict[str, Any]) -> str:
+        return digest({"model": self._weights(pl_module), "data": evaluation_set.fingerprint(),
+                       "input": model_input.key(), "precision": str(trainer.precision),
+                       "memory_format": memory_format(pl_module), **part})
+
+    def custom(self, trainer: pl.Trainer, module: nn.Module, evaluation_set: EvaluationSet, *, model_input: ModelInput,
+               name: str, part: dict[str, Any], step: Callable[[Tensor], dict[str, Tensor]], keys: list[str],
+               batch_size: int = 256, num_workers: int = 0) -> dict[str, Tensor]:
+        """A pass of any per-sample ``step`` (e.g. the LPIPS to the nearest reference image) under the same rules:
+        sharded, gathered, kept, cached under ``module``'s weights, the set, ``model_input`` and ``part``."""
+        return self._run(trainer, module, evaluation_set, name=name, part=part, step=step, keys=keys,
+                         batch_size=batch_size, num_workers=num_workers, model_input=model_input)
+
+    def _run(self, trainer: pl.Trainer, pl_module: nn.Module, evaluation_set: EvaluationSet, *,
+             name: str, part: dict[str, Any], step: Callable[[Tensor], dict[str, Tensor]], keys: list[str],
+             batch_size: int, num_workers: int, covers: Callable[[dict[str, Tensor]], bool] | None = None,
+             model_input: ModelInput | None = None) -> dict[str, Tensor]:
+        self.requests += 1
+        model_input = model_input or model_input_of(trainer, pl_module)
+        key = self._key(trainer, pl_module, evaluation_set, model_input, part)
+        kept = self._kept.get(key) if self.memo else None
+        if kept is not None and (covers is None or covers(kept)):
+            return kept
+        outputs = None
+        if self.cache is not None:
+            outputs = self.cache.load_on_rank_zero(trainer, name, key if trainer.is_global_zero else "",
+                                                   rows=len(evaluation_set))
+            if outputs is not None and covers is not None and not covers(outputs):
+                outputs = None
+        if outputs is None:
+            dataset = TransformedSet(evaluation_set.dataset, model_input.transform())
+            outputs = sharded_outputs(trainer, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
+                                      device=module_device(pl_module), name=evaluation_set.name)
+            self.passes += 1
+            if not torch.equal(outputs["targets"], evaluation_set.labels()):
+                raise RuntimeError(f"gathered targets of {evaluation_set.name} do not match the data set order")
+            bad = [k for k in keys if not torch.isfinite(outputs[k]).all()]
+            if bad:
+                raise ValueError(f"{getattr(pl_module, 'display_name', type(pl_module).__name__)} gave NaN or "
+                                 f"infinite {bad} on {evaluation_set.name}; nothing of it is cached")
+            if self.cache is not None and trainer.is_global_zero:
+                self.cache.save(name, key, outputs, {"set": evaluation_set.name, **part})
+        if self.memo:
+            self._kept[key] = outputs
+        return outputs
+
+    def outputs(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, *,
+                features: bool = False, batch_size: int = 256, num_workers: int = 0) -> dict[str, Tensor]:
+        """``{"logits", "targets"[, "features"]}`` of every sample of a set, on every rank (a collective)."""
+        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
+        name = slug(f"{model_name}-{evaluation_set.name}-logits")
+        keys = ["logits", "features"] if features else ["logits"]
+        return self._run(trainer, pl_module, evaluation_set, name=name, part={"outputs": "logits"},
+                         step=lambda images: forward_outputs(pl_module, images, features=features), keys=keys,
+                         batch_size=batch_size, num_workers=num_workers,
+                         covers=(lambda found: "features" in found) if features else None)
+
+    def model_scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
+                     kappa: Kappa, parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
+                     num_workers: int = 0) -> Tensor:
+        """A model-based κ (ODIN, MC dropout) of every sample of a set: its own pass per parameter set."""
+        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
+        name = slug(f"{model_name}-{evaluation_set.name}-{kappa.name}")
+        key = f"scores/{kappa.name}"
+        outputs = self._run(
+            trainer, pl_module, evaluation_set, name=name,
+            part={"kappa": kappa.name, "parameters": parameters, "background": background},
+            step=lambda images: {key: kappa(pl_module, images, background=background, **parameters)}, keys=[key],
+            batch_size=batch_size, num_workers=num_workers)
+        return outputs[key]
+
+    def scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: Kappa,
+               parameters: dict[str, Any], *, features: bool = False, batch_size: int = 256, num_workers: int = 0
+               ) -> Tensor:
+        """κ of every sample of a set (:func:`metrics.kappa_scores` on the pass)."""
+        background = bool(getattr(pl_module, "background_class", False))
+        if kappa.kind == "model":
+            return self.model_scores(trainer, pl_module, evaluation_set, kappa, parameters, background=background,
+                                     batch_size=batch_size, num_workers=num_workers)
+        outputs = self.outputs(trainer, pl_module, evaluation_set, features=features or kappa.kind == "features",
+                               batch_size=batch_size, num_workers=num_workers)
+        return kappa_scores(kappa, outputs, background=background, parameters=parameters)
+
+
+def detector_pairs(models: Sequence[nn.Module], kappas: Sequence[Kappa]) -> list[tuple[nn.Module, Kappa]]:
+    """The (model, κ) detectors of a command that evaluates several models: each κ with the models it applies
+    to (ensemble κ with ensembles, the others with single models, :func:`metrics.pairs_with`), checked by
+    :func:`metrics.check_kappa`. A κ that pairs with no model, or a model without κ, is refused, naming them:
+    when the run starts, never as an empty table."""
+    def name(model: nn.Module) -> str:
+        return getattr(model, "display_name", type(model).__name__)
+
+    pairs = [(m, k) for m in models for k in kappas if pairs_with(k, ensemble=bool(getattr(m, "ensemble", False)))]
+    unpaired = [k.name for k in kappas if not any(k is kappa for _, kappa in pairs)]
+    idle = [name(m) for m in models if not any(m is model for model, _ in pairs)]
+    if unpaired or idle:
+        raise ValueError("the models and confidence functions do not pair: "
+                         + (f"{unpaired} pair with none of the models {[name(m) for m in models]}; " if unpaired else "")
+                         + (f"the models {idle} have no confidence function among {[k.name for k in kappas]}; "
+                            if idle else "")
+                         + "ensemble_* κ need ensemble:<members> models, the others single models")
+    for model, kappa in pairs:
+        check_kappa(kappa, model=name(model), ensemble=bool(getattr(model, "ensemble", False)),
+                    background=bool(getattr(model, "background_class", False)))
+    return pairs

@@ -1,90 +1,79 @@
 """C-OOD severity AUROC as a Lightning callback (Galil, Dabbah, El-Yaniv, ICLR 2023; DESIGN.md §5.2).
 
 :class:`SeverityAUROC` evaluates the model being trained (every ``every_n_epochs`` validation epochs) or
-tested (``evaluate.py severity``, and at ``trainer.test``) on a severity data set
-(:mod:`datamodules.severity`): the ID test images, and the OOD pool's estimation and test images.
+tested (``evaluate.py severity``, and at ``trainer.test``) on severity data (:mod:`datamodules.severity`):
+the ID test images, and the OOD pool's estimation and test images.
 
-1. collect: one sharded pass over each split (:func:`callbacks.scoring.sharded_outputs`; every
-   rank joins every gather) gives the logits; a model-based κ (ODIN, MC dropout) gets its own pass. With
-   ``cache_dir`` (fixed models) the passes are cached on disk, keyed by the weights, the data files, the
-   transform, the precision and each κ's parameters; during training nothing is cached across epochs
-   (the weights change).
-2. score: every logit-based κ from the same logits (background-class models: softmax over ``K+1``, the
-   background column dropped afterwards, as in OSCR).
+1. collect: the engine's scoring passes (:class:`callbacks.scoring.ScoringPasses`): one sharded pass over each
+   set gives the logits, with the model's own input transform; a model-based κ (ODIN, MC dropout) gets its
+   own pass. With ``cache_dir`` (fixed models) the passes are cached on disk; during training nothing is kept
+   across epochs (the weights change).
+2. score: every κ through the one κ dispatch (:func:`metrics.kappa_scores`; background-class models: softmax
+   over ``K+1``, the background column dropped afterwards, as in OSCR).
 3. metric: per κ, the per-class mean score on the estimation images, the severity groups
    (:func:`metrics.severity_levels`) and the per-level table (:func:`metrics.severity_table`).
 4. log/plot: per κ the AUROC of each level, their mean (``<stage>/severity/<κ>/mean_auroc``) and the
    hardest level's (``<stage>/severity/<κ>/hardest_auroc``) as scalars that ``ModelCheckpoint`` can
    monitor; to W&B a line plot of AUROC against severity level with one line per evaluated epoch, and
    the table. Global rank zero writes the files: at validation ``history.csv`` and
-   ``auroc_by_level_<κ>.png``; at test the tables of the paper (``<model>_<κ>_n<levels>.csv``),
-   ``levels_<model>_<κ>.csv`` (the classes of each level and whether the model saw them in training as
-   negatives), ``severity.csv`` and ``severity_auroc.png``.
+   ``auroc_by_level_<κ>.png`` (one history across a resumed run: it is part of the checkpoint); at test the
+   tables of the paper (``<model>_<κ>_n<levels>.csv``), ``levels_<model>_<κ>.csv`` (the classes of each
+   level and whether the model saw them in training as negatives), ``severity.csv`` and
+   ``severity_auroc.png``.
 """
 
 from __future__ import annotations
 
 import csv
-import io
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
 from callbacks.plots import plot_severity
-from callbacks.scoring import PredictionCache, sharded_outputs
-from common import atomic_write_text, digest, known_columns, tensors_fingerprint
-from datamodules.severity import SEVERITY_SPLITS, SeverityDataModule
-from metrics import TABLE_COLUMNS, Kappa, class_mean_scores, get_kappa, severity_levels, severity_table
+from callbacks.report import (
+    check_output_dir,
+    default_report_dir,
+    log_images,
+    log_table,
+    metric_key,
+    slug,
+    training_report_dir,
+    wandb_loggers,
+    write_csv,
+)
+from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from callbacks.scoring import ScoringPasses, model_input_of
+from common import known_columns
+from datamodules.registry import build_severity_data
+from datamodules.severity import SEVERITY_SETS, SeverityData
+from lightning_modules.checkpoint import check_classes, datamodule_from_checkpoint, read_checkpoint
+from lightning_modules.scoring import ScoringModel
+from metrics import (
+    TABLE_COLUMNS,
+    Kappa,
+    check_kappa,
+    class_mean_scores,
+    get_kappa,
+    kappa_scores,
+    severity_levels,
+    severity_table,
+)
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
+HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "model"
+def model_name(pl_module: pl.LightningModule) -> str:
+    return getattr(pl_module, "display_name", type(pl_module).__name__)
 
 
-def rows_to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def model_logits(pl_module: pl.LightningModule, images: Tensor) -> Tensor:
-    """Per-sample logits: ``(N, C)``, or ``(N, M, C)`` for an ensemble (which returns ``(M, N, C)``)."""
-    logits = pl_module(images)
-    return logits.transpose(0, 1) if logits.ndim == 3 else logits
-
-
-def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any]) -> Tensor:
-    """κ of every sample from gathered outputs: logits ``(N, C)`` (or ``(N, M, C)`` for ensemble κ), features,
-    or the scores of a model-based κ's own pass."""
-    if kappa.kind == "logits":
-        if outputs["logits"].ndim != 2:
-            raise ValueError(f"confidence function {kappa.name!r} scores one model; for an ensemble use "
-                             "ensemble_mi, ensemble_softmax or ensemble_entropy")
-        return kappa(outputs["logits"], background=background, **parameters)
-    if kappa.kind == "ensemble":
-        if outputs["logits"].ndim != 3:
-            raise ValueError(f"confidence function {kappa.name!r} needs an ensemble (member logits (M, N, C)); "
-                             "give the model as ensemble:<members file or checkpoints>")
-        return kappa(outputs["logits"].transpose(0, 1), background=background, **parameters)
-    if kappa.kind == "features":
-        return kappa(outputs["features"], background=background, **parameters)
-    return outputs[f"scores/{kappa.name}"]
-
-
-def model_fingerprint(pl_module: pl.LightningModule) -> str:
-    fingerprint = getattr(pl_module, "fingerprint", None)
-    return fingerprint() if callable(fingerprint) else tensors_fingerprint(pl_module.state_dict())
+def is_ensemble(pl_module: pl.LightningModule) -> bool:
+    return bool(getattr(pl_module, "ensemble", False))
 
 
 class SeverityAUROC(pl.Callback):
@@ -105,11 +94,12 @@ class SeverityAUROC(pl.Callback):
         output_dir: where files go (default: next to the checkpoint at test, the checkpoint folder's
             ``severity-val/`` during training).
         plots: write and log figures.
+        passes: the run's scoring passes (shared with other evaluations of the run); default: its own.
     """
 
     def __init__(
         self,
-        data: SeverityDataModule | None = None,
+        data: SeverityData | None = None,
         data_args: dict[str, Any] | None = None,
         kappas: Sequence[str | Kappa] = ("softmax",),
         kappa_args: dict[str, dict[str, Any]] | None = None,
@@ -121,6 +111,7 @@ class SeverityAUROC(pl.Callback):
         cache_dir: str | None = None,
         output_dir: str | None = None,
         plots: bool = True,
+        passes: ScoringPasses | None = None,
     ) -> None:
         super().__init__()
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
@@ -134,6 +125,8 @@ class SeverityAUROC(pl.Callback):
         self.kappa_parameters = {k.name: k.parameters(**self.kappa_args.get(k.name, {})) for k in self.kappas}
         if every_n_epochs < 0:
             raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
+        if num_levels < 2:
+            raise ValueError(f"num_levels must be at least 2, got {num_levels}")
         self.data = data
         self.data_args = dict(data_args or {})
         self.every_n_epochs = every_n_epochs
@@ -141,14 +134,17 @@ class SeverityAUROC(pl.Callback):
         self.num_levels = num_levels
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.cache = PredictionCache(cache_dir) if cache_dir is not None else None
+        self.passes = passes if passes is not None else ScoringPasses(cache_dir)
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.plots = plots
-        self.model_passes = 0  # passes actually run (cache misses)
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
-        self._weights: str | None = None  # fingerprint of the weights of the running evaluation
+
+    @property
+    def model_passes(self) -> int:
+        """Passes actually run (neither kept from earlier in the run nor in the cache)."""
+        return self.passes.passes
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -158,13 +154,23 @@ class SeverityAUROC(pl.Callback):
             factory = getattr(datamodule, "severity_data", None)
             if factory is None:
                 raise ValueError(
-                    "SeverityAUROC needs `data` (a datamodules.severity.SeverityDataModule), or a training "
+                    "SeverityAUROC needs `data` (a datamodules.severity.SeverityData), or a training "
                     f"datamodule with a severity_data() method; got {type(datamodule).__name__}"
                 )
             self.data = factory(**self.data_args)
         elif self.data_args:
             raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data.setup()
+        self.check(pl_module)
+
+    def check(self, pl_module: pl.LightningModule) -> None:
+        """Refuse, before any pass, a model this benchmark cannot score: a κ it cannot serve, other classes."""
+        background = bool(getattr(pl_module, "background_class", False))
+        for kappa in self.kappas:
+            check_kappa(kappa, model=model_name(pl_module), ensemble=is_ensemble(pl_module), background=background)
+        classes = getattr(pl_module, "classes", None)
+        check_classes(classes, self.data.classes, model=model_name(pl_module),
+                      data=f"the severity data's ID classes ({type(self.data).__name__})")
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.every_n_epochs == 0 or (trainer.current_epoch + 1) % self.every_n_epochs:
@@ -175,13 +181,20 @@ class SeverityAUROC(pl.Callback):
         if self.on_test:
             self.evaluate(trainer, pl_module, stage="test")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The validation history, saved in the training checkpoint: a resumed run continues it."""
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", []))
+
     # -- collect -----------------------------------------------------------------------------------
 
-    def _check_width(self, pl_module: pl.LightningModule, background: bool) -> None:
-        """Refuse a model whose output width is not the number of ID classes (+1 background), on every rank."""
-        image = self.data.dataset("id")[0].image
-        with torch.no_grad():
-            width = pl_module(image[None].to(pl_module.device)).shape[-1]
+    def _check_width(self, trainer: pl.Trainer, pl_module: pl.LightningModule, background: bool) -> None:
+        """Refuse a model whose output width is not the number of ID classes (+1 background), from one image,
+        before any pass."""
+        image = model_input_of(trainer, pl_module).transform()(self.data["id_test"].dataset[0].image)
+        width = pl_module(image[None].to(pl_module.device)).shape[-1]
         expected = self.data.group_size + int(background)
         if width != expected:
             raise ValueError(
@@ -191,52 +204,24 @@ class SeverityAUROC(pl.Callback):
                 "on these ID classes"
             )
 
-    def _passes(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, split: str, background: bool
-    ) -> dict[str, Tensor]:
-        """Logits (and features, model-based κ scores) of every sample of a split, gathered on every rank."""
-        dataset = self.data.dataset(split)
+    def _outputs(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
+        """Per set, the pass (logits, targets[, features]) and the model-based κ scores."""
         features = any(k.kind == "features" for k in self.kappas)
-        entries: list[tuple[str, dict[str, Any], Any, list[str]]] = [(
-            "logits", {"features": features},
-            lambda images: {"logits": model_logits(pl_module, images),
-                            **({"features": pl_module.features(images)} if features else {})},
-            ["logits", "features"] if features else ["logits"],
-        )]
-        for kappa in self.kappas:
-            if kappa.kind == "model":
-                parameters = self.kappa_parameters[kappa.name]
-                entries.append((kappa.name, {"kappa": kappa.name, "parameters": parameters},
-                                lambda images, k=kappa, p=parameters: {f"scores/{k.name}": k(pl_module, images,
-                                                                                            background=background, **p)},
-                                [f"scores/{kappa.name}"]))
         batch_size = self.batch_size or self.data.batch_size
         num_workers = self.num_workers if self.num_workers is not None else self.data.num_workers
-        result: dict[str, Tensor] = {}
-        for entry, parts, step, keys in entries:
-            name = slug(f"{getattr(pl_module, 'display_name', type(pl_module).__name__)}-{split}-{entry}")
-            key = None
-            outputs = None
-            if self.cache is not None:
-                key = digest({"model": self._fingerprint(trainer, pl_module), "data": self.data.fingerprint(split),
-                              "precision": str(trainer.precision), "background": background, **parts}) \
-                    if trainer.is_global_zero else ""
-                outputs = self.cache.load_on_rank_zero(trainer, name, key, rows=len(dataset))
-            if outputs is None:
-                outputs = sharded_outputs(trainer, dataset, step, keys=keys, batch_size=batch_size,
-                                          num_workers=num_workers, device=pl_module.device)
-                self.model_passes += 1
-                if not torch.equal(outputs["targets"], self.data.targets(split)):
-                    raise RuntimeError(f"gathered targets of {split} do not match the data set order")
-                if self.cache is not None and trainer.is_global_zero:
-                    self.cache.save(name, key, outputs, {"split": split, **parts})
-            result.update(outputs)
-        return result
-
-    def _fingerprint(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
-        if self._weights is None:
-            self._weights = model_fingerprint(pl_module)
-        return self._weights
+        background = bool(getattr(pl_module, "background_class", False))
+        outputs: dict[str, dict[str, Tensor]] = {}
+        for name in SEVERITY_SETS:
+            evaluation_set = self.data[name]
+            found = dict(self.passes.outputs(trainer, pl_module, evaluation_set, features=features,
+                                             batch_size=batch_size, num_workers=num_workers))
+            for kappa in self.kappas:
+                if kappa.kind == "model":
+                    found[f"scores/{kappa.name}"] = self.passes.model_scores(
+                        trainer, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
+                        background=background, batch_size=batch_size, num_workers=num_workers)
+            outputs[name] = found
+        return outputs
 
     # -- score, metric -----------------------------------------------------------------------------
 
@@ -246,33 +231,34 @@ class SeverityAUROC(pl.Callback):
             self.setup(trainer, pl_module, stage)
         data = self.data
         background = bool(getattr(pl_module, "background_class", False))
-        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
-        self._weights = None  # the weights may have changed since the last evaluation: fingerprint anew if needed
+        name = model_name(pl_module)
+        if stage == "val":
+            self.passes.clear()  # the weights changed since the last evaluation
         was_training = pl_module.training
         pl_module.eval()
         try:
             # ODIN needs input gradients even inside Lightning's inference-mode evaluation loops
             with torch.inference_mode(False), torch.no_grad():
-                self._check_width(pl_module, background)
-                outputs = {split: self._passes(trainer, pl_module, split, background) for split in SEVERITY_SPLITS}
+                self._check_width(trainer, pl_module, background)
+                outputs = self._outputs(trainer, pl_module)
         finally:
             pl_module.train(was_training)
-        id_probs = torch.softmax(outputs["id"]["logits"].float(), dim=-1)
+        id_probs = torch.softmax(outputs["id_test"]["logits"].float(), dim=-1)
         if id_probs.ndim == 3:  # an ensemble predicts with the mean of its members' softmax
             id_probs = id_probs.mean(dim=1)
-        id_correct = known_columns(id_probs, background).argmax(dim=1) == outputs["id"]["targets"]
+        id_correct = known_columns(id_probs, background).argmax(dim=1) == outputs["id_test"]["targets"]
         estimation_classes = outputs["ood_estimation"]["targets"]
         test_classes = outputs["ood_test"]["targets"]
         tables: dict[str, list[dict[str, Any]]] = {}
         levels: dict[str, list[dict[str, Any]]] = {}
         for kappa in self.kappas:
             scores = {split: kappa_scores(kappa, outputs[split], background=background,
-                                          parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SPLITS}
+                                          parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SETS}
             class_scores = class_mean_scores(scores["ood_estimation"], estimation_classes, len(data.ood_classes))
             groups, level_scores = severity_levels(class_scores, data.group_size, self.num_levels)
             tables[kappa.name] = severity_table(
-                id_scores=scores["id"], id_correct=id_correct, ood_scores=scores["ood_test"], ood_classes=test_classes,
-                groups=groups, model_name=model_name, kappa_name=kappa.name,
+                id_scores=scores["id_test"], id_correct=id_correct, ood_scores=scores["ood_test"],
+                ood_classes=test_classes, groups=groups, model_name=name, kappa_name=kappa.name,
             )
             levels[kappa.name] = [
                 {"severity level": level, "level score": float(level_scores[level]), "class index": int(c),
@@ -284,7 +270,7 @@ class SeverityAUROC(pl.Callback):
         self._log(trainer, pl_module, tables, stage=stage)
         if trainer.is_global_zero:
             if stage == "test":
-                self.report_path = self._write_report(trainer, tables, levels, model_name)
+                self.report_path = self._write_report(trainer, tables, levels, name)
             else:
                 self._write_history(trainer, tables)
         return tables
@@ -295,10 +281,10 @@ class SeverityAUROC(pl.Callback):
         scalars: dict[str, float] = {}
         for name, rows in tables.items():
             aurocs = [row["ood-auroc"] for row in rows]
-            scalars.update({f"{stage}/severity/{name}/auroc_level_{row['severity level']:02d}": row["ood-auroc"]
-                            for row in rows})
-            scalars[f"{stage}/severity/{name}/mean_auroc"] = sum(aurocs) / len(aurocs)
-            scalars[f"{stage}/severity/{name}/hardest_auroc"] = aurocs[-1]
+            scalars.update({metric_key(stage, "severity", name, f"auroc_level_{row['severity level']:02d}"):
+                            row["ood-auroc"] for row in rows})
+            scalars[metric_key(stage, "severity", name, "mean_auroc")] = sum(aurocs) / len(aurocs)
+            scalars[metric_key(stage, "severity", name, "hardest_auroc")] = aurocs[-1]
         # equal on every rank (computed from gathered data); max keeps them exact for any world size
         pl_module.log_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in scalars.items()}, sync_dist=True,
                            reduce_fx="max")
@@ -306,60 +292,158 @@ class SeverityAUROC(pl.Callback):
             self.history += [{"epoch": trainer.current_epoch, "confidence function": name,
                               "severity level": row["severity level"], "ood-auroc": row["ood-auroc"]}
                              for name, rows in tables.items() for row in rows]
-        if not trainer.is_global_zero:
+        all_rows = [row for rows in tables.values() for row in rows]
+        log_table(trainer, metric_key(stage, "severity", "table"), all_rows, TABLE_COLUMNS)
+        if stage != "val":
             return
-        for logger in trainer.loggers:
-            if not isinstance(logger, WandbLogger):
-                continue
+        for logger in wandb_loggers(trainer):
             import wandb
 
-            all_rows = [row for rows in tables.values() for row in rows]
-            logger.log_table(key=f"{stage}/severity/table", columns=list(TABLE_COLUMNS),
-                             data=[[row[c] for c in TABLE_COLUMNS] for row in all_rows])
-            if stage == "val":
-                for name in tables:
-                    epochs = sorted({h["epoch"] for h in self.history if h["confidence function"] == name})
-                    series = [[h["ood-auroc"] for h in self.history if h["confidence function"] == name and h["epoch"] == e]
-                              for e in epochs]
-                    chart = wandb.plot.line_series(xs=list(range(len(series[-1]))), ys=series,
-                                                   keys=[f"epoch {e}" for e in epochs],
-                                                   title=f"OOD AUROC by severity level ({name})", xname="severity level")
-                    logger.experiment.log({f"val/severity/{name}/auroc_by_level": chart})
+            for name in tables:
+                runs = self._runs(name)
+                chart = wandb.plot.line_series(xs=list(range(self.num_levels)),
+                                               ys=[[r["ood-auroc"] for r in rows] for rows in runs.values()],
+                                               keys=list(runs), title=f"OOD AUROC by severity level ({name})",
+                                               xname="severity level")
+                logger.experiment.log({metric_key("val", "severity", name, "auroc_by_level"): chart})
 
-    def _default_dir(self, trainer: pl.Trainer, suffix: str) -> Path:
-        if trainer.ckpt_path:
-            checkpoint = Path(trainer.ckpt_path)
-            return checkpoint.parent / f"{checkpoint.stem}-{suffix}"
-        checkpointing = trainer.checkpoint_callback
-        folder = getattr(checkpointing, "dirpath", None)
-        return Path(folder) / suffix if folder else Path(trainer.default_root_dir) / suffix
+    def _runs(self, kappa_name: str) -> dict[str, list[dict[str, Any]]]:
+        """``"epoch <e>"`` -> the levels of that epoch, for one κ, from the history."""
+        epochs = sorted({h["epoch"] for h in self.history if h["confidence function"] == kappa_name})
+        return {f"epoch {e}": [h for h in self.history if h["confidence function"] == kappa_name and h["epoch"] == e]
+                for e in epochs}
 
     def _write_history(self, trainer: pl.Trainer, tables: dict[str, list[dict]]) -> None:
-        out = self.output_dir / "val" if self.output_dir is not None else self._default_dir(trainer, "severity-val")
-        atomic_write_text(out / "history.csv", rows_to_csv(
-            self.history, ["epoch", "confidence function", "severity level", "ood-auroc"]))
+        out = self.output_dir / "val" if self.output_dir is not None else training_report_dir(trainer, "severity-val")
+        write_csv(out / "history.csv", self.history, HISTORY_COLUMNS)
         if self.plots:
             for name in tables:
-                runs = {f"epoch {e}": [{"severity level": h["severity level"], "ood-auroc": h["ood-auroc"]}
-                                       for h in self.history if h["confidence function"] == name and h["epoch"] == e]
-                        for e in sorted({h["epoch"] for h in self.history if h["confidence function"] == name})}
-                plot_severity(runs, out / f"auroc_by_level_{slug(name)}.png", title=f"C-OOD severity by epoch ({name})")
+                plot_severity(self._runs(name), out / f"auroc_by_level_{slug(name)}.png",
+                              title=f"C-OOD severity by epoch ({name})")
 
     def _write_report(
-        self, trainer: pl.Trainer, tables: dict[str, list[dict]], levels: dict[str, list[dict]], model_name: str
+        self, trainer: pl.Trainer, tables: dict[str, list[dict]], levels: dict[str, list[dict]], name: str
     ) -> Path:
-        out = self.output_dir if self.output_dir is not None else self._default_dir(trainer, "severity")
-        for name, rows in tables.items():
-            stem = slug(f"{model_name}_{name}")
-            atomic_write_text(out / f"{stem}_n{self.num_levels}.csv", rows_to_csv(rows, TABLE_COLUMNS))
-            atomic_write_text(out / f"levels_{stem}.csv", rows_to_csv(levels[name], LEVEL_COLUMNS))
-        all_rows = [row for rows in tables.values() for row in rows]
-        atomic_write_text(out / "severity.csv", rows_to_csv(all_rows, TABLE_COLUMNS))
+        out = self.output_dir if self.output_dir is not None else default_report_dir(trainer, "severity")
+        for kappa_name, rows in tables.items():
+            stem = slug(f"{name}_{kappa_name}")
+            write_csv(out / f"{stem}_n{self.num_levels}.csv", rows, TABLE_COLUMNS)
+            write_csv(out / f"levels_{stem}.csv", levels[kappa_name], LEVEL_COLUMNS)
+        write_csv(out / "severity.csv", [row for rows in tables.values() for row in rows], TABLE_COLUMNS)
         if self.plots:
-            figure = plot_severity({f"{model_name} / {name}": rows for name, rows in tables.items()},
-                                   out / "severity_auroc.png", title=f"C-OOD severity: {model_name}")
-            for logger in trainer.loggers:
-                if isinstance(logger, WandbLogger):
-                    logger.log_image(key="test/severity/auroc", images=[str(figure)])
+            figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},
+                                   out / "severity_auroc.png", title=f"C-OOD severity: {name}")
+            log_images(trainer, {metric_key("test", "severity", "auroc"): figure})
         rank_zero_info(f"Severity tables and figure: {out}")
         return out
+
+
+class SeverityEvaluation(Evaluation):
+    """``evaluate.py severity``: the model-tailored C-OOD severity benchmark (Galil et al.) of any model.
+
+    11 severity levels are built for each (model, κ) and each level's AUROC is reported, with the columns of
+    the paper's published tables. The model's passes are cached in ``cache_dir``, so a further κ on the same
+    model does not run the model again.
+
+    Args:
+        model: ``timm:<name>``, ``torchvision:<name>``, a checkpoint of ``train.py`` or ``ensemble:<members>``
+            (from Python also a :class:`lightning_modules.ScoringModel`).
+        kappa: the confidence functions (:data:`metrics.KAPPAS`).
+        kappa_args: per κ, its arguments, e.g. ``{"odin": {"temperature": 1000}}``.
+        model_args: timm/torchvision model arguments, e.g. ``{"drop_rate": 0.2}`` for MC dropout.
+        data: ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a P1-P3 checkpoint's
+            unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class path; default: the
+            checkpoint's own datamodule's, else ``imagenet`` (from Python also a :class:`SeverityData`).
+        data_args: the data's arguments (``id_root``, ``pool_root``, ``pool_file``, ``estimation``, ...).
+        num_levels: severity levels (11 in the paper).
+        batch_size, num_workers: of the passes (default: the data's).
+        cache_dir: cached model passes (``None``: no cache).
+        output_dir: tables and figure (default: ``runs/severity/<model>``).
+        plots: write and log the figure.
+        pretrained_file: an explicit weights file (timm).
+        random_weights: timm/torchvision models without pretrained weights (tests).
+    """
+
+    command = "severity"
+
+    def __init__(self, model: str, kappa: Sequence[str] = ("softmax",), kappa_args: dict[str, dict[str, Any]] | None = None,
+                 model_args: dict[str, Any] | None = None, data: str | None = None, data_args: dict[str, Any] | None = None,
+                 num_levels: int = 11, batch_size: int | None = None, num_workers: int | None = None,
+                 cache_dir: str | None = "runs/cache", output_dir: str | None = None, plots: bool = True,
+                 pretrained_file: str | None = None, random_weights: bool = False, *,
+                 trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
+        self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
+        self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers
+        self.cache_dir, self.output_dir, self.plots = cache_dir, output_dir, plots
+        self.pretrained_file, self.random_weights = pretrained_file, random_weights
+
+    def run(self) -> dict[str, list[dict[str, Any]]]:
+        scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(
+            self.model, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
+            model_args=self.model_args)
+        data = self.data if isinstance(self.data, SeverityData) else build_severity_data(
+            self.data, self.data_args, datamodule=training_datamodule(scoring))
+        output_dir = Path(self.output_dir or Path("runs/severity") / slug(scoring.display_name))
+        check_output_dir(output_dir)
+        severity = SeverityAUROC(data=data, kappas=self.kappa, kappa_args=self.kappa_args, every_n_epochs=0,
+                                 num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
+                                 cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots)
+        data.setup()  # every class folder and the pool file, before the trainer starts
+        severity.check(scoring)
+        logger = make_logger(self.options, name=f"severity-{scoring.display_name}")
+        trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
+        trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
+        if trainer.is_global_zero:
+            print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, the rest from "
+                  f"{'the cache ' + str(self.cache_dir) if self.cache_dir else 'memory'})")
+            for name, rows in severity.tables.items():
+                print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
+                      + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
+        return severity.tables
+
+
+class SeverityPlot(Evaluation):
+    """``evaluate.py severity-plot``: one figure of OOD AUROC against severity for every (model, κ) in the
+    given tables (``evaluate.py severity``'s or the paper's published one).
+
+    Args:
+        tables: CSV tables with the columns of :data:`metrics.TABLE_COLUMNS`.
+        output: the PNG file to write.
+    """
+
+    command = "severity-plot"
+
+    def __init__(self, tables: Sequence[str], output: str, *, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        if not tables:
+            raise ValueError("give at least one severity table")
+        self.tables, self.output = list(tables), output
+
+    def run(self) -> Path:
+        found: dict[str, list[dict[str, float]]] = {}
+        for path in self.tables:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"severity table {path} does not exist")
+            with open(path, newline="") as handle:
+                reader = csv.DictReader(handle)
+                missing = [c for c in ("severity level", "ood-auroc", "model name - confidence function")
+                           if c not in (reader.fieldnames or [])]
+                if missing:
+                    raise ValueError(f"{path} is not a severity table: columns {missing} are missing "
+                                     f"({list(TABLE_COLUMNS)})")
+                for row in reader:
+                    found.setdefault(row["model name - confidence function"], []).append(
+                        {"severity level": int(row["severity level"]), "ood-auroc": float(row["ood-auroc"])})
+        check_output_dir(Path(self.output).parent, what=f"the figure {self.output}")
+        figure = plot_severity(found, self.output)
+        print(f"Severity figure of {len(found)} tables: {figure}")
+        return figure
+
+
+def training_datamodule(scoring: ScoringModel) -> Any:
+    """The training datamodule of a checkpoint model (rebuilt from its arguments), else ``None``."""
+    if not scoring.spec.endswith(".ckpt"):
+        return None
+    return datamodule_from_checkpoint(read_checkpoint(scoring.spec), scoring.spec)

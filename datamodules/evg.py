@@ -1,21 +1,22 @@
-"""The data of the adversarial evaluation (EvG; DESIGN.md §5.4): in-distribution validation and test images,
-the OOD seed images, and the chains as batches.
+"""The data of EvG (Yoon et al.; DESIGN.md §5.4): a small constructor of the evaluation data, the chains as
+batches, and the OOD set as training data of the GAN-latent variation model.
 
-- ``id_validation``: standardises each detector's energy (nothing else uses it);
-- ``id_test``: the positives of the clean and worst-case AUROC and of MinRank;
-- ``ood``: the unmodified OOD test images (the clean AUROC) and the seeds of the chains: chain ``i`` varies
-  image ``i mod N_ood`` (affine, colour, l∞).
+:class:`EvGData` holds three evaluation sets (raw images; every detector scores them through its own input):
+
+- ``id_val`` (role ``id_val``): standardises each detector's energy (nothing else uses it);
+- ``id_test`` (``id_test``): the positives of the clean and worst-case AUROC and of MinRank;
+- ``ood`` (``ood``): the unmodified OOD images (the clean AUROC) and the seeds of the chains: chain ``i``
+  varies image ``i mod N_seeds`` (affine, colour, l∞), brought to the search's image size by
+  :meth:`EvGData.seed_images`.
+
+:class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
+``[k·S, (k+1)·S)``, a fixed split of the chains, so a finished batch's result file can be found again and
+is not rerun when an interrupted run is resumed (skip it with ``done``).
 
 :class:`OODImagesDataModule` serves a real OOD set as training data: the authors train the generator of the
 GAN-latent variation model on the OOD set itself, so that ``G(z)`` stays on that set's manifold while the
 sampler searches its latent space (scikit-learn's digits have no separate training split: the demo's GAN
 is trained on the 1,797 images the chains then start from).
-
-Every image is resized/converted to the detectors' input (:class:`ResizedImages`).
-
-:class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
-``[k·S, (k+1)·S)``, a fixed split of the chains, so a finished batch's result file can be found again and
-is not rerun when an interrupted run is resumed (skip it with ``done``).
 """
 
 from __future__ import annotations
@@ -24,68 +25,40 @@ from collections.abc import Callable, Sequence
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset
 
-from common import digest, files_fingerprint, tensors_fingerprint
 from datamodules.batch import collate_samples
-from datamodules.generated import ResizedImages
-from datamodules.images import ImageFileDataset, TensorImageDataset
+from datamodules.evaluation import EvaluationData, EvaluationSet
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
+from datamodules.transforms import ModelInput, TensorPipeline
 
 
-def dataset_fingerprint(dataset: Dataset) -> str | None:
-    """A digest of what a data set yields (image bytes or file sizes and times, resizing, subsets), or ``None``
-    for a data set of another kind (whose scores are then not cached)."""
-    if isinstance(dataset, ResizedImages):
-        inner = dataset_fingerprint(dataset.dataset)
-        return None if inner is None else digest({"resized": inner, "size": dataset.size, "channels": dataset.channels})
-    if isinstance(dataset, Subset):
-        inner = dataset_fingerprint(dataset.dataset)
-        return None if inner is None else digest({"subset": inner, "indices": list(map(int, dataset.indices))})
-    if isinstance(dataset, TensorImageDataset):
-        return digest({"tensors": tensors_fingerprint({"images": dataset.images, "labels": dataset.labels}),
-                       "transform": repr(dataset.transform)})
-    if isinstance(dataset, ImageFileDataset):
-        return digest({"files": files_fingerprint(dataset.root, [path for path, _ in dataset.rows]),
-                       "rows": dataset.rows, "transform": repr(dataset.transform)})
-    return None
-
-
-class AdversarialData:
-    """The sets of an adversarial evaluation, every image at the detectors' input size.
+class EvGData(EvaluationData):
+    """The sets of an EvG run (see the module docstring).
 
     Args:
-        id_validation, id_test, ood: data sets of :class:`~datamodules.batch.Sample`.
-        image_size, channels: the detectors' input (``None``: keep).
+        id_val, id_test, ood: data sets of raw images (or evaluation sets).
+        classes: the ID classes in label order.
         batch_size, num_workers: of the passes over the sets.
     """
 
-    def __init__(self, *, id_validation: Dataset, id_test: Dataset, ood: Dataset, image_size: int | None = None,
-                 channels: int | None = None, batch_size: int = 256, num_workers: int = 0) -> None:
-        self.sets = {name: ResizedImages(dataset, image_size, channels) for name, dataset in
-                     (("id_validation", id_validation), ("id_test", id_test), ("ood", ood))}
-        for name, dataset in self.sets.items():
-            if len(dataset) == 0:
-                raise ValueError(f"the adversarial evaluation's {name} set is empty")
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self._fingerprints: dict[str, str] = {}
+    def __init__(self, *, id_val: Dataset | EvaluationSet, id_test: Dataset | EvaluationSet,
+                 ood: Dataset | EvaluationSet, classes: Sequence[str] | None = None, batch_size: int = 256,
+                 num_workers: int = 0) -> None:
+        sets = []
+        for name, given in (("id_val", id_val), ("id_test", id_test), ("ood", ood)):
+            dataset = given.dataset if isinstance(given, EvaluationSet) else given
+            if len(dataset) == 0:  # type: ignore[arg-type]
+                raise ValueError(f"EvG's {name} set is empty")
+            sets.append(EvaluationSet(name, name, dataset,  # type: ignore[arg-type]
+                                      info=given.info if isinstance(given, EvaluationSet) else {}))
+        super().__init__(sets, batch_size=batch_size, num_workers=num_workers, classes=classes)
 
-    def fingerprint(self, name: str) -> str:
-        """A digest of a set's images: from its files or tensors (:func:`dataset_fingerprint`), or, for a data
-        set of another kind, from every image it yields (one pass; deterministic, so every process agrees)."""
-        if name not in self._fingerprints:
-            fingerprint = dataset_fingerprint(self.sets[name])
-            if fingerprint is None:
-                dataset = self.sets[name]
-                fingerprint = digest([tensors_fingerprint({"image": dataset[i].image, "target": torch.as_tensor(
-                    dataset[i].target)}) for i in range(len(dataset))])
-            self._fingerprints[name] = fingerprint
-        return self._fingerprints[name]
-
-    def seed_images(self, count: int) -> torch.Tensor:
-        """The first ``min(count, N_ood)`` OOD images ``(n, C, H, W)``: the seeds of the chains."""
-        dataset = self.sets["ood"]
-        return torch.stack([dataset[i].image.float() for i in range(min(count, len(dataset)))])
+    def seed_images(self, count: int, pipeline: Callable) -> torch.Tensor:
+        """The first ``min(count, N_ood)`` OOD images through ``pipeline`` (a raw image -> a float tensor in
+        ``[0, 1]`` at the search's size): ``(n, C, H, W)``, the seeds of the chains."""
+        dataset = self["ood"].dataset
+        return torch.stack([pipeline(dataset[i].image).float() for i in range(min(count, len(dataset)))])
 
 
 class ChainBatches(Dataset):
@@ -136,17 +109,26 @@ class OODImagesDataModule(pl.LightningDataModule):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.ood, self.image_size, self.channels = ood, image_size, channels
         self.batch_size, self.num_workers, self.data_dir = batch_size, num_workers, data_dir
-        self.train_set: ResizedImages | None = None
+        self.train_set: Dataset | None = None
 
     @property
     def num_classes(self) -> int:
         """No known classes: the generator trained here is unconditional."""
         return 0
 
+    @property
+    def class_names(self) -> list[str]:
+        return []
+
+    def model_input(self) -> ModelInput:
+        """Tensors of ``channels`` at ``image_size`` (what the generator makes and its discriminator takes)."""
+        return ModelInput(TensorPipeline(self.image_size, self.channels), size=(self.image_size, self.image_size),
+                          channels=self.channels)
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
-            self.train_set = ResizedImages(real_ood_set(self.ood, data_dir=self.data_dir, known=()), self.image_size,
-                                           self.channels)
+            self.train_set = real_ood_set(self.ood, data_dir=self.data_dir,
+                                          transform=TensorPipeline(self.image_size, self.channels))
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:

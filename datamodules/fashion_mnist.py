@@ -30,6 +30,7 @@ from torchvision import transforms as T
 
 from datamodules.images import TensorImageDataset
 from datamodules.open_set import OpenSetDataModule, TrainNegatives
+from datamodules.severity import FashionSeverityData
 from datamodules.sources import (
     CLASS_NAMES,
     DEBIAN_FASHION_MNIST_DIR,
@@ -38,7 +39,9 @@ from datamodules.sources import (
     DEMO_UNKNOWN,
     find_fashion_mnist,
     load_fashion_mnist,
+    require_fashion_mnist,
 )
+from datamodules.transforms import ModelInput, TensorPipeline
 
 
 def open_set_labels(classes: np.ndarray, known: Sequence[int], negative: Sequence[int], unknown: Sequence[int]) -> np.ndarray:
@@ -58,7 +61,9 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
 
     Args:
         data_dir: folder with the IDX files (Debian's by default).
-        download_dir: where torchvision downloads them if ``data_dir`` has none.
+        download: download them with torchvision into ``download_dir`` when ``data_dir`` has none (off: a
+            missing file is an error that says where the files must be; nothing is downloaded unasked).
+        download_dir: where ``download`` puts them.
         known, negative, unknown: original class ids (0-9) of each role.
         train_negatives: ``"include"`` / ``"exclude"`` / ``"background"``, linked to the loss.
         max_train_per_class: keep at most this many training images per class (a faster demo).
@@ -79,6 +84,7 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
         max_train_per_class: int | None = None,
         seed: int = 42,
         image_size: int = 28,
+        download: bool = False,
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives)
         self.save_hyperparameters()
@@ -86,7 +92,7 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
         if len(set(roles)) != len(roles) or not set(roles) <= set(range(10)) or not known:
             raise ValueError(f"known/negative/unknown must be disjoint class ids in 0..9, got {known}/{negative}/{unknown}")
         self.known, self.negative, self.unknown = sorted(known), sorted(negative), sorted(unknown)
-        self.data_dir, self.download_dir = data_dir, download_dir
+        self.data_dir, self.download_dir, self.download = data_dir, download_dir, download
         self.max_train_per_class = max_train_per_class
         self.seed = seed
         if image_size < 8:
@@ -102,15 +108,28 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
     def class_names(self) -> list[str]:
         return [CLASS_NAMES[c] for c in self.known]
 
+    def model_input(self) -> ModelInput:
+        """Grey-scale tensors at ``image_size`` (bilinear, antialiased), no normalisation: what the models
+        trained here take; other sets are converted to one channel and resized by this rule."""
+        return ModelInput(TensorPipeline(self.image_size, 1), size=(self.image_size, self.image_size), channels=1)
+
     def _folder(self) -> str:
-        return self.data_dir if find_fashion_mnist(self.data_dir) else self.download_dir
+        """The folder of the IDX files: ``data_dir``, or ``download_dir`` after a download; else the error
+        :class:`datamodules.sources.FashionMNISTMissing` saying where the files must be."""
+        if find_fashion_mnist(self.data_dir) is None and (self.download or find_fashion_mnist(self.download_dir)):
+            return self.download_dir
+        require_fashion_mnist(self.data_dir)
+        return self.data_dir
 
     def prepare_data(self) -> None:
-        if find_fashion_mnist(self.data_dir) is None and find_fashion_mnist(self.download_dir) is None:
-            from torchvision.datasets import FashionMNIST
+        if find_fashion_mnist(self.data_dir) is not None or find_fashion_mnist(self.download_dir) is not None:
+            return
+        if not self.download:
+            require_fashion_mnist(self.data_dir)  # the error says where the files must be
+        from torchvision.datasets import FashionMNIST
 
-            for train in (True, False):
-                FashionMNIST(self.download_dir, train=train, download=True)
+        for train in (True, False):
+            FashionMNIST(self.download_dir, train=train, download=True)
 
     def _labels(self, classes: np.ndarray) -> np.ndarray:
         return open_set_labels(classes, self.known, self.negative, self.unknown)
@@ -152,13 +171,11 @@ class FashionMNISTOpenSetDataModule(OpenSetDataModule):
                 transform=self.transform,
             )
 
-    def severity_data(self, **kwargs: Any) -> Any:
+    def severity_data(self, **kwargs: Any) -> FashionSeverityData:
         """The C-OOD severity data of a model trained here: ID = the known classes (test images), pool = the
         other Fashion-MNIST classes (test images; negatives marked) and scikit-learn's digits."""
-        from datamodules.severity import FashionSeverityDataModule
-
-        return FashionSeverityDataModule(**{"data_dir": self._folder(), "known": self.known, "negative": self.negative,
-                                            **kwargs})
+        return FashionSeverityData(**{"data_dir": self._folder(), "known": self.known, "negative": self.negative,
+                                      **kwargs})
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         return self.test_dataloader()

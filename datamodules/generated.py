@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from datamodules.batch import Sample
-from datamodules.images import TensorImageDataset, dataset_labels
+from datamodules.evaluation import EvaluationData, EvaluationSet
+from datamodules.images import TensorImageDataset
 
 MANIFEST_COLUMNS = ("file", "index", "seed", "source_index", "source_label", "ensemble_prediction", "mi", "lpips",
                     "generator_sha256")
@@ -95,68 +95,54 @@ class LatentSeeds(torch.utils.data.Dataset):
 # --------------------------------------------------------------------------------------------------
 # The data of a generated benchmark: an ID test set, generated sets, real OOD sets
 
-
-class ResizedImages(torch.utils.data.Dataset):
-    """A data set of :class:`~datamodules.batch.Sample` with every image resized to ``size`` (bilinear,
-    antialiased) and, when ``channels`` is given, converted to that many channels."""
-
-    def __init__(self, dataset: torch.utils.data.Dataset, size: int | None, channels: int | None = None) -> None:
-        self.dataset, self.size, self.channels = dataset, size, channels
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> Sample:
-        sample = self.dataset[index]
-        image = sample.image
-        if image is None:
-            return sample
-        if self.channels is not None and image.shape[0] != self.channels:
-            image = image.mean(dim=0, keepdim=True) if self.channels == 1 else image.expand(self.channels, -1, -1)
-        if self.size is not None and tuple(image.shape[-2:]) != (self.size, self.size):
-            image = torch.nn.functional.interpolate(image[None].float(), size=(self.size, self.size), mode="bilinear",
-                                                    align_corners=False, antialias=True)[0]
-        return Sample(image, sample.target, sample.index)
+KIND_OF_ROLE = {"id_test": "id", "near_ood": "near_ood", "shift": "shift", "ood": "real_ood", "real_shift": "real_shift"}
 
 
-class GeneratedBenchmarkData:
-    """The sets of a generated benchmark (DESIGN.md §5.3), every image at the detectors' input size.
+def generated_set(folder: str | Path, kind: str) -> EvaluationSet:
+    """A generated set on disk as an evaluation set (``near_ood:<folder name>`` or ``shift:<folder name>``),
+    refused when it is not of the kind it is given as."""
+    dataset = GeneratedDataset(folder)
+    if dataset.info.get("kind") != kind:
+        raise ValueError(f"{folder} is a {dataset.info.get('kind')} set, given as {kind}")
+    return EvaluationSet(f"{kind}:{Path(folder).name}", kind, dataset, info=dataset.info)  # type: ignore[arg-type]
+
+
+class GeneratedBenchmarkData(EvaluationData):
+    """The sets of a generated benchmark (DESIGN.md §5.3): the ID test set, generated near-OOD and shifted sets,
+    real OOD sets. Every model scores them through its own input transform.
 
     Args:
-        id_test: the in-distribution test set (``Sample``\\ s with known labels).
-        near_ood, shift: folders of generated sets (:func:`GeneratedDataset`).
-        real_ood: name -> data set of real OOD images (:func:`real_ood_set`).
-        image_size, channels: what the detectors take (every set is resized/converted to it).
+        id_test: the in-distribution test set (raw images with known labels), or an evaluation set.
+        near_ood, shift: folders of generated sets (:class:`GeneratedDataset`).
+        real_ood: name -> data set of real OOD images (:func:`datamodules.sources.real_ood_set`).
+        classes: the ID classes in label order.
     """
 
     def __init__(
         self,
-        id_test: torch.utils.data.Dataset,
+        id_test: torch.utils.data.Dataset | EvaluationSet,
         *,
         near_ood: Sequence[str | Path] = (),
         shift: Sequence[str | Path] = (),
         real_ood: dict[str, torch.utils.data.Dataset] | None = None,
-        image_size: int | None = None,
-        channels: int | None = None,
+        classes: Sequence[str] | None = None,
         batch_size: int = 256,
         num_workers: int = 0,
     ) -> None:
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self.sets: dict[str, torch.utils.data.Dataset] = {"id_test": ResizedImages(id_test, image_size, channels)}
-        self.kinds: dict[str, str] = {"id_test": "id"}
-        self.info: dict[str, dict[str, Any]] = {}
-        for kind, folders in (("near_ood", near_ood), ("shift", shift)):
-            for folder in folders:
-                dataset = GeneratedDataset(folder)
-                if dataset.info.get("kind") != kind:
-                    raise ValueError(f"{folder} is a {dataset.info.get('kind')} set, given as {kind}")
-                name = f"{kind}:{Path(folder).name}"
-                self.sets[name] = ResizedImages(dataset, image_size, channels)
-                self.kinds[name], self.info[name] = kind, dataset.info
-        for name, dataset in (real_ood or {}).items():
-            self.sets[f"real:{name}"] = ResizedImages(dataset, image_size, channels)
-            self.kinds[f"real:{name}"] = "real_ood"
+        if not isinstance(id_test, EvaluationSet):
+            id_test = EvaluationSet("id_test", "id_test", id_test)
+        sets = [EvaluationSet("id_test", "id_test", id_test.dataset, info=id_test.info)]
+        sets += [generated_set(folder, kind) for kind, folders in (("near_ood", near_ood), ("shift", shift))
+                 for folder in folders]
+        sets += [EvaluationSet(f"real:{name}", "ood", dataset) for name, dataset in (real_ood or {}).items()]
+        super().__init__(sets, batch_size=batch_size, num_workers=num_workers, classes=classes)
 
-    def targets(self, name: str) -> torch.Tensor:
-        dataset = self.sets[name].dataset
-        return dataset_labels(dataset)
+    @property
+    def kinds(self) -> dict[str, str]:
+        """Set name -> its kind in the tables (``id``, ``near_ood``, ``shift``, ``real_ood``)."""
+        return {name: KIND_OF_ROLE[s.role] for name, s in self.sets.items()}
+
+    @property
+    def info(self) -> dict[str, dict[str, Any]]:
+        """Set name -> ``info.json`` of each generated set."""
+        return {name: s.info for name, s in self.sets.items() if s.role in ("near_ood", "shift")}

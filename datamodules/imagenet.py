@@ -33,7 +33,8 @@ from datamodules.protocols import (
     read_protocol_csv,
     write_protocol_csvs,
 )
-from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transform, train_transform
+from datamodules.severity import ProtocolSeverityData
+from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, ModelInput, eval_transform, train_transform
 
 
 class ImageNetProtocolDataModule(OpenSetDataModule):
@@ -87,6 +88,16 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
     @property
     def num_classes(self) -> int:
         return self.protocol.num_classes
+
+    @property
+    def class_names(self) -> list[str]:
+        """The known wnids, sorted (label ``i`` is ``class_names[i]``)."""
+        return list(self.protocol.known)
+
+    def model_input(self) -> ModelInput:
+        """The evaluation transform (Resize -> CenterCrop -> tensor[, Normalize]) on RGB images."""
+        crop = self.hparams.crop_size
+        return ModelInput.from_transform(self.eval_transform, channels=3, size=(crop, crop))
 
     def csv_file(self, split: str) -> Path:
         return csv_path(self.protocol_dir, self.protocol_number, split)
@@ -180,20 +191,18 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
         if "test" in rows:
             self.test_set = ImageFileDataset(rows=rows["test"], transform=self.eval_transform, **dataset_kwargs)
 
-    def severity_data(self, **kwargs: Any) -> Any:
+    def severity_data(self, **kwargs: Any) -> ProtocolSeverityData:
         """The C-OOD severity data of a model trained on this protocol (DESIGN.md §5.2): ID = the known classes
         (their ``val/`` images), pool = the unknown classes (estimation images from their ``train/`` folders,
-        which the protocol never uses; test images from ``val/``), with this datamodule's root, evaluation
-        transform and loader settings. ``kwargs`` go to :class:`datamodules.severity.ProtocolSeverityDataModule`
-        (``estimation``, ``test``, an ImageNet-21k ``pool_root``/``pool_file``, ...)."""
-        from datamodules.severity import ProtocolSeverityDataModule
-
+        which the protocol never uses; test images from ``val/``), with this datamodule's root and loader
+        settings. ``kwargs`` go to :class:`datamodules.severity.ProtocolSeverityData` (``estimation``,
+        ``test``, an ImageNet-21k ``pool_root``/``pool_file``, ...)."""
         protocol = kwargs.pop("protocol", self.protocol_number)
         if protocol != self.protocol_number:
             raise ValueError(f"severity data for protocol {protocol} asked of a model trained on P{self.protocol_number}")
-        defaults = {"root": self.root, "transform": self.eval_transform, "batch_size": self.batch_size,
-                    "num_workers": self.num_workers, "on_bad_image": self.on_bad_image}
-        return ProtocolSeverityDataModule(protocol=protocol, **{**defaults, **kwargs})
+        defaults = {"root": self.root, "batch_size": self.batch_size, "num_workers": self.num_workers,
+                    "on_bad_image": self.on_bad_image}
+        return ProtocolSeverityData(protocol=protocol, **{**defaults, **kwargs})
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         return self.test_dataloader()

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -244,8 +246,10 @@ class PoolSample:
 
 
 def class_rng(seed: int, wnid: str) -> np.random.Generator:
-    # one generator per class: a class's sample does not depend on which other classes are present
-    return np.random.default_rng([seed, int(wnid[1:])])
+    """One generator per class (a class's sample does not depend on which other classes are present), keyed
+    by the wnid's number, or for a class folder of another name by a digest of the name."""
+    number = int(wnid[1:]) if re.fullmatch(r"n\d+", wnid) else int(hashlib.sha256(wnid.encode()).hexdigest()[:15], 16)
+    return np.random.default_rng([seed, number])
 
 
 def sample_pool(
@@ -290,8 +294,16 @@ def sample_pool(
 
 
 def write_pool_file(sample: PoolSample, path: str | Path) -> Path:
-    """``path`` (``path,wnid,split``) and ``<path stem>_dropped.csv`` (``wnid,images,reason``), atomically."""
+    """``path`` (``path,wnid,split``) and ``<path stem>_dropped.csv`` (``wnid,images,reason``), atomically.
+
+    Raises:
+        ValueError: when no class kept enough images (an empty pool would fail only after the ID pass).
+    """
     path = Path(path)
+    if not sample.rows:
+        reasons = sorted({reason for _, _, reason in sample.dropped})
+        raise ValueError(f"no pool class has enough images ({len(sample.dropped)} classes dropped: "
+                         f"{', '.join(reasons) or 'no class given'}); {path} is not written")
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["path", "wnid", "split"])
@@ -320,6 +332,9 @@ def read_pool_file(path: str | Path) -> list[tuple[str, str, str]]:
             if row["split"] not in SPLITS:
                 raise ValueError(f"{path}:{line}: split {row['split']!r} is not one of {SPLITS}")
             rows.append((row["path"], row["wnid"], row["split"]))
+    if not rows:
+        raise ValueError(f"pool file {path} lists no image (only its header): write it again with "
+                         "`python -m datamodules.imagenet21k sample` from a folder with enough images per class")
     return rows
 
 

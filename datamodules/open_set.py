@@ -22,8 +22,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from common import NEGATIVE_LABEL, UNKNOWN_LABEL
 from datamodules.batch import collate_samples
+from datamodules.evaluation import EvaluationSet, Role, known_subset, raw
 from datamodules.images import check_choice, dataset_labels
-from datamodules.transforms import BackgroundClassTarget
+from datamodules.transforms import BackgroundClassTarget, ModelInput
 
 TrainNegatives = Literal["include", "exclude", "background"]
 
@@ -61,6 +62,32 @@ class OpenSetDataModule(pl.LightningDataModule):
     @property
     def background_class(self) -> bool:
         return self.train_negatives == "background"
+
+    @property
+    def class_names(self) -> list[str]:
+        """The known classes (names or wnids) in label order: what a checkpoint records and evaluation data of
+        other classes are refused by."""
+        raise NotImplementedError
+
+    def model_input(self) -> ModelInput:
+        """How a model trained here takes images: the evaluation transform from a raw image (a decoded file, a
+        float tensor in ``[0, 1]``) to its input. Every evaluation of a checkpoint of this datamodule uses it."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its models take images (model_input)")
+
+    def evaluation_set(self, split: str, *, role: Role, name: str | None = None, known_only: bool = False
+                       ) -> EvaluationSet:
+        """The ``"val"`` or ``"test"`` images of this datamodule as an evaluation set: raw images (the scoring
+        model applies its own transform) with their labels; ``known_only`` keeps the known classes."""
+        split = check_choice("split", split, ("val", "test"))
+        dataset = getattr(self, f"{split}_set")
+        if dataset is None:
+            self.setup("validate" if split == "val" else "test")
+            dataset = getattr(self, f"{split}_set")
+        dataset = raw(dataset, what=f"the {split} set of {type(self).__name__}")
+        if known_only:
+            dataset = known_subset(dataset)
+        return EvaluationSet(name or f"{role}", role, dataset, info={"datamodule": type(self).__name__,
+                                                                       "split": split, "classes": self.class_names})
 
     def filter_train_labels(self, labels: Sequence[int]) -> list[int]:
         """Indices of the training rows kept for this loss (negatives dropped for ``"exclude"``)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import gzip
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -115,13 +115,21 @@ def folder_images(folder: str | Path) -> list[str]:
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")]
 
 
-def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int]) -> torch.utils.data.Dataset:
+def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int] = (),
+                 transform: Callable | None = None) -> torch.utils.data.Dataset:
     """A real OOD set by name: ``fashion:unknown`` (the demo's never-seen classes), ``fashion:<id>,<id>``
     (those Fashion-MNIST classes), ``digits`` (scikit-learn's 8x8 digits, upsampled), or a folder of images
-    (sub-folders included), every image labelled -2. Official test images only."""
+    (sub-folders included), every image labelled -2. Official test images only.
+
+    Args:
+        data_dir: the Fashion-MNIST folder (for ``fashion:`` sets).
+        known: Fashion-MNIST class ids that are in-distribution (refused in a ``fashion:`` set).
+        transform: applied to each raw image (default: none, an evaluation set: PIL images for files, float
+            tensors for the others).
+    """
     if spec == "digits":
         images, _ = load_digits_images()
-        return TensorImageDataset(images, torch.full((images.shape[0],), UNKNOWN_LABEL))
+        return TensorImageDataset(images, torch.full((images.shape[0],), UNKNOWN_LABEL), transform=transform)
     if spec.startswith("fashion:"):
         classes = DEMO_UNKNOWN if spec == "fashion:unknown" else tuple(int(c) for c in spec[8:].split(","))
         if set(classes) & set(known):
@@ -129,13 +137,11 @@ def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int]) -> torch.uti
         images, labels = load_fashion_mnist(data_dir, "test")
         mask = np.isin(labels, classes)
         return TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
-                                  torch.full((int(mask.sum()),), UNKNOWN_LABEL))
+                                  torch.full((int(mask.sum()),), UNKNOWN_LABEL), transform=transform)
     folder = Path(spec)
     if not folder.is_dir():
         raise FileNotFoundError(f"real OOD set {spec!r}: not 'digits', 'fashion:...' nor an existing folder")
-    from torchvision import transforms as T
-
     rows = [(path, UNKNOWN_LABEL) for path in folder_images(folder)]
     if not rows:
         raise FileNotFoundError(f"real OOD set folder {folder} holds no image files ({sorted(IMAGE_SUFFIXES)})")
-    return ImageFileDataset(str(folder), rows, transform=T.ToTensor())
+    return ImageFileDataset(str(folder), rows, transform=transform)

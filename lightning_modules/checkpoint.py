@@ -1,15 +1,27 @@
-"""Rebuilding a LightningModule from a checkpoint of ``train.py`` alone."""
+"""Checkpoint I/O: reading a checkpoint of ``train.py`` safely, rebuilding its LightningModule and datamodule
+from it alone, and recording in it what that needs.
+
+Every checkpoint records (:func:`record_run`) the public class paths of its model and datamodule, the
+datamodule's arguments (Lightning's ``datamodule_hyper_parameters``), the known classes in label order
+(``classes``: wnids or names) and the logger version. :func:`read_checkpoint` checks the archive's CRCs
+before anything is loaded, so damaged tensor bytes are an error, never a model that silently evaluates to
+other numbers; :func:`load_run` refuses evaluation data whose classes are not the checkpoint's, naming both.
+"""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pickle
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+
+from common import import_object
 
 
 class CheckpointError(ValueError):
@@ -35,11 +47,7 @@ def import_class(path: str) -> type:
     module, _, name = path.rpartition(".")
     if not module:
         raise ValueError(f"{path!r} is not a module.Class path")
-    module = MOVED_MODULES.get(module, module)
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"cannot import {path!r}: {error}") from error
+    return import_object(f"{MOVED_MODULES.get(module, module)}.{name}")
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -47,8 +55,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        CheckpointError: the file is truncated, is not a torch checkpoint, or holds something other than a
-            checkpoint dictionary; the message names the file.
+        CheckpointError: the file is truncated, is not a torch checkpoint, its bytes do not match the archive's
+            CRCs (damaged on disk or in a copy), or it holds something other than a checkpoint dictionary;
+            the message names the file.
     """
     path = Path(path)
     if not path.is_file():
@@ -60,6 +69,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
             f"{path} is not a readable checkpoint: it is not a torch.save archive (truncated or another kind "
             f"of file, {path.stat().st_size} bytes)"
         )
+    check_archive(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile, AttributeError,
@@ -73,8 +83,34 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def check_archive(path: str | Path) -> None:
+    """Verify every member of a checkpoint archive against its CRC-32 (once per file version and process).
+
+    torch memory-maps tensors without reading them, so a damaged byte inside a tensor would otherwise load
+    as a slightly different model.
+    """
+    path = Path(path)
+    info = path.stat()
+    stamp = (str(path.resolve()), info.st_size, info.st_mtime_ns)
+    if stamp in _VERIFIED:
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from error
+    if damaged is not None:
+        raise CheckpointError(f"{path} is damaged: the bytes of {damaged} do not match the archive's CRC (a "
+                              "broken copy or disk); copy the checkpoint again")
+    _VERIFIED.add(stamp)
+
+
 def load_module(
-    path: str | Path, checkpoint: dict[str, Any] | None = None, *, expected: type | None = None
+    path: str | Path, checkpoint: dict[str, Any] | None = None, *, expected: type | None = None,
+    hint: str | None = None,
 ) -> pl.LightningModule:
     """The LightningModule recorded in a checkpoint (``model_class``), with its trained weights.
 
@@ -84,6 +120,7 @@ def load_module(
         path: the checkpoint file.
         checkpoint: its contents, if already read.
         expected: refuse a checkpoint whose model is not this class (or a subclass), naming both.
+        hint: what to say when the class is not ``expected`` (e.g. "a classifier is expected here").
     """
     checkpoint = checkpoint if checkpoint is not None else read_checkpoint(path)
     class_path = checkpoint.get("model_class")
@@ -93,19 +130,90 @@ def load_module(
     if expected is not None and not issubclass(module_class, expected):
         raise CheckpointError(
             f"checkpoint {path} holds a {class_path}, but a {expected.__module__}.{expected.__qualname__} is "
-            "expected here"
+            f"expected here{': ' + hint if hint else ''}"
         )
-    overrides = {"pretrained": False} if "pretrained" in checkpoint.get("hyper_parameters", {}) else {}
+    hyper_parameters = checkpoint.get("hyper_parameters", {})
+    overrides: dict[str, Any] = {"pretrained": False} if "pretrained" in hyper_parameters else {}
+    if "_class_path" in hyper_parameters:  # LightningCLI's record of the class, maybe under a module path of before
+        overrides["_class_path"] = f"{module_class.__module__}.{module_class.__qualname__}"
     return module_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+
+
+def datamodule_from_checkpoint(checkpoint: dict[str, Any], path: str | Path,
+                               overrides: dict[str, Any] | None = None) -> pl.LightningDataModule:
+    """The datamodule a checkpoint was trained with, rebuilt from its class and arguments (reads no data).
+
+    Args:
+        overrides: arguments to change (e.g. the ImageNet root on another machine); an unknown one is refused.
+    """
+    for key in ("datamodule_class", "datamodule_hyper_parameters"):
+        if key not in checkpoint:
+            raise CheckpointError(f"checkpoint {path} has no {key!r}: it was not written by train.py with a datamodule")
+    # LightningCLI records bookkeeping keys such as "_class_path" next to the arguments
+    saved = {k: v for k, v in checkpoint["datamodule_hyper_parameters"].items() if not k.startswith("_")}
+    datamodule_class = import_class(checkpoint["datamodule_class"])
+    parameters = inspect.signature(datamodule_class).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    unknown = sorted(set(overrides or {}) - set(parameters))
+    if unknown and not takes_any:
+        raise ValueError(f"{datamodule_class.__name__} (the datamodule of {path}) has no arguments {unknown}; it takes "
+                         f"{sorted(parameters)}")
+    return datamodule_class(**{**saved, **(overrides or {})})
+
+
+def checkpoint_classes(checkpoint: dict[str, Any], path: str | Path) -> list[str] | None:
+    """The known classes a checkpoint was trained on, in label order: recorded by :func:`record_run`, or (a
+    checkpoint written before it recorded them) those of its datamodule rebuilt from its arguments."""
+    if checkpoint.get("classes") is not None:
+        return list(checkpoint["classes"])
+    if "datamodule_class" not in checkpoint:
+        return None
+    names = getattr(datamodule_from_checkpoint(checkpoint, path), "class_names", None)
+    return list(names) if names is not None else None
+
+
+def check_classes(model_classes: Sequence[str] | None, data_classes: Sequence[str] | None, *, model: str,
+                  data: str) -> None:
+    """Refuse data whose known classes (in label order) are not the model's, naming both lists.
+
+    Either list unknown (``None``): nothing to compare (the callers then compare the logit count).
+    """
+    if model_classes is None or data_classes is None or list(model_classes) == list(data_classes):
+        return
+    only_model = [c for c in model_classes if c not in set(data_classes)]
+    only_data = [c for c in data_classes if c not in set(model_classes)]
+    detail = (f"{len(only_model)} classes only in the model ({', '.join(only_model[:5])}"
+              f"{', ...' if len(only_model) > 5 else ''}), {len(only_data)} only in the data "
+              f"({', '.join(only_data[:5])}{', ...' if len(only_data) > 5 else ''})"
+              if only_model or only_data else "the same classes in another order, so label i means another class")
+    raise ValueError(f"{model} was trained on other classes than {data} holds: {detail}. The model's classes: "
+                     f"{list(model_classes)}; the data's: {list(data_classes)}")
+
+
+def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, expected: type | None = None
+             ) -> tuple[pl.LightningModule, pl.LightningDataModule, dict[str, Any]]:
+    """``(model, datamodule, checkpoint)`` of a checkpoint of ``train.py``: the model with its weights, and its
+    datamodule with ``overrides``; a datamodule of other known classes than the model's is refused."""
+    checkpoint = read_checkpoint(path)
+    datamodule = datamodule_from_checkpoint(checkpoint, path, overrides)
+    model = load_module(path, checkpoint, expected=expected)
+    names = getattr(datamodule, "class_names", None)
+    check_classes(checkpoint_classes(checkpoint, path), list(names) if names is not None else None,
+                  model=f"checkpoint {path}", data=f"its datamodule with {overrides or {}}")
+    return model, datamodule, checkpoint
 
 
 def record_run(module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
     """Everything ``evaluate.py`` needs to rebuild a run from its checkpoint alone (model and datamodule
-    classes), and what ``train.py fit --ckpt_path`` needs to resume logging into the same logger run."""
+    classes, the known classes), and what ``train.py fit --ckpt_path`` needs to resume logging into the same
+    logger run."""
     checkpoint["model_class"] = class_path(module)
     datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
     if datamodule is not None:
         checkpoint["datamodule_class"] = class_path(datamodule)
+        names = getattr(datamodule, "class_names", None)
+        if names is not None:
+            checkpoint["classes"] = list(names)
     if module.logger is not None:
         checkpoint["logger_version"] = module.logger.version
 

@@ -1,18 +1,25 @@
-"""``ScoringModel``: a fixed classifier to be evaluated (severity benchmark, OSCR), from a name or a checkpoint.
+"""``ScoringModel``: a fixed classifier to be evaluated by any method, from a name, a checkpoint or a module.
 
-The classifier is any timm or torchvision ImageNet model (``timm:<name>``, ``torchvision:<name>``, weights
-from the local cache, extra timm arguments such as ``drop_rate`` through ``model_args``) or a checkpoint of
-this project (``path/to/best.ckpt``: an :class:`OpenSetClassifier`). ``forward`` returns the model's full
-logits; for a background-class checkpoint ``background_class`` is ``True`` and the last logit is the
-background class, which every κ and metric drops *after* the softmax (DESIGN.md §3), never before.
+The model is any timm or torchvision ImageNet classifier (``timm:<name>``, ``torchvision:<name>``, weights
+from the local cache, extra arguments such as ``drop_rate`` through ``model_args``), a checkpoint of this
+project (``path/to/best.ckpt``: an :class:`OpenSetClassifier`), a deep ensemble (``ensemble:<members file>``
+or ``ensemble:<a.ckpt>,<b.ckpt>``), or an ``nn.Module`` given from Python. ``forward`` returns the model's
+full logits (``(M, N, C)`` for an ensemble); for a background-class checkpoint ``background_class`` is
+``True`` and the last logit is the background class, which every κ and metric drops *after* the softmax
+(DESIGN.md §3), never before.
 
-The evaluation itself is done by the callbacks (:class:`callbacks.SeverityAUROC`), which run their own
-sharded passes; ``evaluate.py`` runs ``trainer.test`` only to launch the processes and call them.
+Every model carries its :class:`~datamodules.transforms.ModelInput`, the transform from a raw evaluation
+image to what it takes, so every method feeds it alike: a timm model's data configuration, a torchvision
+model's weights preset, a checkpoint's own datamodule (:meth:`datamodules.OpenSetDataModule.model_input`).
+A module given without one is refused (no PIL image ever reaches a network). It also carries the classes
+it predicts (``classes``), so that data of other classes are refused by name, not by count.
+
+The evaluation itself is done by the callbacks (:mod:`callbacks.scoring` runs the passes); ``evaluate.py``
+runs ``trainer.test`` only to launch the processes and call them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +27,16 @@ import pytorch_lightning as pl
 from torch import Tensor, nn
 
 from common import tensors_fingerprint
-from lightning_modules.checkpoint import load_module
+from datamodules.protocols import imagenet1k_wnids
+from datamodules.transforms import ModelInput
+from lightning_modules.checkpoint import (
+    CheckpointError,
+    datamodule_from_checkpoint,
+    load_module,
+    read_checkpoint,
+)
 from lightning_modules.nets.backbones import build_classifier
+from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.open_set_classifier import OpenSetClassifier
 
 
@@ -30,28 +45,55 @@ def checkpoint_display_name(path: Path) -> str:
     return path.stem if path.stem not in ("best", "last") else f"{path.parent.parent.name}-{path.stem}"
 
 
+def head_width(network: nn.Module) -> int | None:
+    """The number of logits of a timm (``num_classes``) or torchvision (its last ``Linear``) classifier."""
+    width = getattr(network, "num_classes", None)
+    if isinstance(width, int):
+        return width
+    linears = [m for m in network.modules() if isinstance(m, nn.Linear)]
+    return linears[-1].out_features if linears else None
+
+
+def imagenet_classes(num_classes: int | None) -> list[str] | None:
+    """The ImageNet-1k wnids in the order of a 1000-class head (timm's synset list), else ``None``."""
+    return imagenet1k_wnids() if num_classes == 1000 else None
+
+
+def checkpoint_input(checkpoint: dict[str, Any], path: str | Path) -> tuple[ModelInput, list[str] | None]:
+    """The model input and classes of a checkpoint of ``train.py``, from its own datamodule."""
+    datamodule = datamodule_from_checkpoint(checkpoint, path)
+    model_input = getattr(datamodule, "model_input", None)
+    if not callable(model_input):
+        raise CheckpointError(f"checkpoint {path}: its datamodule {type(datamodule).__name__} says nothing of the "
+                              "model's input (no model_input()); give the model as a module with its ModelInput")
+    classes = checkpoint.get("classes") or getattr(datamodule, "class_names", None)
+    return model_input(), list(classes) if classes is not None else None
+
+
 def load_scoring_network(
     model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
-) -> tuple[nn.Module, Callable | None, str, bool]:
-    """``(network, eval transform or None, display name, background_class)`` for a model name or checkpoint.
-
-    ``ensemble:<file>`` loads a :class:`DeepEnsemble` from a members file (one checkpoint per line, as
-    ``train.py ensemble`` writes it) or ``ensemble:<a.ckpt>,<b.ckpt>,...``; its forward gives ``(M, N, C)``.
-    """
+) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None]:
+    """``(network, model input, display name, background_class, classes)`` for a model name or checkpoint."""
     if model.startswith("ensemble:"):
-        from lightning_modules.nets.ensemble import DeepEnsemble
-
+        if model_args:
+            raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to {model}")
         ensemble = DeepEnsemble.from_checkpoints(model.removeprefix("ensemble:"))
+        checkpoint = read_checkpoint(ensemble.paths[0])
+        model_input, classes = checkpoint_input(checkpoint, ensemble.paths[0])
         name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
-        return ensemble, None, name, ensemble.background
+        return ensemble, model_input, name, ensemble.background, classes
     if model.endswith(".ckpt"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
-        module = load_module(model, expected=OpenSetClassifier)
-        return module, None, checkpoint_display_name(Path(model)), bool(module.background_class)
+        checkpoint = read_checkpoint(model)
+        module = load_module(model, checkpoint, expected=OpenSetClassifier,
+                             hint="a classifier of train.py is expected here (an OpenSetClassifier checkpoint)")
+        model_input, classes = checkpoint_input(checkpoint, model)
+        return module, model_input, checkpoint_display_name(Path(model)), bool(module.background_class), classes
     network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file,
                                           model_args=model_args)
-    return network, transform, model.partition(":")[2], False
+    return network, ModelInput.from_transform(transform, channels=3), model.partition(":")[2], False, \
+        imagenet_classes(head_width(network))
 
 
 def weights_fingerprint(network: nn.Module) -> str:
@@ -67,42 +109,85 @@ def penultimate_features(network: nn.Module, images: Tensor) -> Tensor:
         return network.network(images)[1]
     if hasattr(network, "forward_features") and hasattr(network, "forward_head"):
         return network.forward_head(network.forward_features(images), pre_logits=True)
-    raise ValueError(f"{type(network).__name__} has no forward_features/forward_head: features need a timm model")
+    raise ValueError(f"{type(network).__name__} has no forward_features/forward_head: features need a timm model "
+                     "or a classifier of this project")
+
+
+def forward_outputs(module: nn.Module, images: Tensor, *, features: bool = False) -> dict[str, Tensor]:
+    """What one batch gives every κ: ``logits`` ``(N, C)`` (``(N, M, C)`` for an ensemble, which returns
+    ``(M, N, C)``: per sample first, so passes gather them by sample) and, when asked, ``features``."""
+    logits = module(images)
+    out = {"logits": logits.transpose(0, 1) if logits.ndim == 3 else logits}
+    if features:
+        out["features"] = module.features(images) if hasattr(module, "features") else penultimate_features(module, images)
+    return out
 
 
 class ScoringModel(pl.LightningModule):
     """A fixed classifier for evaluation (see the module docstring).
 
     Args:
-        model: ``timm:<name>``, ``torchvision:<name>`` or a ``.ckpt`` of this project.
+        model: ``timm:<name>``, ``torchvision:<name>``, a ``.ckpt`` of this project, ``ensemble:<members>``,
+            or (from Python) an ``nn.Module`` that maps input batches to logits.
         pretrained: load pretrained weights from the local cache (timm/torchvision).
         pretrained_file: explicit weights file (timm).
         model_args: extra keyword arguments of ``timm.create_model`` / torchvision's builder, e.g.
             ``{"drop_rate": 0.2}`` for MC dropout on a timm ResNet.
+        model_input: how the model takes images (required for a module; the others know theirs).
+        name: how tables call the model (default: from the spec).
+        classes: the classes of its logits, in order (default: from the spec; ``None``: unknown).
+        background: the last logit of a module is a background class.
     """
 
     def __init__(
         self,
-        model: str,
+        model: str | nn.Module,
         pretrained: bool = True,
         pretrained_file: str | None = None,
         model_args: dict[str, Any] | None = None,
+        *,
+        model_input: ModelInput | None = None,
+        name: str | None = None,
+        classes: list[str] | None = None,
+        background: bool = False,
     ) -> None:
         super().__init__()
-        self.network, self.eval_transform, self.display_name, self.background_class = load_scoring_network(
-            model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args
-        )
+        if isinstance(model, nn.Module):
+            if model_input is None:
+                raise ValueError(f"a {type(model).__name__} given as a module needs its model_input (a "
+                                 "datamodules.transforms.ModelInput: the transform from raw images to its input)")
+            self.network, self.model_input = model, model_input
+            self.display_name = name or type(model).__name__
+            self.background_class = background or bool(getattr(model, "background_class", False))
+            self.classes = list(classes) if classes is not None else None
+            self.spec = f"module:{type(model).__name__}"
+        elif isinstance(model, str):
+            self.network, found_input, found_name, self.background_class, found_classes = load_scoring_network(
+                model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args)
+            self.model_input = model_input or found_input
+            self.display_name = name or found_name
+            self.classes = list(classes) if classes is not None else found_classes
+            self.spec = model
+        else:
+            raise TypeError(f"model must be a name, a checkpoint path or an nn.Module, got {type(model).__name__}")
         self.network.eval()
-        self.forward_calls = 0  # batches the network saw (tests check the cache with it)
+        self.forward_calls = 0  # batches the network saw (tests count passes with it)
+
+    @property
+    def ensemble(self) -> bool:
+        return isinstance(self.network, DeepEnsemble)
 
     def forward(self, images: Tensor) -> Tensor:
-        """Logits ``(N, C)``; ``C = K+1`` with the background class last for a background-class model."""
+        """Logits ``(N, C)`` (``(M, N, C)`` for an ensemble); ``C = K+1`` with the background class last."""
         self.forward_calls += 1
         return self.network(images)
 
     def features(self, images: Tensor) -> Tensor:
         """Penultimate features ``(N, F)`` for feature-based κ."""
         return penultimate_features(self.network, images)
+
+    def outputs(self, images: Tensor, *, features: bool = False) -> dict[str, Tensor]:
+        return forward_outputs(self, images, features=features)
 
     def fingerprint(self) -> str:
         return weights_fingerprint(self.network)

@@ -15,7 +15,7 @@ from metrics.ensemble import (
 )
 from metrics.evg import energy_standardisation, min_rank, standardised_energy
 from metrics.gamma import Gamma, gamma
-from metrics.kappa import KAPPAS, Kappa, from_pytorch_ood, get_kappa
+from metrics.kappa import KAPPAS, Kappa, check_kappa, from_pytorch_ood, get_kappa, kappa_scores, pairs_with
 from metrics.open_set import GROUPS, fpr_key, open_set_report
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
@@ -29,7 +29,7 @@ from metrics.oscr import (
     max_known_score,
     oscr_curve,
 )
-from metrics.ranking import kendall_tau
+from metrics.ranking import kendall_tau, rank_agreement
 from metrics.severity import (
     TABLE_COLUMNS,
     class_mean_scores,
@@ -43,11 +43,15 @@ __all__ = [
     "min_rank",
     "standardised_energy",
     "kendall_tau",
+    "rank_agreement",
     "KAPPAS",
     "TABLE_COLUMNS",
     "Kappa",
     "class_mean_scores",
+    "check_kappa",
     "from_pytorch_ood",
+    "kappa_scores",
+    "pairs_with",
     "get_kappa",
     "level_percentiles",
     "severity_levels",

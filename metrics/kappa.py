@@ -60,11 +60,19 @@ KappaKind = Literal["logits", "features", "model", "ensemble"]
 @dataclass(frozen=True)
 class Kappa:
     """A named confidence function and what it takes (``logits``, ``features``, ``model`` + images, or the
-    member logits ``(M, N, C)`` of an ``ensemble``)."""
+    member logits ``(M, N, C)`` of an ``ensemble``).
+
+    Attributes:
+        background: whether it has a rule for background-class models (DESIGN.md §3): every κ of this module
+            has; a pytorch-ood detector that scores the model's own outputs has not.
+        checks: parameter name -> (predicate, what it must be), validated with the parameters.
+    """
 
     name: str
     fn: Callable[..., Tensor]
     kind: KappaKind
+    background: bool = True
+    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.fn(*args, **kwargs)
@@ -83,7 +91,12 @@ class Kappa:
         if unknown:
             raise ValueError(f"confidence function {self.name!r} has no parameters {sorted(unknown)}; "
                              f"it takes {sorted(values)}")
-        return {**values, **overrides}
+        resolved = {**values, **overrides}
+        for name, valid, requirement in self.checks:
+            value = resolved.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+                raise ValueError(f"confidence function {self.name!r}: {name} must be {requirement}, got {value!r}")
+        return resolved
 
 
 def _as_float(logits: Tensor) -> Tensor:
@@ -220,7 +233,7 @@ def from_pytorch_ood(detector: Any, *, name: str, kind: KappaKind = "logits") ->
                                  "column included; it cannot score a background-class model")
             return -detector.predict(images)
 
-        return Kappa(name, from_model, kind)
+        return Kappa(name, from_model, kind, background=False)
     raise ValueError(f"kind must be 'logits', 'features' or 'model', got {kind!r}")
 
 
@@ -235,8 +248,10 @@ KAPPAS: dict[str, Kappa] = {
     "max_logit": Kappa("max_logit", max_logit, "logits"),
     "entropy": Kappa("entropy", negative_entropy, "logits"),
     "energy": _energy(),
-    "odin": Kappa("odin", odin, "model"),
-    "mc_dropout": Kappa("mc_dropout", mc_dropout, "model"),
+    "odin": Kappa("odin", odin, "model", checks=(("temperature", lambda t: t > 0, "positive"),
+                                                 ("epsilon", lambda e: e >= 0, "non-negative"))),
+    "mc_dropout": Kappa("mc_dropout", mc_dropout, "model",
+                        checks=(("passes", lambda n: isinstance(n, int) and n >= 1, "a positive integer"),)),
     "ensemble_mi": Kappa("ensemble_mi", ensemble_mi, "ensemble"),
     "ensemble_softmax": Kappa("ensemble_softmax", ensemble_softmax, "ensemble"),
     "ensemble_entropy": Kappa("ensemble_entropy", ensemble_entropy, "ensemble"),
@@ -247,3 +262,51 @@ def get_kappa(name: str) -> Kappa:
     if name not in KAPPAS:
         raise ValueError(f"unknown confidence function {name!r}; choose from {sorted(KAPPAS)}")
     return KAPPAS[name]
+
+
+def check_kappa(kappa: Kappa, *, model: str, ensemble: bool, background: bool) -> None:
+    """Refuse a (model, κ) pair the κ cannot serve, naming both: an ensemble κ on one model, a single-model κ
+    on an ensemble, a background-class model with a κ that has no background rule. Called when a run
+    starts, before any pass."""
+    if kappa.kind == "ensemble" and not ensemble:
+        raise ValueError(f"confidence function {kappa.name!r} needs an ensemble (member logits (M, N, C)); {model} is "
+                         "one model: give it as ensemble:<members file or checkpoints>")
+    if kappa.kind != "ensemble" and ensemble:
+        raise ValueError(f"confidence function {kappa.name!r} scores one model; {model} is an ensemble: use "
+                         "ensemble_mi, ensemble_softmax or ensemble_entropy")
+    if background and not kappa.background:
+        raise ValueError(f"confidence function {kappa.name!r} has no rule for background-class models, and {model} "
+                         "has a background class")
+
+
+def pairs_with(kappa: Kappa, *, ensemble: bool) -> bool:
+    """Whether a κ applies to a model of this kind (ensemble κ to ensembles, the others to single models):
+    the rule by which commands that evaluate several models pair each κ with its models."""
+    return (kappa.kind == "ensemble") == ensemble
+
+
+def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any]) -> Tensor:
+    """κ of every sample from one pass's outputs -- the one κ dispatch of every method (severity, the
+    generated benchmarks, EvG's detector energies).
+
+    Args:
+        outputs: ``logits`` ``(N, C)`` (``(N, M, C)`` per sample for an ensemble), ``features`` ``(N, F)`` when a
+            feature κ asked for them, ``scores/<κ>`` for a model-based κ's own pass.
+        background: the last logit is the background class.
+        parameters: the κ's resolved parameters (:meth:`Kappa.parameters`).
+    """
+    if kappa.kind == "logits":
+        if outputs["logits"].ndim != 2:
+            raise ValueError(f"confidence function {kappa.name!r} scores one model; for an ensemble use "
+                             "ensemble_mi, ensemble_softmax or ensemble_entropy")
+        return kappa(outputs["logits"], background=background, **parameters)
+    if kappa.kind == "ensemble":
+        if outputs["logits"].ndim != 3:
+            raise ValueError(f"confidence function {kappa.name!r} needs an ensemble (member logits (M, N, C)); "
+                             "give the model as ensemble:<members file or checkpoints>")
+        return kappa(outputs["logits"].transpose(0, 1), background=background, **parameters)
+    if kappa.kind == "features":
+        if "features" not in outputs:
+            raise ValueError(f"confidence function {kappa.name!r} needs the model's features; the pass has none")
+        return kappa(outputs["features"], background=background, **parameters)
+    return outputs[f"scores/{kappa.name}"]

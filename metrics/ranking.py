@@ -7,7 +7,8 @@ both benchmarks rank the detectors alike, -1 when they rank them in reverse, NaN
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,3 +26,29 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
         raise ValueError("kendall_tau got NaN or infinite scores")
     result = kendalltau(a, b)
     return float(result.statistic), float(result.pvalue)
+
+
+def rank_agreement(rows: Sequence[Mapping[str, Any]], *, generated: Sequence[str], real: Sequence[str],
+                   score: str = "auroc") -> list[dict[str, Any]]:
+    """Kendall's τ between the detectors' rankings on each generated set and each real set.
+
+    Args:
+        rows: one row per (detector, set) with ``model``, ``confidence function``, ``set`` and ``score``.
+        generated, real: the set names to compare, each generated set with each real one.
+
+    Returns:
+        One row per pair with at least two detectors in common: ``generated``, ``real``, ``detectors``,
+        ``kendall tau``, ``p-value``.
+    """
+    by_set: dict[str, dict[tuple[str, str], float]] = {}
+    for row in rows:
+        by_set.setdefault(row["set"], {})[(row["model"], row["confidence function"])] = row[score]
+    agreement = []
+    for name in generated:
+        for other in real:
+            pairs = sorted(set(by_set.get(name, {})) & set(by_set.get(other, {})))
+            if len(pairs) >= 2:
+                tau, p_value = kendall_tau([by_set[name][d] for d in pairs], [by_set[other][d] for d in pairs])
+                agreement.append({"generated": name, "real": other, "detectors": len(pairs), "kendall tau": tau,
+                                  "p-value": p_value})
+    return agreement

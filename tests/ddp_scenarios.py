@@ -21,8 +21,9 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from callbacks import OpenSetEvaluation, SeverityAUROC
 from datamodules import FashionMNISTOpenSetDataModule
 from datamodules.batch import collate_samples
+from datamodules.evaluation import EvaluationSet
 from datamodules.images import TensorImageDataset
-from datamodules.severity import FashionSeverityDataModule
+from datamodules.severity import FashionSeverityData
 from lightning_modules import OpenSetClassifier
 
 
@@ -46,13 +47,13 @@ class RankZeroValidation(FashionMNISTOpenSetDataModule):
         return DataLoader(Shard(self.val_set, indices), batch_size=16, collate_fn=collate_samples)
 
 
-class OneIdImage(FashionSeverityDataModule):
+class OneIdImage(FashionSeverityData):
     """Severity data whose ID split holds a single image: fewer samples than processes."""
 
-    def setup(self, stage: str | None = None) -> None:
-        super().setup(stage)
-        full = self.datasets["id"]
-        self.datasets["id"] = TensorImageDataset(full.images[:1], full.labels[:1])
+    def build(self) -> None:
+        super().build()
+        full = self._sets["id_test"].dataset
+        self._sets["id_test"] = EvaluationSet("id_test", "id_test", TensorImageDataset(full.images[:1], full.labels[:1]))
 
 
 def main() -> None:

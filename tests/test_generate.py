@@ -291,7 +291,7 @@ def test_an_interrupted_generation_leaves_no_set(generators: dict, tmp_path: Pat
     parent = tmp_path / "sets"
     folder = parent / "shift"
     written = failing_png_writer(monkeypatch, after=3)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(SystemExit, match="No space left"):  # the error, without a traceback
         generate(generators["shift"], folder, "--num", "6", "--batch-size", "4")
     monkeypatch.undo()
     # the PNG files went into a staging folder `.shift.*` next to the set, which is gone again
@@ -308,11 +308,11 @@ def test_an_existing_set_is_kept_until_overwrite_replaces_it_whole(generators: d
     folder = tmp_path / "near"
     generate(near, folder, "--num", "7", "--reference", "4", "--seed", "0")
     before = {name: (folder / name).read_bytes() for name in ("images.pt", "manifest.csv", "info.json")}
-    with pytest.raises(FileExistsError, match=f"{re.escape(str(folder))} exists.*overwrite"):
+    with pytest.raises(SystemExit, match=f"{re.escape(str(folder))}, which exists.*--overwrite"):
         generate(near, folder, "--num", "5", "--reference", "4", "--seed", "1")
     # an interrupted overwrite leaves the old set whole
     failing_png_writer(monkeypatch, after=2)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(SystemExit, match="No space left"):
         generate(near, folder, "--num", "5", "--reference", "4", "--seed", "1", "--overwrite")
     monkeypatch.undo()
     assert {name: (folder / name).read_bytes() for name in before} == before
@@ -348,6 +348,24 @@ def test_generate_refuses_a_missing_checkpoint_and_too_many_sources(generators: 
     with pytest.raises(SystemExit, match=f"checkpoint {re.escape(str(tmp_path / 'absent.ckpt'))} does not exist"):
         generate(tmp_path / "absent.ckpt", tmp_path / "set", "--num", "2")
     # the demo has 4000 in-distribution test images (1000 of each known class) to shift
-    with pytest.raises(SystemExit, match="--num 4001: the data has only 4000 in-distribution test images"):
+    with pytest.raises(SystemExit, match="--num 4001: the data have only 4000 in-distribution test images"):
         generate(generators["shift"], tmp_path / "set", "--num", "4001")
+
+
+@pytest.mark.parametrize("num", ["0", "-3"])
+def test_generate_refuses_a_count_that_is_not_positive(generators: dict, tmp_path: Path, num: str) -> None:
+    with pytest.raises(SystemExit, match=f"the number of images must be positive, got {num}"):
+        generate(generators["near_ood"], tmp_path / "set", "--num", num)
+    assert not (tmp_path / "set").exists()
+
+
+def test_every_output_folder_is_checked_before_anything_is_generated(generators: dict, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(SystemExit, match=f"{re.escape(str(tmp_path / 'file'))} is a file"):
+        evaluate.main(["generate", "--model", str(generators["near_ood"]), str(generators["shift"]), "--output-dir",
+                       str(tmp_path / "first"), str(tmp_path / "file" / "second"), "--num", "2", *CLI])
+    assert not (tmp_path / "first").exists()  # the first set was not generated either
+    with pytest.raises(SystemExit, match="one output folder per generator: 2 checkpoints, 1 folders"):
+        evaluate.main(["generate", "--model", str(generators["near_ood"]), str(generators["shift"]), "--output-dir",
+                       str(tmp_path / "first"), "--num", "2", *CLI])
     assert not (tmp_path / "set").exists()

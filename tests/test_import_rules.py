@@ -1,17 +1,21 @@
-"""The import-direction rule of DESIGN.md §2: files -> datamodules -> lightning_modules -> callbacks -> metrics.
+"""The import rules of DESIGN.md §2: the data flow files -> datamodules -> lightning_modules -> callbacks ->
+metrics, and no import circle between the project's modules.
 
 ``metrics`` imports nothing of the other packages; ``datamodules`` never imports a model, a callback or a
 metric; ``lightning_modules`` never imports a callback; ``common`` imports nothing of the project. Every
-package may import ``common``.
+package may import ``common``. Imports inside functions count: a lazy import that dodges a circle is
+still one.
 """
 
 import ast
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
 PROJECT = {"metrics", "datamodules", "lightning_modules", "callbacks", "common", "train", "evaluate", "benchmarks"}
+LIBRARY = ("metrics", "datamodules", "lightning_modules", "callbacks", "common")
 FORBIDDEN = {
     "common": PROJECT - {"common"},
     "metrics": PROJECT - {"metrics", "common"},
@@ -36,6 +40,66 @@ def files_of(package: str):
     return [ROOT / "common.py"] if package == "common" else sorted((ROOT / package).rglob("*.py"))
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (anywhere in it). ``from package.module import name`` is an edge
+    to ``package.module.name`` when that is a module, else to ``package.module``; a package's ``__init__`` is
+    the module of the package's name."""
+    modules = {module_name(p): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                           for alias in node.names]
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each listed once, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_follow_the_data_flow(package):
     violations = {str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
@@ -47,3 +111,22 @@ def test_the_rule_catches_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from callbacks.severity import slug\n    import lightning_modules.scoring\n")
     assert imported_packages(bad) == {"callbacks", "lightning_modules"}
+
+
+def test_no_import_circle_between_the_projects_modules():
+    paths = [p for package in LIBRARY for p in files_of(package)] + [ROOT / "train.py", ROOT / "evaluate.py"]
+    assert import_circles(module_graph(paths)) == []
+
+
+def test_a_circle_through_a_lazy_import_is_found(tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import g\n\ndef f():\n    return g()\n")
+    (package / "b.py").write_text("def g():\n    from pkg import a  # dodges the circle at import time\n    return a\n")
+    (package / "c.py").write_text("from pkg.a import f\n")
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    graph = module_graph(sorted(package.glob("*.py")))
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert import_circles({"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}) == [["pkg.a", "pkg.b"]]
+    assert import_circles(module_graph(sorted(package.glob("*.py")))) == [["pkg.a", "pkg.b"]]

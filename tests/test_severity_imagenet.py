@@ -41,7 +41,7 @@ def test_imagenet_severity_end_to_end(tmp_path):
     assert len(level0) == 1000 and level0 <= set(pool) and level0 != level10
     assert all(0 <= r["ood-auroc"] <= 1 and r["id-acc"] <= 1 for r in tables["entropy"])
     cached = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "cache").glob("*.pt"))
-    assert cached == ["test_resnet-id-logits", "test_resnet-ood_estimation-logits", "test_resnet-ood_test-logits"]
+    assert cached == ["test_resnet-id_test-logits", "test_resnet-ood_estimation-logits", "test_resnet-ood_test-logits"]
     # a model with another head (1001 classes) is refused with both numbers, not scored
-    with pytest.raises(ValueError, match="outputs 1001 logits but the severity data has 1000 ID classes"):
+    with pytest.raises(SystemExit, match="outputs 1001 logits but the severity data has 1000 ID classes"):
         evaluate.main([*arguments, "--model-arg", "num_classes=1001"])

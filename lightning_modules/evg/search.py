@@ -1,17 +1,18 @@
-"""Adversarial evaluation of OOD detectors: the chains as a LightningModule (EvG; Yoon et al., DESIGN.md §5.4).
+"""The chains of EvG as a LightningModule (Yoon et al., *Evaluating Out-of-Distribution Detectors Through
+Adversarial Generation of Outliers*; DESIGN.md §5.4).
 
-:class:`Detector` turns any (model, κ) of this project -- a timm or torchvision classifier, a checkpoint, a
-deep ensemble with its MI, a pytorch-ood detector wrapped as a κ -- into a black box: ``scores(images)`` is
-κ (higher = more in-distribution) and ``energy(images)`` the standardised outlier score
-``(-κ - μ) / (σ + 1e-3)`` with μ, σ from in-distribution **validation** images
-(:func:`metrics.energy_standardisation`). No detector gradients are used by the search.
-
-:class:`AdversarialSearch` runs, in ``predict_step``, every search of a batch of chains: for each detector,
+:class:`EvGSearch` runs, in ``predict_step``, every search of a batch of chains: for each detector
+(:class:`lightning_modules.evg.detector.Detector`),
 variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
 matrix). Lightning spreads the batches of chains over the devices (without padding in prediction), and a
 chain's result does not depend on its batch or process, so 2 processes give the 1-process results bit for bit.
-The report is the job of :class:`callbacks.AdversarialReport`.
+The report is the job of :class:`callbacks.EvGReport`.
+
+Its fitted state is its detectors' energy standardisation (buffers), set by one explicit call,
+:meth:`EvGSearch.fit_standardisation`, before ``predict``; a search with an unfitted detector is refused.
+``test_step`` does nothing: ``trainer.test`` of the search only gives the report callback the processes in
+which it scores the fixed sets.
 """
 
 from __future__ import annotations
@@ -25,104 +26,9 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lightning_modules.evg.detector import Detector
 from lightning_modules.evg.samplers import SAMPLERS, SearchResult
 from lightning_modules.evg.variations import PixelPerturbation
-from lightning_modules.nets.ensemble import DeepEnsemble
-from lightning_modules.scoring import load_scoring_network, penultimate_features, weights_fingerprint
-from metrics import Kappa, energy_standardisation, get_kappa, standardised_energy
-
-
-class Detector(nn.Module):
-    """A (model, κ) pair as a black-box OOD detector.
-
-    Args:
-        network: the classifier (logits ``(N, C)``) or ensemble (``(M, N, C)``).
-        kappa: the confidence function (a name of :data:`metrics.KAPPAS` or a :class:`metrics.Kappa`).
-        name: how tables call it, e.g. ``demo-eos/softmax``.
-        background: the network's last logit is a background class.
-        kappa_args: keyword arguments of κ (e.g. ODIN's temperature).
-        normalisation: ``(mean, std)`` per channel applied to ``[0, 1]`` images before the network (timm
-            models' own normalisation; the project's checkpoints take raw ``[0, 1]`` images).
-    """
-
-    def __init__(self, network: nn.Module, kappa: str | Kappa, *, name: str, background: bool = False,
-                 kappa_args: dict[str, Any] | None = None,
-                 normalisation: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
-        super().__init__()
-        self.network = network.eval().requires_grad_(False)
-        if not isinstance(network, DeepEnsemble):  # its weights are stacked buffers, not modules
-            # channels-last convolution weights: oneDNN (CPU) runs the demo's CNN about 1.6x faster with
-            # them, and it is the fast layout of convolutions with mixed precision on GPUs
-            self.network.to(memory_format=torch.channels_last)
-        self.kappa = get_kappa(kappa) if isinstance(kappa, str) else kappa
-        self.name, self.background = name, background
-        self.kappa_args = self.kappa.parameters(**(kappa_args or {}))
-        if normalisation is None:
-            self.register_buffer("channel_mean", torch.zeros(0), persistent=False)
-            self.register_buffer("channel_std", torch.zeros(0), persistent=False)
-        else:
-            self.register_buffer("channel_mean", torch.tensor(normalisation[0]).view(1, -1, 1, 1), persistent=False)
-            self.register_buffer("channel_std", torch.tensor(normalisation[1]).view(1, -1, 1, 1), persistent=False)
-        self.mean: float | None = None
-        self.scale: float | None = None
-
-    @classmethod
-    def from_spec(cls, model: str, kappa: str, *, kappa_args: dict[str, Any] | None = None, pretrained: bool = True,
-                  name: str | None = None) -> Detector:
-        """A detector from a model name (``timm:<name>``, ``torchvision:<name>``, a ``.ckpt``, ``ensemble:...``)
-        and a κ name; timm's normalisation is taken from the model's own evaluation transform."""
-        network, transform, display, background = load_scoring_network(model, pretrained=pretrained)
-        kappa_object = get_kappa(kappa)
-        is_ensemble = model.startswith("ensemble:")
-        if (kappa_object.kind == "ensemble") != is_ensemble:
-            raise ValueError(f"confidence function {kappa!r} " + ("needs an ensemble model (ensemble:<members>)"
-                             if not is_ensemble else f"scores one model; {model} is an ensemble"))
-        return cls(network, kappa_object, name=name or f"{display}/{kappa}", background=background,
-                   kappa_args=kappa_args, normalisation=transform_normalisation(transform))
-
-    def fingerprint(self) -> str:
-        return weights_fingerprint(self.network)
-
-    def scores(self, images: Tensor) -> Tensor:
-        """κ ``(N,)`` (float32) of images ``(N, C, H, W)`` in ``[0, 1]``."""
-        if self.channel_mean.numel():
-            images = (images - self.channel_mean) / self.channel_std
-        kind = self.kappa.kind
-        if kind == "model":  # e.g. ODIN: its own pass (with input gradients where it needs them)
-            values = self.kappa(self.network, images, background=self.background, **self.kappa_args)
-        else:
-            with torch.no_grad():
-                if kind == "features":
-                    values = self.kappa(penultimate_features(self.network, images), background=self.background,
-                                        **self.kappa_args)
-                else:
-                    logits = self.network(images)
-                    expected = 3 if kind == "ensemble" else 2
-                    if logits.ndim != expected:
-                        raise ValueError(f"{self.name}: κ {self.kappa.name!r} takes "
-                                         f"{'member logits (M, N, C)' if expected == 3 else 'logits (N, C)'}, "
-                                         f"the model gives shape {tuple(logits.shape)}")
-                    values = self.kappa(logits, background=self.background, **self.kappa_args)
-        return values.detach().float()
-
-    def fit_standardisation(self, id_validation_kappa: Tensor) -> None:
-        """μ and σ + 1e-3 of ``-κ`` on in-distribution validation images (and nothing else)."""
-        self.mean, self.scale = energy_standardisation(id_validation_kappa)
-
-    def energy(self, images: Tensor) -> Tensor:
-        if self.mean is None or self.scale is None:
-            raise RuntimeError(f"{self.name}: fit_standardisation on ID validation scores before the search")
-        return standardised_energy(self.scores(images), self.mean, self.scale)
-
-
-def transform_normalisation(transform: Any) -> tuple[list[float], list[float]] | None:
-    """The ``Normalize(mean, std)`` of a torchvision ``Compose`` (timm's eval transform), if it has one."""
-    from torchvision import transforms as T
-
-    for step in getattr(transform, "transforms", []):
-        if isinstance(step, T.Normalize):
-            return [float(m) for m in step.mean], [float(s) for s in step.std]
-    return None
 
 
 def search_pairs(variations: Sequence[str], samplers: Sequence[str]) -> list[tuple[str, str]]:
@@ -134,11 +40,11 @@ def search_pairs(variations: Sequence[str], samplers: Sequence[str]) -> list[tup
     return pairs
 
 
-class AdversarialSearch(pl.LightningModule):
+class EvGSearch(pl.LightningModule):
     """The chains of the adversarial evaluation (see the module docstring).
 
     Args:
-        detectors: name -> :class:`Detector` (standardised before ``predict``).
+        detectors: name -> :class:`Detector` (standardised by :meth:`fit_standardisation` before ``predict``).
         variations: name -> variation model (:mod:`lightning_modules.evg.variations`); ``"linf"`` must be a
             :class:`PixelPerturbation`.
         samplers: name -> keyword arguments of that sampler of :data:`lightning_modules.evg.samplers.SAMPLERS`
@@ -166,6 +72,28 @@ class AdversarialSearch(pl.LightningModule):
         self.pairs = search_pairs(list(variations), list(samplers))
         self.register_buffer("seed_images", seed_images.float(), persistent=False)
         self.steps, self.seed, self.trace_every = steps, seed, trace_every
+
+    def fit_standardisation(self, id_kappa: dict[str, Tensor]) -> None:
+        """Fit every detector's energy standardisation on its in-distribution scores (detector name -> κ)."""
+        missing = sorted(set(self.detectors) - set(id_kappa))
+        if missing:
+            raise ValueError(f"no in-distribution scores for the detectors {missing}")
+        for name, detector in self.detectors.items():
+            detector.fit_standardisation(id_kappa[name])
+
+    def standardisation(self) -> dict[str, tuple[float, float]]:
+        """Detector name -> (μ, σ + 1e-3) of its energy."""
+        return {name: (float(d.energy_mean), float(d.energy_scale)) for name, d in self.detectors.items()}
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        """Nothing: the report callback scores the fixed sets in ``trainer.test``."""
+        return None
+
+    def on_predict_start(self) -> None:
+        unfitted = [name for name, detector in self.detectors.items() if not detector.standardised]
+        if unfitted:
+            raise RuntimeError(f"the detectors {unfitted} have no energy standardisation: call fit_standardisation "
+                               "with their in-distribution scores before trainer.predict")
 
     def seeds_of(self, chains: Tensor) -> Tensor:
         return self.seed_images[chains % self.seed_images.shape[0]]
@@ -202,3 +130,6 @@ class AdversarialSearch(pl.LightningModule):
                 rank_zero_info(f"chains {int(chains[0])}-{int(chains[-1])}: search {len(results)}/{total} "
                                f"({name}, {variation_name}, {sampler}) done, {time.perf_counter() - started:.0f} s")
         return {"chains": chains.cpu(), "results": results}
+
+
+AdversarialSearch = EvGSearch  # the name of before, kept for one release

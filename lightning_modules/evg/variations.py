@@ -350,3 +350,38 @@ class PixelPerturbation(nn.Module):
     def forward(self, points: Tensor, images: Tensor) -> Tensor:
         _check_points(points, images, self.dim, "PixelPerturbation")
         return (images + points.view(-1, *self.shape).to(images.dtype)).clamp(0.0, 1.0)
+
+
+VARIATIONS: dict[str, type[nn.Module]] = {
+    "affine": AffineVariation,
+    "colour": ColourVariation,
+    "gan": LatentVariation,
+    "linf": PixelPerturbation,
+}
+
+
+def build_variation(name: str, options: dict | None = None, *, seed_shape: tuple[int, int, int],
+                    generator: nn.Module | None = None) -> nn.Module:
+    """A variation model of :data:`VARIATIONS` by name, for seed images of ``seed_shape`` ``(C, H, W)``.
+
+    Args:
+        options: its keyword arguments (e.g. ``{"scale": [0.9, 1.2]}``); an unknown one is refused by name.
+        generator: the GAN-latent variation's generator (``gan`` needs one).
+    """
+    if name not in VARIATIONS:
+        raise ValueError(f"unknown variation model {name!r}; choose from {sorted(VARIATIONS)}")
+    options = dict(options or {})
+    if name == "colour":
+        options.setdefault("channels", seed_shape[0])
+    elif name == "gan":
+        if generator is None:
+            raise ValueError("the gan variation needs a generator (--gan <checkpoint>: a plain GAN of train.py, e.g. "
+                             "configs/generators/digits_gan.yaml trained on the OOD set)")
+        options.setdefault("image_size", seed_shape[-1])
+        return LatentVariation(generator, **options)
+    elif name == "linf":
+        options.setdefault("shape", tuple(seed_shape))
+    try:
+        return VARIATIONS[name](**options)
+    except TypeError as error:
+        raise ValueError(f"variation model {name!r}: {error}") from error

@@ -146,6 +146,14 @@ def local_timm_weights(name: str, pretrained_file: str | None = None) -> Path:
     return weights
 
 
+def pooled_width(model: nn.Module) -> int:
+    """The width of what a timm model with ``num_classes=0`` returns: its pre-logits features. That is
+    ``head_hidden_size`` for the models with a hidden head layer after the pooling (MobileNetV3, GhostNet,
+    LCNet, ...), whose ``num_features`` is the width before it; ``num_features`` for the others."""
+    hidden = getattr(model, "head_hidden_size", None)
+    return int(hidden) if hidden else int(model.num_features)
+
+
 def _timm_backbone(
     name: str, *, pretrained: bool, in_channels: int, pretrained_file: str | None, model_args: dict
 ) -> tuple[nn.Module, int]:
@@ -155,13 +163,13 @@ def _timm_backbone(
         raise ValueError(f"unknown timm model {name!r}; see timm.list_models()")
     if not pretrained:
         model = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels, **model_args)
-        return model, int(model.num_features)
+        return model, pooled_width(model)
     weights = local_timm_weights(name, pretrained_file)
     model = timm.create_model(
         name, pretrained=True, num_classes=0, in_chans=in_channels, pretrained_cfg_overlay={"file": str(weights)},
         **model_args,
     )
-    return model, int(model.num_features)
+    return model, pooled_width(model)
 
 
 LOCAL_BACKBONES: dict[str, Callable[[int], tuple[nn.Module, int]]] = {

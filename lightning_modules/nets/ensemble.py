@@ -38,15 +38,20 @@ CLASS_ARGUMENTS = ("known", "protocol")
 
 def member_paths(members: str | Path | Sequence[str | Path]) -> list[str]:
     """Member checkpoints from a list, a comma-separated string, or a members file (one path per line, as
-    ``train.py ensemble`` writes ``ensemble.txt``)."""
+    ``train.py ensemble`` writes ``ensemble.txt``). A members file's relative paths are relative to the
+    file's folder, never to the current directory, so the file names the same members wherever it is read
+    from."""
     if isinstance(members, (str, Path)):
         members = [members]
     members = [str(m) for m in members]
-    if len(members) == 1 and not members[0].endswith(".ckpt"):
+    if len(members) == 1 and not members[0].endswith(".ckpt") and "," not in members[0]:
         path = Path(members[0])
         if not path.is_file():
             raise FileNotFoundError(f"ensemble members file {path} does not exist (train.py ensemble writes it)")
-        return path.read_text().split()
+        listed = [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        if not listed:
+            raise ValueError(f"ensemble members file {path} lists no checkpoint (one path per line)")
+        return [str(Path(entry) if Path(entry).is_absolute() else path.parent / entry) for entry in listed]
     return [p for m in members for p in m.split(",") if p]
 
 

@@ -1,4 +1,4 @@
-"""``evaluate.py adversarial`` (EvG, DESIGN.md §5.4) end to end on the demo data: every number of the report
+"""``evaluate.py evg`` (EvG, DESIGN.md §5.4) end to end on the demo data: every number of the report
 recomputed from the saved worst cases with an independent pass and scikit-learn, the energy standardised on
 ID validation images only, a resumed run that reruns nothing finished, chains independent of the batch size,
 and 2 processes equal to 1."""
@@ -19,10 +19,11 @@ from sklearn.metrics import roc_auc_score
 import evaluate
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.sources import load_digits_images
+from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import load_module
-from lightning_modules.evg.search import AdversarialSearch, Detector
-from lightning_modules.evg.variations import AffineVariation, ColourVariation
+from lightning_modules.evg import AffineVariation, ColourVariation, Detector, EvGSearch
+from lightning_modules.scoring import ScoringModel
 from tests.conftest import ROOT
 from tests.test_ddp_scenarios import DISTRIBUTED_ENV
 
@@ -34,8 +35,8 @@ KAPPAS = ("softmax", "max_logit")
 
 
 def options(checkpoint: Path, out: Path, per_batch: int = 4) -> list[str]:
-    return ["adversarial", "--model", str(checkpoint), "--kappa", *KAPPAS, "--ood", "digits", "--image-size", "28",
-            "--id-arg", "max_train_per_class=60", "--variation", "affine", "colour", "--sampler", "mh", "random",
+    return ["evg", "--model", str(checkpoint), "--kappa", *KAPPAS, "--ood", "digits",
+            "--data", "fashion", "--data-arg", "max_train_per_class=60", "--variation", "affine", "colour", "--sampler", "mh", "random",
             "--chains", str(CHAINS), "--steps", str(STEPS), "--chains-per-batch", str(per_batch), "--seed", "3",
             "--trace-every", "5", "--output-dir", str(out)]
 
@@ -64,7 +65,7 @@ def reference_sets() -> dict[str, torch.Tensor]:
     data.setup("fit")
     data.setup("test")
     sets = {}
-    for name, dataset in (("id_validation", data.val_set), ("id_test", data.test_set)):
+    for name, dataset in (("id_val", data.val_set), ("id_test", data.test_set)):
         known = torch.nonzero(dataset.labels >= 0).flatten()
         sets[name] = torch.stack([dataset[int(i)].image for i in known]).float()
     sets["ood"] = load_digits_images(28)[0]
@@ -100,7 +101,7 @@ def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
         worst = variations[variation](found["points"], seeds)
         worst_kappa = kappa_of(network, worst, kappa)
         # the energy of each worst case: -κ standardised on ID *validation* scores, σ with N - 1, + 1e-3
-        outlier = -scores[kappa]["id_validation"]
+        outlier = -scores[kappa]["id_val"]
         energy = (-worst_kappa - outlier.mean()) / (outlier.std(ddof=1) + 1e-3)
         np.testing.assert_allclose(found["energy"].numpy(), energy, rtol=1e-4, atol=1e-4)
         id_test, ood = scores[kappa]["id_test"], scores[kappa]["ood"]
@@ -141,6 +142,10 @@ def test_files_hold_the_returned_numbers(run: dict) -> None:
             else:
                 assert line[key] == str(value)
     assert "Energy standardisation on ID validation" in (out / "results.md").read_text()
+    # the fitted state of the run, written with it: each detector's energy standardisation
+    fitted = read_rows(out / "standardisation.csv")
+    assert [row["detector"] for row in fitted] == [f"demo-best/{k}" for k in KAPPAS]
+    assert all(float(row["scale"]) > 1e-3 for row in fitted)
     transfer = read_rows(out / "transfer_colour_mh.csv")
     matrix = run["result"]["transfer"][("colour", "mh")]
     for line in transfer:
@@ -203,80 +208,72 @@ def test_two_processes_give_the_one_process_results(run: dict, tmp_path: Path) -
             assert torch.equal(one[key][name], two[key][name]), (key, name)
 
 
+def unnamed(network: torch.nn.Module, size: int = 4) -> ScoringModel:
+    return ScoringModel(network, model_input=ModelInput(TensorPipeline(size, 1), size=(size, size), channels=1),
+                        name="net")
+
+
 def test_detector_refuses_nan_and_unstandardised_use() -> None:
     class NaNNetwork(torch.nn.Module):
         def forward(self, images: torch.Tensor) -> torch.Tensor:
             return torch.full((images.shape[0], 3), float("nan"))
 
-    detector = Detector(NaNNetwork(), "max_logit", name="nan/max_logit")
+    detector = Detector(unnamed(NaNNetwork()), "max_logit")
+    assert detector.name == "net/max_logit" and not detector.standardised
     with pytest.raises(RuntimeError, match="fit_standardisation"):
         detector.energy(torch.zeros(2, 1, 4, 4))
     detector.fit_standardisation(torch.tensor([0.0, 1.0]))
+    assert detector.standardised and float(detector.energy_mean) == -0.5
+    assert float(detector.energy_scale) == pytest.approx(float(torch.tensor([0.0, 1.0]).std()) + 1e-3)
+    # the fitted state is the module's: buffers, saved with it
+    assert set(detector.state_dict()) >= {"energy_mean", "energy_scale"}
     with pytest.raises(ValueError, match="NaN scores"):
         detector.energy(torch.zeros(2, 1, 4, 4))
 
 
 def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
-    detector = Detector.from_spec(str(demo_checkpoint), "softmax")
+    detector = Detector(ScoringModel(str(demo_checkpoint)), "softmax")
     seeds = torch.rand(3, 1, 28, 28)
-    module = AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"mh": {}, "random": {}}, seeds)
+    module = EvGSearch({"d": detector}, {"affine": AffineVariation()}, {"mh": {}, "random": {}}, seeds)
     assert module.pairs == [("affine", "mh"), ("affine", "random")]
+    with pytest.raises(RuntimeError, match="no energy standardisation"):
+        module.on_predict_start()  # the search refuses unfitted detectors
     with pytest.raises(ValueError, match="unknown samplers"):
-        AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"annealing": {}}, seeds)
+        EvGSearch({"d": detector}, {"affine": AffineVariation()}, {"annealing": {}}, seeds)
     with pytest.raises(ValueError, match="no search to run"):
-        AdversarialSearch({"d": detector}, {"affine": AffineVariation()}, {"linf": {}}, seeds)
+        EvGSearch({"d": detector}, {"affine": AffineVariation()}, {"linf": {}}, seeds)
     with pytest.raises(ValueError, match="needs an ensemble"):
-        Detector.from_spec(str(demo_checkpoint), "ensemble_mi")
+        Detector(ScoringModel(str(demo_checkpoint)), "ensemble_mi")
     with pytest.raises(SystemExit, match="--gan"):
-        evaluate.main(["adversarial", "--model", str(demo_checkpoint), "--variation", "gan", "--chains", "2",
-                       "--steps", "1", "--id-arg", "max_train_per_class=20", *CLI])
+        evaluate.main(["evg", "--model", str(demo_checkpoint), "--variation", "gan", "--chains", "2",
+                       "--steps", "1", "--data-arg", "max_train_per_class=20", *CLI])
+    with pytest.raises(SystemExit, match=r"\['ensemble_mi'\] pair with none of the models"):  # refused before any pass
+        evaluate.main(["evg", "--model", str(demo_checkpoint), "--kappa", "softmax", "ensemble_mi", "--chains", "2",
+                       "--steps", "1", *CLI])
 
 
 def test_timm_detector_normalises_inside() -> None:
     """The variations act on [0, 1] images; a timm model's own mean/std normalisation happens in the detector."""
     import timm
 
-    detector = Detector.from_spec("timm:resnet10t", "max_logit", pretrained=False)
+    detector = Detector(ScoringModel("timm:resnet10t", pretrained=False), "max_logit")
     network = timm.create_model("resnet10t", pretrained=False)
-    network.load_state_dict(detector.network.state_dict())
+    network.load_state_dict(detector.model.network.state_dict())
     network.eval()
     config = timm.data.resolve_model_data_config(network)
-    assert detector.channel_mean.flatten().tolist() == pytest.approx(list(config["mean"]))
-    assert detector.channel_std.flatten().tolist() == pytest.approx(list(config["std"]))
-    images = torch.rand(3, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    assert detector.model.model_input.mean == pytest.approx(tuple(config["mean"]))
+    assert detector.model.model_input.std == pytest.approx(tuple(config["std"]))
+    size = config["input_size"][-1]
+    images = torch.rand(3, 3, size, size, generator=torch.Generator().manual_seed(0))
     mean = torch.tensor(config["mean"]).view(1, 3, 1, 1)
     std = torch.tensor(config["std"]).view(1, 3, 1, 1)
     with torch.no_grad():
         expected = network((images - mean) / std).max(dim=1).values
     torch.testing.assert_close(detector.scores(images), expected)
+    # images of another size or grey are brought to the model's input first
+    grey = images[:, :1, : size // 2, : size // 2]
+    resized = torch.nn.functional.interpolate(grey.expand(-1, 3, -1, -1), size=(size, size), mode="bilinear",
+                                              align_corners=False, antialias=True)
+    with torch.no_grad():
+        torch.testing.assert_close(detector.scores(grey), network((resized - mean) / std).max(dim=1).values)
     assert detector.name == "resnet10t/max_logit"
-
-
-def test_sets_of_any_kind_are_fingerprinted_by_their_images() -> None:
-    """The run key (resume) and the score cache need the same digest in every process, also for a data set
-    that is neither files nor tensors: its images are hashed."""
-    from datamodules.batch import Sample
-    from datamodules.evg import AdversarialData, dataset_fingerprint
-    from datamodules.images import TensorImageDataset
-
-    class Listed(torch.utils.data.Dataset):
-        def __init__(self, images: torch.Tensor) -> None:
-            self.images = images
-
-        def __len__(self) -> int:
-            return len(self.images)
-
-        def __getitem__(self, index: int) -> Sample:
-            return Sample(self.images[index], -2, index)
-
-    images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    tensors = TensorImageDataset(images, torch.zeros(4, dtype=torch.long))
-    assert dataset_fingerprint(Listed(images)) is None
-
-    def fingerprint(ood: torch.utils.data.Dataset) -> str:
-        return AdversarialData(id_validation=tensors, id_test=tensors, ood=ood).fingerprint("ood")
-
-    assert fingerprint(Listed(images)) == fingerprint(Listed(images.clone()))
-    changed = images.clone()
-    changed[2, 0, 3, 3] += 0.5
-    assert fingerprint(Listed(changed)) != fingerprint(Listed(images))

@@ -41,7 +41,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, one_thread: None) -> dict:
     result = evaluate.main([
         "generated", "--model", members[0], f"ensemble:{members[0]},{members[1]}", "--kappa", *KAPPAS,
         "--near-ood", str(near), "--shift", str(shift), "--real-ood", "fashion:unknown", "digits",
-        "--image-size", "28", "--ensemble", *members, "--lpips-net", "alex", "--lpips-random-backbone",
+        "--ensemble", *members, "--lpips-net", "alex", "--lpips-random-backbone",
         "--reference", str(REFERENCE), "--output-dir", str(output), *CLI,
     ])
     return {"result": result, "output": output, "near": near, "shift": shift, "members": paths["members"]}
@@ -265,16 +265,19 @@ def test_files_hold_the_returned_numbers(run: dict) -> None:
 
 
 @pytest.mark.parametrize("size", [28, 32])
-def test_id_test_set_is_the_known_test_images_as_the_datamodule_serves_them(size: int) -> None:
-    import argparse
-
+def test_id_test_set_is_the_known_test_images_through_the_models_input(size: int) -> None:
     pixels, classes = load_fashion_mnist(FashionMNISTOpenSetDataModule()._folder(), "test")
     known = np.flatnonzero(np.isin(classes, DEMO_KNOWN))
-    id_test, _ = evaluate.id_test_set(argparse.Namespace(id="fashion", id_arg=[f"image_size={size}"]))
+    datamodule = FashionMNISTOpenSetDataModule(image_size=size)
+    id_test = datamodule.evaluation_set("test", role="id_test", known_only=True)
     assert len(id_test) == 4000 == known.size
-    assert id_test.labels.tolist() == [DEMO_KNOWN.index(int(c)) for c in classes[known]]
+    assert id_test.labels().tolist() == [DEMO_KNOWN.index(int(c)) for c in classes[known]]
     raw = torch.from_numpy(pixels[known[[0, 3999]]].copy()).float().div(255).unsqueeze(1)
+    # the set holds the images as they are; a model trained at 32 px (the generators) takes them through its
+    # datamodule's own resize
+    torch.testing.assert_close(torch.stack([id_test.dataset[0].image, id_test.dataset[3999].image]), raw, rtol=0, atol=0)
     expected = raw if size == 28 else F.interpolate(raw, size=(size, size), mode="bilinear", align_corners=False,
                                                     antialias=True)
-    # the datamodule's resize (e.g. 32 px for the generators) is kept, not dropped with its test set
-    torch.testing.assert_close(torch.stack([id_test[0].image, id_test[3999].image]), expected, rtol=0, atol=1e-6)
+    pipeline = datamodule.model_input().pipeline
+    torch.testing.assert_close(torch.stack([pipeline(id_test.dataset[i].image) for i in (0, 3999)]), expected,
+                               rtol=0, atol=1e-6)

@@ -13,17 +13,19 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from callbacks import SeverityAUROC
+from callbacks.run import launch_loader
 from callbacks.scoring import PredictionCache
 from datamodules import FashionMNISTOpenSetDataModule
-from datamodules.severity import FashionSeverityDataModule
+from datamodules.severity import FashionSeverityData
+from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
 from metrics import KAPPAS
 from tests.conftest import ROOT
 
 
-def small_data(**kwargs) -> FashionSeverityDataModule:
-    return FashionSeverityDataModule(estimation=20, test=10, batch_size=500, **kwargs)
+def small_data(**kwargs) -> FashionSeverityData:
+    return FashionSeverityData(estimation=20, test=10, batch_size=500, **kwargs)
 
 
 def run_severity(scoring, kappas, tmp_path, data=None, precision="32-true", **kwargs) -> SeverityAUROC:
@@ -33,7 +35,7 @@ def run_severity(scoring, kappas, tmp_path, data=None, precision="32-true", **kw
                              output_dir=str(tmp_path / "out"), **kwargs)
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], limit_test_batches=1,
                          precision=precision, enable_progress_bar=False, enable_model_summary=False)
-    trainer.test(scoring, dataloaders=data.dataloader("id"))
+    trainer.test(scoring, dataloaders=launch_loader())
     return callback
 
 
@@ -64,15 +66,16 @@ def test_second_kappa_does_not_run_the_model(demo_checkpoint, tmp_path):
 def _scores_by_split(scoring, data, transform):
     data.setup()
     out = {}
-    for split in ("id", "ood_estimation", "ood_test"):
-        images = torch.stack([data.dataset(split)[i].image for i in range(len(data.dataset(split)))])
+    for split in ("id_test", "ood_estimation", "ood_test"):
+        dataset = data[split].dataset
+        images = torch.stack([dataset[i].image for i in range(len(dataset))])
         with torch.no_grad():
             out[split] = transform(scoring.network(images))
     return out
 
 
 def _expected_aurocs(scores, data, group_size, num_classes):
-    est_classes, test_classes = data.targets("ood_estimation").numpy(), data.targets("ood_test").numpy()
+    est_classes, test_classes = data["ood_estimation"].labels().numpy(), data["ood_test"].labels().numpy()
     class_scores = np.array([scores["ood_estimation"][est_classes == c].mean() for c in range(num_classes)])
     order = np.argsort(class_scores, kind="stable")
     windows = num_classes - group_size + 1
@@ -81,9 +84,9 @@ def _expected_aurocs(scores, data, group_size, num_classes):
     expected = []
     for start in starts:
         members = np.isin(test_classes, order[start:start + group_size])
-        n_id = len(scores["id"])
+        n_id = len(scores["id_test"])
         expected.append(roc_auc_score(np.r_[np.ones(n_id), np.zeros(members.sum())],
-                                      np.r_[scores["id"], scores["ood_test"][members]]))
+                                      np.r_[scores["id_test"], scores["ood_test"][members]]))
     return expected
 
 
@@ -102,7 +105,7 @@ def test_table_equals_an_independent_computation(demo_checkpoint, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "out" / "demo-best_entropy_n11.csv")))
     assert [int(r["severity level"]) for r in rows] == list(range(11))
     np.testing.assert_allclose([float(r["ood-auroc"]) for r in rows], expected, atol=1e-12)
-    correct = logits["id"].argmax(1).numpy() == data.targets("id").numpy()
+    correct = logits["id_test"].argmax(1).numpy() == data["id_test"].labels().numpy()
     assert float(rows[0]["id-acc"]) == pytest.approx(correct.mean())
     assert tables["entropy"][0]["model name - confidence function"] == "demo-best-entropy"
 
@@ -114,7 +117,7 @@ def test_background_class_model_keeps_its_rejection_signal(bg_checkpoint, tmp_pa
     assert scoring.background_class
     tables = run_severity(scoring, ["softmax"], tmp_path, data=data).tables
     logits = _scores_by_split(scoring, data, lambda z: z)
-    assert logits["id"].shape[1] == 5
+    assert logits["id_test"].shape[1] == 5
     right = {s: torch.softmax(z, 1)[:, :4].max(1).values.double().numpy() for s, z in logits.items()}
     expected = _expected_aurocs(right, data, group_size=4, num_classes=16)
     np.testing.assert_allclose([r["ood-auroc"] for r in tables["softmax"]], expected, atol=1e-12)
@@ -123,14 +126,20 @@ def test_background_class_model_keeps_its_rejection_signal(bg_checkpoint, tmp_pa
     wrong = _expected_aurocs(renormalised, data, group_size=4, num_classes=16)
     assert not np.allclose(expected, wrong, atol=1e-3)
     # ID accuracy: argmax over the known classes only
-    known_correct = logits["id"][:, :4].argmax(1).numpy() == data.targets("id").numpy()
+    known_correct = logits["id_test"][:, :4].argmax(1).numpy() == data["id_test"].labels().numpy()
     assert tables["softmax"][0]["id-acc"] == pytest.approx(known_correct.mean())
 
 
-def test_model_of_another_width_is_refused(demo_checkpoint, tmp_path):
+def test_a_model_of_other_classes_or_another_width_is_refused(demo_checkpoint, tmp_path):
     three_known = small_data(known=[0, 1, 7], negative=[2, 3])
-    with pytest.raises(ValueError, match="outputs 4 logits but the severity data has 3 ID classes"):
+    with pytest.raises(ValueError, match=r"trained on other classes .* only in the model \(Bag\)"):
         run_severity(ScoringModel(str(demo_checkpoint)), ["softmax"], tmp_path, data=three_known)
+    # a module whose classes are not known: its logit count is checked, from one image, before any pass
+    network = ScoringModel(str(demo_checkpoint)).network
+    unnamed = ScoringModel(network, model_input=ModelInput(TensorPipeline(28, 1)), name="unnamed")
+    with pytest.raises(ValueError, match="outputs 4 logits but the severity data has 3 ID classes"):
+        run_severity(unnamed, ["softmax"], tmp_path, data=three_known)
+    assert unnamed.forward_calls == 1
 
 
 def test_corrupted_or_mismatched_cache_is_rejected(demo_checkpoint, tmp_path):
@@ -138,7 +147,7 @@ def test_corrupted_or_mismatched_cache_is_rejected(demo_checkpoint, tmp_path):
     reference = run_severity(scoring, ["softmax"], tmp_path).tables["softmax"]
     cache_files = sorted((tmp_path / "cache").glob("*.pt"))
     assert len(cache_files) == 3
-    id_file = next(f for f in cache_files if "-id-" in f.name)
+    id_file = next(f for f in cache_files if "-id_test-" in f.name)
     payload = torch.load(id_file, weights_only=True)
     id_file.write_bytes(id_file.read_bytes()[:100])  # truncated
     with pytest.warns(RuntimeWarning, match="rejecting prediction cache .*unreadable"):
@@ -254,7 +263,7 @@ def test_ddp_two_processes_give_the_same_table(demo_checkpoint, tmp_path):
     for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv"):
         assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
     # the 2-process cache holds each sample once, in dataset order
-    id_cache = next((tmp_path / "cache2").glob("demo-best-id-*.pt"))
+    id_cache = next((tmp_path / "cache2").glob("demo-best-id_test-*.pt"))
     tensors = torch.load(id_cache, weights_only=True)["tensors"]
     assert tensors["logits"].shape == (4000, 4)
-    assert json.dumps(tensors["targets"].tolist()) == json.dumps(FashionSeverityDataModule().targets("id").tolist())
+    assert json.dumps(tensors["targets"].tolist()) == json.dumps(FashionSeverityData()["id_test"].labels().tolist())

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision.transforms.functional as TF
 from PIL import Image
 from torch.utils.data import DataLoader, Subset
 
-from datamodules.batch import Sample
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.generated import (
     MANIFEST_COLUMNS,
@@ -24,7 +24,6 @@ from datamodules.generated import (
     GeneratedDataset,
     IncompleteGeneratedSet,
     LatentSeeds,
-    ResizedImages,
 )
 from datamodules.images import TensorImageDataset
 from datamodules.sources import DEMO_KNOWN, load_fashion_mnist, real_ood_set
@@ -203,9 +202,11 @@ def test_an_image_folder_is_read_with_unknown_labels(tmp_path: Path, fashion_fol
     assert len(folder) == 2
     first, second = folder[0], folder[1]
     assert (first.target, second.target) == (-2, -2)
-    assert torch.equal(first.image, torch.from_numpy(pixels["a/one.png"]).permute(2, 0, 1).float() / 255)
+    # raw images (an evaluation set: each model applies its own transform), decoded as RGB
+    assert isinstance(first.image, Image.Image) and first.image.mode == "RGB"
+    assert torch.equal(TF.to_tensor(first.image), torch.from_numpy(pixels["a/one.png"]).permute(2, 0, 1).float() / 255)
     # a grey-scale file is read as RGB (three equal channels)
-    assert torch.equal(second.image, torch.from_numpy(pixels["b/two.png"]).float().div(255).expand(3, -1, -1))
+    assert torch.equal(TF.to_tensor(second.image), torch.from_numpy(pixels["b/two.png"]).float().div(255).expand(3, -1, -1))
 
 
 def test_a_missing_or_empty_folder_is_refused(tmp_path: Path, fashion_folder: str) -> None:
@@ -216,44 +217,27 @@ def test_a_missing_or_empty_folder_is_refused(tmp_path: Path, fashion_folder: st
         real_ood_set(str(tmp_path / "empty"), data_dir=fashion_folder, known=DEMO_KNOWN)
 
 
-# -- ResizedImages, GeneratedBenchmarkData ----------------------------------------------------------------
+# -- GeneratedBenchmarkData ------------------------------------------------------------------------------
 
 
-def test_resized_images_resize_and_convert_channels() -> None:
-    grey = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
-    colour = torch.rand(3, 3, 20, 20, generator=torch.Generator().manual_seed(1))
-    labels = torch.tensor([2, -2, 0])
-
-    def reference(image: torch.Tensor, size: int) -> torch.Tensor:
-        return F.interpolate(image[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
-
-    up = ResizedImages(TensorImageDataset(grey, labels), 32)[2]
-    assert isinstance(up, Sample) and (up.target, up.index) == (0, 2)
-    torch.testing.assert_close(up.image, reference(grey[2], 32), rtol=0, atol=0)
-    to_grey = ResizedImages(TensorImageDataset(colour, labels), 28, channels=1)[1]
-    assert to_grey.image.shape == (1, 28, 28) and to_grey.target == -2
-    torch.testing.assert_close(to_grey.image, reference(colour[1].mean(dim=0, keepdim=True), 28), rtol=0, atol=0)
-    to_colour = ResizedImages(TensorImageDataset(grey, labels), None, channels=3)[0]
-    assert torch.equal(to_colour.image, grey[0].expand(3, -1, -1))
-    same = ResizedImages(TensorImageDataset(grey, labels), 28, channels=1)[0]
-    assert torch.equal(same.image, grey[0])  # already the size and channels: untouched
-    assert len(ResizedImages(TensorImageDataset(grey, labels), 32)) == 3
-
-
-def test_benchmark_data_names_kinds_and_resizes_every_set(tmp_path: Path) -> None:
+def test_benchmark_data_names_roles_and_labels_every_set(tmp_path: Path) -> None:
     id_test = TensorImageDataset(uint8_images(4, size=28), torch.tensor([0, 1, 2, 3]))
     near = write_set(tmp_path / "near", uint8_images(3, seed=1), kind="near_ood")
     shift = write_set(tmp_path / "shift", uint8_images(2, seed=2))
     real = TensorImageDataset(uint8_images(5, channels=3, size=20), torch.full((5,), -2))
-    data = GeneratedBenchmarkData(id_test, near_ood=[near], shift=[shift], real_ood={"rgb": real}, image_size=28,
-                                  channels=1, batch_size=2)
+    data = GeneratedBenchmarkData(id_test, near_ood=[near], shift=[shift], real_ood={"rgb": real}, batch_size=2,
+                                  classes=["a", "b", "c", "d"])
     assert data.kinds == {"id_test": "id", "near_ood:near": "near_ood", "shift:shift": "shift",
                           "real:rgb": "real_ood"}
-    assert {name: len(dataset) for name, dataset in data.sets.items()} == {
+    assert {s.name: s.role for s in data} == {"id_test": "id_test", "near_ood:near": "near_ood",
+                                               "shift:shift": "shift", "real:rgb": "ood"}
+    assert {name: len(s) for name, s in data.sets.items()} == {
         "id_test": 4, "near_ood:near": 3, "shift:shift": 2, "real:rgb": 5}
-    assert all(data.sets[name][0].image.shape == (1, 28, 28) for name in data.sets)
-    assert data.targets("shift:shift").tolist() == [0, 3] and data.targets("near_ood:near").tolist() == [-2] * 3
+    # the sets keep their own sizes and channels: each model's input transform converts them
+    assert data["real:rgb"].dataset[0].image.shape == (3, 20, 20) and data["id_test"].dataset[0].image.shape == (1, 28, 28)
+    assert data["shift:shift"].labels().tolist() == [0, 3] and data["near_ood:near"].labels().tolist() == [-2] * 3
     assert data.info["near_ood:near"]["kind"] == "near_ood" and "id_test" not in data.info
+    assert data.classes == ["a", "b", "c", "d"] and data.batch_size == 2
 
 
 def test_benchmark_data_refuses_a_set_of_the_other_kind(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lightning_modules import NearOODGenerator, OpenSetClassifier
-from lightning_modules.checkpoint import import_class, load_module, read_checkpoint
+from lightning_modules.checkpoint import CheckpointError, import_class, load_module, read_checkpoint
 from tests.conftest import ROOT
 
 LEGACY = ROOT / "tests" / "data" / "legacy"
@@ -76,3 +76,49 @@ def test_a_checkpoint_of_another_model_class_is_refused(tmp_path, demo_checkpoin
         load_module(tmp_path / "other.ckpt", expected=OpenSetClassifier)
     with pytest.raises(CheckpointError, match="other.ckpt holds a"):
         ScoringModel(str(tmp_path / "other.ckpt"))
+
+
+def damage_a_tensor(source, target) -> None:
+    """Flip one byte inside the largest tensor of a checkpoint archive: the archive stays a valid zip file."""
+    import shutil
+    import zipfile
+
+    shutil.copy(source, target)
+    with zipfile.ZipFile(target) as archive:
+        member = max(archive.infolist(), key=lambda info: info.file_size)
+    with open(target, "r+b") as handle:
+        handle.seek(member.header_offset + 26)
+        name_length, extra_length = (int.from_bytes(handle.read(2), "little") for _ in range(2))
+        offset = member.header_offset + 30 + name_length + extra_length + member.file_size // 2
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_damaged_tensor_bytes_are_refused(tmp_path, demo_checkpoint):
+    """torch memory-maps tensors without reading them: without the CRC check, a damaged byte would load as a
+    model with other weights (that evaluates to other numbers)."""
+    damaged = tmp_path / "damaged.ckpt"
+    damage_a_tensor(demo_checkpoint, damaged)
+    with pytest.raises(CheckpointError, match=r"damaged.ckpt is damaged: the bytes of .* do not match the archive's CRC"):
+        read_checkpoint(damaged)
+    assert read_checkpoint(demo_checkpoint)["state_dict"]  # the intact one still reads
+
+
+def test_a_run_is_refused_on_data_of_other_classes(demo_checkpoint):
+    from lightning_modules.checkpoint import check_classes, load_run
+
+    saved = read_checkpoint(demo_checkpoint)
+    assert saved["classes"] == ["T-shirt/top", "Trouser", "Sneaker", "Bag"]  # recorded at training
+    model, datamodule, _ = load_run(demo_checkpoint, {"batch_size": 7})
+    assert datamodule.batch_size == 7 and isinstance(model, OpenSetClassifier)
+    # four classes again, but other ones: the counts agree, the classes do not
+    with pytest.raises(ValueError, match=r"trained on other classes.*only in the model \(T-shirt/top, Trouser, "
+                                         r"Sneaker, Bag\).*only in the data \(Pullover, Dress, Coat, Shirt\)"):
+        load_run(demo_checkpoint, {"known": [2, 3, 4, 6], "negative": [0, 1, 5], "unknown": [7, 8, 9]})
+    with pytest.raises(ValueError, match=r"the same classes in another order, so label i means another class"):
+        check_classes(["a", "b"], ["b", "a"], model="m", data="d")
+    check_classes(["a", "b"], None, model="m", data="d")  # unknown classes: nothing to compare
+    with pytest.raises(ValueError, match=r"has no arguments \['batchsize'\]"):
+        load_run(demo_checkpoint, {"batchsize": 7})

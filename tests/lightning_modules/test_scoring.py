@@ -1,10 +1,20 @@
-"""ScoringModel: full logits of any classifier (background column kept), checkpoints, timm arguments."""
+"""ScoringModel: full logits of any classifier (background column kept), checkpoints, timm arguments, the
+model's own input and classes."""
 
 import pytest
 import torch
+from torch import nn
 
-from lightning_modules.checkpoint import load_module
-from lightning_modules.scoring import ScoringModel, checkpoint_display_name, penultimate_features
+from datamodules.protocols import imagenet1k_wnids
+from datamodules.transforms import ModelInput, TensorPipeline
+from lightning_modules.checkpoint import CheckpointError, load_module
+from lightning_modules.scoring import (
+    ScoringModel,
+    checkpoint_display_name,
+    forward_outputs,
+    penultimate_features,
+)
+from tests.conftest import ROOT
 
 
 def test_checkpoint_scoring_returns_the_full_logits(bg_checkpoint, demo_checkpoint):
@@ -17,7 +27,11 @@ def test_checkpoint_scoring_returns_the_full_logits(bg_checkpoint, demo_checkpoi
     assert logits.shape == (3, 5) and scoring.background_class  # 4 known + background, not cut off
     assert scoring.display_name == "bg-best" == checkpoint_display_name(bg_checkpoint)
     eos = ScoringModel(str(demo_checkpoint))
-    assert not eos.background_class and eos.eval_transform is None
+    assert not eos.background_class
+    # its input and classes come from its own datamodule (Fashion-MNIST at 28 px, one channel)
+    assert eos.model_input.size == (28, 28) and eos.model_input.channels == 1 and eos.model_input.mean is None
+    assert repr(eos.model_input.pipeline) == repr(TensorPipeline(28, 1))
+    assert eos.classes == ["T-shirt/top", "Trouser", "Sneaker", "Bag"] == scoring.classes
     with torch.no_grad():
         features = eos.features(images)
         assert features.shape == (3, 4)
@@ -34,9 +48,32 @@ def test_timm_model_arguments_and_features():
         features = penultimate_features(scoring.network, images)
         torch.testing.assert_close(scoring.network.get_classifier()(features), logits)
     assert logits.shape == (2, 7)
-    assert scoring.eval_transform is not None
+    assert scoring.model_input.size == (160, 160) and scoring.model_input.mean is not None  # timm: its data config
+    assert scoring.classes is None  # a 7-class head: classes unknown
+    assert ScoringModel("timm:test_resnet", pretrained=False).classes == imagenet1k_wnids()
     with pytest.raises(ValueError, match="apply to timm/torchvision models"):
         ScoringModel("runs/x/best.ckpt", model_args={"drop_rate": 0.2})
+
+
+def test_outputs_are_per_sample_for_an_ensemble_too():
+    class Members(nn.Module):
+        def forward(self, images):
+            return torch.stack([images.flatten(1)[:, :3], 2 * images.flatten(1)[:, :3]])  # (M=2, N, C=3)
+
+    images = torch.rand(4, 1, 2, 2)
+    outputs = forward_outputs(Members(), images)
+    assert outputs["logits"].shape == (4, 2, 3)
+    torch.testing.assert_close(outputs["logits"][:, 1], 2 * images.flatten(1)[:, :3])
+
+
+def test_a_module_needs_its_input_and_a_generator_is_not_a_classifier():
+    with pytest.raises(ValueError, match="needs its model_input"):
+        ScoringModel(nn.Linear(4, 2))
+    given = ScoringModel(nn.Linear(4, 2), model_input=ModelInput(TensorPipeline(None, None)), name="linear",
+                         classes=["a", "b"])
+    assert given.display_name == "linear" and given.classes == ["a", "b"] and not given.ensemble
+    with pytest.raises(CheckpointError, match="classifier of train.py is expected here"):
+        ScoringModel(str(ROOT / "tests/data/legacy/near_ood.ckpt"))
 
 
 def test_test_step_does_nothing():

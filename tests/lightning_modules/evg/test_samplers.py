@@ -11,12 +11,14 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_modules.evg.samplers import (
+from lightning_modules.evg.chain_random import (
     STREAM_ACCEPT,
     STREAM_PROPOSAL,
     STREAM_START,
     chain_normal,
     chain_uniform,
+)
+from lightning_modules.evg.samplers import (
     coordinate_descent,
     metropolis_hastings,
     random_search,

@@ -17,6 +17,12 @@ BACKBONES = [
     ("torchvision:mobilenet_v3_small", 3, 32),
     ("timm:resnet18", 3, 32),
     ("timm:vit_tiny_patch16_224", 3, 224),
+    # timm models with a hidden head layer after the pooling: their features are head_hidden_size wide, not
+    # num_features (MobileNetV3 1024 vs 288, GhostNet and LCNet 1280)
+    ("timm:mobilenetv3_small_050", 3, 32),
+    ("timm:ghostnet_050", 3, 32),
+    ("timm:lcnet_050", 3, 32),
+    ("timm:convnext_atto", 3, 32),
 ]
 
 
@@ -26,6 +32,8 @@ def test_backbone_contract(name, channels, size):
     backbone, feature_dim = build_backbone(name, in_channels=channels)
     network = OpenSetNetwork(backbone, feature_dim, num_outputs=5)
     images = torch.randn(2, channels, size, size)
+    assert backbone.eval()(images).shape == (2, feature_dim)  # the width it is sized by is the one it gives
+    backbone.train()
     logits, features = network(images)
     assert logits.shape == (2, 5) and features.shape == (2, 5)
     assert torch.isfinite(logits).all()

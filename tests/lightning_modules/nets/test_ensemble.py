@@ -1,6 +1,7 @@
 """DeepEnsemble: one batched forward equal to the per-member loop, frozen, mismatched members refused."""
 
 import sys
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -9,7 +10,7 @@ import torch
 import train
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import CheckpointError
-from lightning_modules.nets.ensemble import DeepEnsemble
+from lightning_modules.nets.ensemble import DeepEnsemble, member_paths
 from tests.conftest import ROOT, train_demo_checkpoint
 
 
@@ -92,10 +93,28 @@ def test_train_ensemble_command(tmp_path, monkeypatch):
         "{monitor: val/gamma, mode: max, filename: best, save_last: true}}]",
     ])
     assert checkpoints == [tmp_path / "ens" / f"member_{m}" / "checkpoints" / "best.ckpt" for m in range(2)]
-    assert (tmp_path / "ens" / "ensemble.txt").read_text().split() == [str(p) for p in checkpoints]
+    # the members file lists the checkpoints relative to itself, and is read so from any directory
+    listed = tmp_path / "ens" / "ensemble.txt"
+    assert listed.read_text().split() == [f"member_{m}/checkpoints/best.ckpt" for m in range(2)]
+    monkeypatch.chdir(tmp_path / "ens" / "member_0")
+    assert [Path(p).resolve() for p in member_paths(listed)] == [p.resolve() for p in checkpoints]
+    monkeypatch.chdir(tmp_path)
     weights = [torch.load(p, weights_only=False)["state_dict"]["network.logits.weight"] for p in checkpoints]
     assert not torch.equal(*weights)  # different seeds: different members
     ensemble = DeepEnsemble.from_checkpoints(checkpoints)
     with torch.no_grad():
         assert ensemble(torch.rand(2, 1, 28, 28)).shape == (2, 2, 4)
     pl.seed_everything(0)
+
+
+def test_members_files_resolve_relative_to_themselves_and_refuse_emptiness(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    listing = tmp_path / "a" / "ensemble.txt"
+    listing.write_text("m0/best.ckpt\n\n/abs/m1.ckpt\n")
+    monkeypatch.chdir(tmp_path)
+    assert member_paths(listing) == [str(tmp_path / "a" / "m0" / "best.ckpt"), "/abs/m1.ckpt"]
+    (tmp_path / "empty.txt").write_text("\n")
+    with pytest.raises(ValueError, match=r"empty.txt lists no checkpoint"):
+        member_paths(tmp_path / "empty.txt")
+    with pytest.raises(FileNotFoundError, match="members file .*none.txt does not exist"):
+        member_paths(tmp_path / "none.txt")

@@ -1,0 +1,175 @@
+"""The report layer of the evaluation engine: output folders, the table writers, W&B and metric names.
+
+Every evaluation writes through these, so every table of the project is made one way:
+
+- :func:`output_dir`: the folder a report goes to (the one given, else the method's default), checked before
+  anything heavy runs (:func:`check_output_dir`: an existing folder that would be overwritten, a file in the
+  way, a folder that cannot be written);
+- :func:`write_csv`, :func:`write_markdown`, :func:`write_json`: atomic (a half-written table is never left
+  where a later run would trust it); :func:`markdown_table` and :func:`rows_to_csv` render the same rows;
+- :func:`log_table`, :func:`log_images`, :func:`log_scalars`: the same to every W&B logger of the trainer,
+  on global rank zero;
+- :func:`metric_key`: stage-prefixed keys with one spelling per metric: ``val/…`` (during training),
+  ``test/severity/…``, ``test/generated/…``, ``predict/evg/…``; metric names ``auroc``, ``worst_auroc``,
+  ``min_rank``, ``accuracy``, ``ece``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import WandbLogger
+
+from common import atomic_write_text
+
+METHODS = ("open_set", "severity", "generated", "evg")
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a name (``demo-best/softmax`` -> ``demo-best_softmax``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "model"
+
+
+def metric_key(stage: str, method: str, *parts: str) -> str:
+    """``<stage>/<method>/<part>/...``, e.g. ``test/generated/demo-best/softmax/near_ood:shift/auroc``."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return "/".join((stage, method, *parts))
+
+
+# -- folders ----------------------------------------------------------------------------------------------
+
+
+def check_output_dir(path: str | Path, *, overwrite: bool = True, what: str = "the report") -> Path:
+    """Refuse, before anything heavy runs, a folder the report could not be written to: a file in the way
+    (of the folder or of a parent), an existing folder when ``overwrite`` is off, a folder that cannot be
+    written. Creates nothing."""
+    path = Path(path)
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(f"{what} goes to {path}, but {parent} is a file")
+        if parent.exists():
+            break
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{what} would go to {path}, which exists; choose another folder or pass --overwrite")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} goes to {path}, but {existing} cannot be written")
+    return path
+
+
+# Neither helper asks for ``trainer.log_dir``: under DDP it is a collective (a broadcast), and reports are
+# written by global rank zero alone, so asking for it there would hang the other ranks.
+
+
+def default_report_dir(trainer: pl.Trainer, suffix: str) -> Path:
+    """Next to the tested checkpoint (``<dir>/<stem>-<suffix>``), else in the trainer's root folder."""
+    if trainer.ckpt_path:
+        checkpoint = Path(trainer.ckpt_path)
+        return checkpoint.parent / f"{checkpoint.stem}-{suffix}"
+    return Path(trainer.default_root_dir) / suffix
+
+
+def training_report_dir(trainer: pl.Trainer, suffix: str) -> Path:
+    """During training: the checkpoint folder's ``<suffix>/`` (the same folder after a resume)."""
+    folder = getattr(trainer.checkpoint_callback, "dirpath", None)
+    return Path(folder or trainer.default_root_dir) / suffix
+
+
+# -- tables -----------------------------------------------------------------------------------------------
+
+
+def rows_to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    def cell(value: Any) -> str:
+        if value is None:
+            return ""
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Path:
+    return atomic_write_text(path, rows_to_csv(rows, columns))
+
+
+def write_markdown(path: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
+                   preamble: str = "") -> Path:
+    return atomic_write_text(path, (preamble.rstrip() + "\n\n" if preamble else "") + markdown_table(rows, columns))
+
+
+def write_json(path: str | Path, payload: Any) -> Path:
+    return atomic_write_text(path, json.dumps(payload, indent=2, default=_json_default) + "\n")
+
+
+def write_tables(folder: str | Path, stem: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
+                 preamble: str = "") -> tuple[Path, Path]:
+    """``<stem>.csv`` and ``<stem>.md`` of the same rows."""
+    folder = Path(folder)
+    return (write_csv(folder / f"{stem}.csv", rows, columns),
+            write_markdown(folder / f"{stem}.md", rows, columns, preamble=preamble))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+# -- W&B --------------------------------------------------------------------------------------------------
+
+
+def wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
+    """The trainer's W&B loggers on global rank zero (none on the other ranks)."""
+    if not trainer.is_global_zero:
+        return []
+    return [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+
+
+def table_cell(value: Any) -> Any:
+    """A W&B table cell: numbers as floats, missing values as None (a column keeps one type)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return str(value)
+    return float(value) if isinstance(value, (int, float)) else str(value)
+
+
+def log_table(trainer: pl.Trainer, key: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    for logger in wandb_loggers(trainer):
+        logger.log_table(key=key, columns=list(columns), data=[[table_cell(row.get(c)) for c in columns]
+                                                               for row in rows])
+
+
+def log_images(trainer: pl.Trainer, images: Mapping[str, str | Path], **kwargs: Any) -> None:
+    for logger in wandb_loggers(trainer):
+        for key, path in images.items():
+            logger.log_image(key=key, images=[str(path)], **kwargs)
+
+
+def log_scalars(trainer: pl.Trainer, scalars: Mapping[str, float]) -> None:
+    """Scalars straight to the loggers (global rank zero), where ``LightningModule.log`` cannot log (the
+    predict loop); finite values only."""
+    if not trainer.is_global_zero:
+        return
+    finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(float(v))}
+    for logger in trainer.loggers:
+        logger.log_metrics(finite, step=trainer.global_step)

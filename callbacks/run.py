@@ -1,0 +1,95 @@
+"""What every evaluation command shares: the trainer and W&B options, and the base of the typed evaluations.
+
+Each command of ``evaluate.py`` is a typed evaluation object (:class:`Evaluation`): its ``__init__``
+signature is the command's options (``evaluate.py`` parses them with jsonargparse, so ``--config`` files
+are YAML of the same keys, ``class_path`` where a component is configured, and every value is checked by
+type), and :meth:`Evaluation.run` builds the Trainer with the method's callback and returns the rows it
+writes. The same objects run from Python in a few lines::
+
+    from callbacks import SeverityEvaluation, TrainerOptions
+    tables = SeverityEvaluation(model="runs/demo/checkpoints/best.ckpt", data="fashion",
+                                kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import Logger, WandbLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+
+@dataclass
+class TrainerOptions:
+    """The Trainer and logging options of every evaluation command.
+
+    Attributes:
+        accelerator, devices, strategy, num_nodes, precision: the Lightning Trainer's (``devices 8``,
+            ``strategy ddp``, ``precision bf16-mixed`` on GPUs).
+        progress_bar: show Lightning's progress bar.
+        wandb_mode: ``offline`` (runs in ``<log_dir>/wandb``, ``wandb sync`` uploads them), ``online`` or
+            ``disabled``.
+        wandb_project: the W&B project.
+        wandb_id: log into this W&B run (default: the checkpoint's own run, where there is one).
+        log_dir: where W&B writes its run folders.
+    """
+
+    accelerator: str = "auto"
+    devices: int | str = "auto"
+    strategy: str = "auto"
+    num_nodes: int = 1
+    precision: str = "32-true"
+    progress_bar: bool = True
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_project: str = "openset-bench"
+    wandb_id: str | None = None
+    log_dir: str = "runs"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, str) and self.devices.isdigit():
+            self.devices = int(self.devices)
+        if self.num_nodes < 1:
+            raise ValueError(f"num_nodes must be positive, got {self.num_nodes}")
+
+
+def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> Logger | bool:
+    """The W&B logger of an evaluation (offline unless asked), into ``version``'s run when given."""
+    if options.wandb_mode == "disabled":
+        return False
+    version = options.wandb_id or version
+    return WandbLogger(project=options.wandb_project, name=name, save_dir=options.log_dir,
+                       offline=options.wandb_mode == "offline", id=version if isinstance(version, str) else None,
+                       resume="allow")
+
+
+def make_trainer(options: TrainerOptions, *, logger: Logger | bool, callbacks: list[pl.Callback],
+                 **overrides: Any) -> pl.Trainer:
+    return pl.Trainer(accelerator=options.accelerator, devices=options.devices, strategy=options.strategy,
+                      num_nodes=options.num_nodes, precision=options.precision, logger=logger, callbacks=callbacks,
+                      enable_checkpointing=False, enable_progress_bar=options.progress_bar,
+                      enable_model_summary=False, **overrides)
+
+
+def launch_loader() -> DataLoader:
+    """The one-batch loader ``trainer.test`` / ``trainer.predict`` run to start the processes and call the
+    callbacks, which run their own sharded passes over the evaluation data (never raw images in a batch)."""
+    return DataLoader(TensorDataset(torch.zeros(1)), batch_size=1)
+
+
+class Evaluation:
+    """The base of the typed evaluations: the trainer options, and :meth:`run`.
+
+    Args:
+        trainer: the Trainer and logging options (default: :class:`TrainerOptions`' defaults).
+    """
+
+    command: str = ""
+
+    def __init__(self, *, trainer: TrainerOptions | None = None) -> None:
+        self.options = trainer or TrainerOptions()
+
+    def run(self) -> Any:
+        raise NotImplementedError
