@@ -3,7 +3,7 @@
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.evg import OODImagesDataModule
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
-from datamodules.imagenet import ImageNetProtocolDataModule
+from datamodules.imagenet import ClassFolderDataModule, FolderProtocolDataModule, ImageNetProtocolDataModule
 from datamodules.images import ImageFileDataset, TensorImageDataset, UnreadableImageError, dataset_labels
 from datamodules.open_set import OpenSetDataModule
 from datamodules.protocols import Protocol, imagenet_protocol
@@ -12,6 +12,8 @@ from datamodules.transforms import BackgroundClassTarget
 __all__ = [
     "BackgroundClassTarget",
     "Batch",
+    "ClassFolderDataModule",
+    "FolderProtocolDataModule",
     "FashionMNISTOpenSetDataModule",
     "ImageFileDataset",
     "ImageNetProtocolDataModule",

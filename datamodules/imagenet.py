@@ -1,6 +1,9 @@
-"""ILSVRC2012 open-set protocols P1-P3 as a LightningDataModule (Palechor et al., WACV 2023).
+"""ILSVRC2012 open-set protocols P1-P3 as a LightningDataModule (Palechor et al., WACV 2023), and the same
+for a user's own class folders.
 
-Expects the ILSVRC2012 folder layout ``<root>/train/<wnid>/*.JPEG`` and ``<root>/val/<wnid>/*.JPEG``.
+Expects the ILSVRC2012 folder layout ``<root>/train/<wnid>/*.JPEG`` and ``<root>/val/<wnid>/*.JPEG``
+(:class:`ClassFolderDataModule`: ``<root>/train/<class>/*`` and ``<root>/val/<class>/*`` of any names, with
+the known, negative and unknown classes given).
 The protocol CSV files are read from ``protocol_dir`` (``p<n>_{train,val,test}.csv``, the authors' names
 and format, so their published files can be used as they are); every row's folder and label are checked
 against the protocol. Missing files are written there from the ImageNet folder by ``prepare_data`` with the
@@ -27,60 +30,56 @@ from datamodules.images import BadImagePolicy, ImageFileDataset, read_rgb_image
 from datamodules.open_set import OpenSetDataModule, TrainNegatives
 from datamodules.protocols import (
     SPLITS,
+    Protocol,
     check_class_folders,
     csv_path,
+    file_prefix,
     imagenet_protocol,
     read_protocol_csv,
     write_protocol_csvs,
 )
-from datamodules.severity import ProtocolSeverityData
+from datamodules.severity import FolderSeverityData, ProtocolSeverityData
 from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, ModelInput, eval_transform, train_transform
 
 
-class ImageNetProtocolDataModule(OpenSetDataModule):
-    """ImageNet protocol P1, P2 or P3.
+class FolderProtocolDataModule(OpenSetDataModule):
+    """An open-set protocol over class folders (``train/<class>/``, ``val/<class>/``); see the module docstring.
 
-    Args:
-        root: ILSVRC2012 folder with ``train/`` and ``val/`` class folders.
-        protocol: 1, 2 or 3.
-        protocol_dir: folder of the protocol CSV files (read if present, else written there).
-        train_negatives: ``"include"`` (EOS), ``"exclude"`` (SoftMax) or ``"background"`` (BG); linked to
-            the model's loss by ``train.py``.
-        batch_size: per-device batch size (the paper: 64).
-        num_workers: data-loading processes per device.
-        resize_size, crop_size: Resize(256) then a 224 crop, as the paper.
-        normalize: subtract ``mean`` and divide by ``std`` (off in the paper).
-        on_bad_image: ``"fail"`` or ``"skip"`` unreadable images.
-        verify_images: decode every image of the protocol once in ``prepare_data``.
+    Subclasses give the :class:`~datamodules.protocols.Protocol` (the known, negative and unknown classes)
+    and the name of its CSV files; everything else is shared.
     """
 
     def __init__(
         self,
+        *,
         root: str,
-        protocol: int = 1,
-        protocol_dir: str = "data/protocols",
-        train_negatives: TrainNegatives = "include",
-        batch_size: int = 64,
-        num_workers: int = 8,
-        resize_size: int = 256,
-        crop_size: int = 224,
-        normalize: bool = False,
-        mean: tuple[float, float, float] = IMAGENET_MEAN,
-        std: tuple[float, float, float] = IMAGENET_STD,
-        on_bad_image: BadImagePolicy = "fail",
-        verify_images: bool = False,
-        pin_memory: bool = True,
+        protocol: Protocol,
+        name: int | str,
+        protocol_dir: str,
+        train_negatives: TrainNegatives,
+        batch_size: int,
+        num_workers: int,
+        resize_size: int,
+        crop_size: int,
+        normalize: bool,
+        mean: tuple[float, float, float],
+        std: tuple[float, float, float],
+        on_bad_image: BadImagePolicy,
+        verify_images: bool,
+        pin_memory: bool,
     ) -> None:
         super().__init__(
             batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives, pin_memory=pin_memory
         )
-        self.save_hyperparameters()
+        if not protocol.known:
+            raise ValueError("the protocol has no known class")
         self.root = str(root)
-        self.protocol_number = protocol
-        self.protocol = imagenet_protocol(protocol)
+        self.protocol_number = name
+        self.protocol = protocol
         self.protocol_dir = Path(protocol_dir)
         self.on_bad_image = on_bad_image
         self.verify_images = verify_images
+        self.crop_size = crop_size
         transform_kwargs = {"resize": resize_size, "crop": crop_size, "normalize": normalize, "mean": mean, "std": std}
         self.train_transform = train_transform(**transform_kwargs)
         self.eval_transform = eval_transform(**transform_kwargs)
@@ -96,15 +95,14 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
 
     def model_input(self) -> ModelInput:
         """The evaluation transform (Resize -> CenterCrop -> tensor[, Normalize]) on RGB images."""
-        crop = self.hparams.crop_size
-        return ModelInput.from_transform(self.eval_transform, channels=3, size=(crop, crop))
+        return ModelInput.from_transform(self.eval_transform, channels=3, size=(self.crop_size, self.crop_size))
 
     def csv_file(self, split: str) -> Path:
         return csv_path(self.protocol_dir, self.protocol_number, split)
 
     @property
     def unreadable_file(self) -> Path:
-        return self.protocol_dir / f"p{self.protocol_number}_unreadable.txt"
+        return self.protocol_dir / f"{file_prefix(self.protocol_number)}_unreadable.txt"
 
     def check_folders(self, rows_by_split: dict[str, list[tuple[str, int]]]) -> None:
         """One error listing every class folder that the CSV rows refer to and that does not exist."""
@@ -191,12 +189,65 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
         if "test" in rows:
             self.test_set = ImageFileDataset(rows=rows["test"], transform=self.eval_transform, **dataset_kwargs)
 
+    def severity_data(self, **kwargs: Any) -> FolderSeverityData:
+        """The C-OOD severity data of a model trained here (DESIGN.md §5.2): ID = the known classes (their
+        ``val/`` images), pool = the unknown classes (estimation images from their ``train/`` folders, which
+        training never uses; test images from ``val/``), with this datamodule's root and loader settings.
+        ``kwargs`` go to :class:`datamodules.severity.FolderSeverityData` (``estimation``, ``test``, an
+        ImageNet-21k ``pool_root``/``pool_file``, ...)."""
+        defaults = {"root": self.root, "known": self.protocol.known, "unknown": self.protocol.unknown,
+                    "negative": self.protocol.negative, "batch_size": self.batch_size,
+                    "num_workers": self.num_workers, "on_bad_image": self.on_bad_image}
+        return FolderSeverityData(**{**defaults, **kwargs})
+
+    def predict_dataloader(self) -> torch.utils.data.DataLoader:
+        return self.test_dataloader()
+
+
+class ImageNetProtocolDataModule(FolderProtocolDataModule):
+    """ImageNet protocol P1, P2 or P3.
+
+    Args:
+        root: ILSVRC2012 folder with ``train/`` and ``val/`` class folders.
+        protocol: 1, 2 or 3.
+        protocol_dir: folder of the protocol CSV files (``p<n>_{train,val,test}.csv``; read if present, else
+            written there).
+        train_negatives: ``"include"`` (EOS), ``"exclude"`` (SoftMax) or ``"background"`` (BG); linked to
+            the model's loss by ``train.py``.
+        batch_size: per-device batch size (the paper: 64).
+        num_workers: data-loading processes per device.
+        resize_size, crop_size: Resize(256) then a 224 crop, as the paper.
+        normalize: subtract ``mean`` and divide by ``std`` (off in the paper).
+        on_bad_image: ``"fail"`` or ``"skip"`` unreadable images.
+        verify_images: decode every image of the protocol once in ``prepare_data``.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        protocol: int = 1,
+        protocol_dir: str = "data/protocols",
+        train_negatives: TrainNegatives = "include",
+        batch_size: int = 64,
+        num_workers: int = 8,
+        resize_size: int = 256,
+        crop_size: int = 224,
+        normalize: bool = False,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        on_bad_image: BadImagePolicy = "fail",
+        verify_images: bool = False,
+        pin_memory: bool = True,
+    ) -> None:
+        super().__init__(root=root, protocol=imagenet_protocol(protocol), name=protocol, protocol_dir=protocol_dir,
+                         train_negatives=train_negatives, batch_size=batch_size, num_workers=num_workers,
+                         resize_size=resize_size, crop_size=crop_size, normalize=normalize, mean=mean, std=std,
+                         on_bad_image=on_bad_image, verify_images=verify_images, pin_memory=pin_memory)
+        self.save_hyperparameters()
+
     def severity_data(self, **kwargs: Any) -> ProtocolSeverityData:
-        """The C-OOD severity data of a model trained on this protocol (DESIGN.md §5.2): ID = the known classes
-        (their ``val/`` images), pool = the unknown classes (estimation images from their ``train/`` folders,
-        which the protocol never uses; test images from ``val/``), with this datamodule's root and loader
-        settings. ``kwargs`` go to :class:`datamodules.severity.ProtocolSeverityData` (``estimation``,
-        ``test``, an ImageNet-21k ``pool_root``/``pool_file``, ...)."""
+        """:meth:`FolderProtocolDataModule.severity_data` for the protocol's classes
+        (:class:`datamodules.severity.ProtocolSeverityData`)."""
         protocol = kwargs.pop("protocol", self.protocol_number)
         if protocol != self.protocol_number:
             raise ValueError(f"severity data for protocol {protocol} asked of a model trained on P{self.protocol_number}")
@@ -204,5 +255,52 @@ class ImageNetProtocolDataModule(OpenSetDataModule):
                     "on_bad_image": self.on_bad_image}
         return ProtocolSeverityData(protocol=protocol, **{**defaults, **kwargs})
 
-    def predict_dataloader(self) -> torch.utils.data.DataLoader:
-        return self.test_dataloader()
+
+class ClassFolderDataModule(FolderProtocolDataModule):
+    """A user's own class folders as an open-set protocol (``root/train/<class>/*``, ``root/val/<class>/*``):
+    train/val split from ``train/`` with the protocols' rule, test = ``val/``, labels by role (known classes
+    in sorted order ``0..K-1``, negatives ``-1``, unknowns ``-2``).
+
+    Args:
+        root: the folder with ``train/`` and ``val/`` class folders.
+        known: the known classes (default: every class folder of ``train/`` that is not a negative or unknown).
+        negative: classes seen in training as "other" (γ, the checkpoint-selection metric, needs some).
+        unknown: classes never seen in training (their ``val/`` images are the test set's unknowns).
+        name: the name of the CSV files (``<name>_{train,val,test}.csv`` in ``protocol_dir``).
+        The others: as :class:`ImageNetProtocolDataModule`.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        known: list[str] | None = None,
+        negative: list[str] | None = None,
+        unknown: list[str] | None = None,
+        name: str = "folders",
+        protocol_dir: str = "data/protocols",
+        train_negatives: TrainNegatives = "include",
+        batch_size: int = 64,
+        num_workers: int = 8,
+        resize_size: int = 256,
+        crop_size: int = 224,
+        normalize: bool = False,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        on_bad_image: BadImagePolicy = "fail",
+        verify_images: bool = False,
+        pin_memory: bool = True,
+    ) -> None:
+        negative, unknown = list(negative or []), list(unknown or [])
+        if known is None:
+            train = Path(root) / "train"
+            if not train.is_dir():
+                raise FileNotFoundError(f"{train} does not exist: give the known classes or a root with train/<class>/")
+            known = [p.name for p in sorted(train.iterdir()) if p.is_dir() and p.name not in set(negative) | set(unknown)]
+        if str(name).isdigit():
+            raise ValueError(f"name {name!r} would take the file names of ImageNet protocol P{name}: choose another")
+        super().__init__(root=root, protocol=Protocol(list(known), negative, unknown), name=name,
+                         protocol_dir=protocol_dir, train_negatives=train_negatives, batch_size=batch_size,
+                         num_workers=num_workers, resize_size=resize_size, crop_size=crop_size, normalize=normalize,
+                         mean=mean, std=std, on_bad_image=on_bad_image, verify_images=verify_images,
+                         pin_memory=pin_memory)
+        self.save_hyperparameters()

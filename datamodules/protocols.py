@@ -141,11 +141,17 @@ def protocol_from_superclasses(
 # CSV files
 
 
+def file_prefix(number: int | str) -> str:
+    """``p<n>`` for ImageNet protocol ``n`` (the authors' file names), the name itself for another protocol."""
+    return f"p{number}" if isinstance(number, int) or str(number).isdigit() else str(number)
+
+
 def csv_path(directory: str | os.PathLike, number: int | str, split: str) -> Path:
-    """``<directory>/p<number>_<split>.csv``, the authors' file names."""
+    """``<directory>/p<number>_<split>.csv``, the authors' file names (``<name>_<split>.csv`` for a protocol of
+    a user's own class folders)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return Path(directory) / f"p{number}_{split}.csv"
+    return Path(directory) / f"{file_prefix(number)}_{split}.csv"
 
 
 def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, Iterable[str]]) -> None:

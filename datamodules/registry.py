@@ -8,7 +8,7 @@ from typing import Any
 
 from common import import_object, typed_arguments
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
-from datamodules.imagenet import ImageNetProtocolDataModule
+from datamodules.imagenet import ClassFolderDataModule, ImageNetProtocolDataModule
 from datamodules.open_set import OpenSetDataModule
 from datamodules.severity import (
     FashionSeverityData,
@@ -21,6 +21,7 @@ from datamodules.severity import (
 DATAMODULES: dict[str, type[OpenSetDataModule]] = {
     "fashion": FashionMNISTOpenSetDataModule,
     "protocol": ImageNetProtocolDataModule,
+    "folder": ClassFolderDataModule,
 }
 SEVERITY_DATA: dict[str, type[SeverityData]] = {
     "imagenet": ImageNetSeverityData,
@@ -62,7 +63,7 @@ def build_severity_data(name: str | None, arguments: dict[str, Any] | None = Non
     factory = getattr(datamodule, "severity_data", None)
     if name is None and factory is None:
         name = "imagenet"
-    if name is None or (factory is not None and name in ("protocol", "fashion")):
+    if name is None or (factory is not None and name in ("protocol", "fashion", "folder")):
         made = typing.get_type_hints(factory).get("return")
         if isinstance(made, type):
             typed_arguments(made, arguments, what=f"--data-arg of {type(datamodule).__name__}'s severity data")

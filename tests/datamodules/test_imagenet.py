@@ -6,6 +6,7 @@ import torch
 
 from datamodules import ImageNetProtocolDataModule, UnreadableImageError, imagenet_protocol
 from datamodules.protocols import read_protocol_csv, write_protocol_csvs
+from tests.conftest import make_imagenet_folder
 
 P2 = imagenet_protocol(2)
 
@@ -222,3 +223,28 @@ def test_verify_images_lists_every_bad_file_before_training(tiny_p2, tmp_path):
     skipping.prepare_data()
     skipping.setup("test")
     assert len(skipping.test_set) == 2 * (30 + 31 + 55) - 1
+
+
+def test_a_users_own_class_folders_are_a_protocol(tmp_path):
+    """Class folders of any names (not wnids): known by default every train/ class that is not a negative or
+    unknown, the protocols' split rule, test = val/, and the severity pool of the unknown classes."""
+    from datamodules import ClassFolderDataModule
+
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox", "owl"], train=5, val=2)
+    data = ClassFolderDataModule(root=str(root), negative=["fox"], unknown=["owl"], protocol_dir=str(tmp_path / "csv"),
+                                 num_workers=0, resize_size=36, crop_size=32)
+    assert data.class_names == ["cat", "dog"] and data.num_classes == 2
+    data.prepare_data()
+    assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == ["folders_test.csv", "folders_train.csv",
+                                                                     "folders_val.csv"]
+    data.setup("fit")
+    data.setup("test")
+    assert sorted(set(data.split_labels("train").tolist()) | set(data.split_labels("val").tolist())) == [-1, 0, 1]
+    assert data.split_labels("test").tolist() == [0, 0, 1, 1, -1, -1, -2, -2]
+    assert data.test_set[0][0].shape == (3, 32, 32)
+    severity = data.severity_data(estimation=3)
+    severity.setup()
+    assert severity.classes == ["cat", "dog"] and severity.ood_classes == ["owl"]
+    assert severity["ood_estimation"].labels().tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="would take the file names of ImageNet protocol P1"):
+        ClassFolderDataModule(root=str(root), name="1")
