@@ -383,7 +383,7 @@ class EvGEvaluation(Evaluation):
                        ood=real_ood_set(self.ood, **fashion_arguments(datamodule)), classes=datamodule.class_names,
                        batch_size=self.batch_size, num_workers=self.num_workers)
         for model in models.values():
-            check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG")
+            check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
         if self.chains > len(data["ood"]):
             print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
@@ -408,5 +408,5 @@ class EvGEvaluation(Evaluation):
         skipped = [b for b in batches.all_bounds if b not in batches.bounds]
         if skipped and trainer.is_global_zero:
             print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
-        trainer.predict(module, dataloaders=batches.loader(), return_predictions=False)
+        trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
         return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(self.output_dir)}

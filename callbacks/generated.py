@@ -65,6 +65,7 @@ from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 from datamodules.transforms import ModelInput, to_float_tensor
 from lightning_modules.checkpoint import (
     check_classes,
+    class_indices,
     datamodule_from_checkpoint,
     load_module,
     read_checkpoint,
@@ -264,9 +265,9 @@ class GeneratedBenchmark(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         models = self.models if self.models is not None else [pl_module]
         self.pairs(models)
-        for model in models:
+        for model in models:  # a model of more classes (ImageNet-1k on a protocol's known classes) is fine
             check_classes(getattr(model, "classes", None), self.data.classes, model=model_name(model),
-                          data="the ID test set of the generated benchmark")
+                          data="the ID test set of the generated benchmark", subset=True)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         models = self.models if self.models is not None else [pl_module]
@@ -301,6 +302,9 @@ class GeneratedBenchmark(pl.Callback):
                 probs = torch.softmax(outputs["logits"].float(), dim=-1)
                 probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
                 targets = outputs["targets"]
+                columns = class_indices(getattr(model, "classes", None), self.data.classes)
+                if columns is not None:  # the data's labels as the model's classes
+                    targets = columns[targets]
                 row["accuracy"] = float((probs.argmax(dim=1) == targets).double().mean())
                 # calibration of the known-class prediction; with a background column the row does not sum
                 # to 1, and the ECE uses the confidence of the predicted known class as it is
@@ -460,7 +464,7 @@ class GenerateSets(Evaluation):
     def _generate(self, ckpt: str, folder: Path) -> Path:
         from torch.utils.data import DataLoader, Subset
 
-        from datamodules.batch import collate_samples
+        from datamodules.batch import AtLeast, collate_samples
         from datamodules.generated import LatentSeeds
 
         checkpoint = read_checkpoint(ckpt)
@@ -480,12 +484,12 @@ class GenerateSets(Evaluation):
             if len(id_test) < self.num:
                 raise ValueError(f"--num {self.num}: the data have only {len(id_test)} in-distribution test images "
                                  "to shift")
-            sources = TransformedSet(Subset(id_test.dataset, list(range(self.num))), pipeline)
-            loader = DataLoader(sources, batch_size=self.batch_size, collate_fn=collate_samples)
+            items: Any = TransformedSet(Subset(id_test.dataset, list(range(self.num))), pipeline)
+            collate: Any = collate_samples
             module.attach_scorers(ensemble, perceptual)
         else:
             kind = "near_ood"
-            loader = DataLoader(LatentSeeds(self.num, self.seed), batch_size=self.batch_size)
+            items, collate = LatentSeeds(self.num, self.seed), None
             count = min(self.reference, len(id_test))
             reference = torch.stack([pipeline(id_test.dataset[i].image) for i in range(count)])
             module.attach_scorers(ensemble, perceptual, reference=reference)
@@ -499,6 +503,8 @@ class GenerateSets(Evaluation):
         }
         writer = GeneratedSetWriter(folder, info, overwrite=self.overwrite)
         trainer = make_trainer(self.options, logger=False, callbacks=[writer])
+        # at least one image per process (fewer images than processes: the repeats are written once)
+        loader = DataLoader(AtLeast(items, trainer.world_size), batch_size=self.batch_size, collate_fn=collate)
         trainer.predict(module, dataloaders=loader, return_predictions=False)
         if trainer.is_global_zero:
             print(f"{writer.count} {kind} images written to {folder} ({perceptual.description})")
@@ -562,8 +568,6 @@ class GeneratedEvaluation(Evaluation):
         benchmark = GeneratedBenchmark(data, self.kappa, models=models, kappa_args=self.kappa_args, describer=describer,
                                        perceptual=perceptual, reference=self.reference, output_dir=self.output_dir,
                                        plots=self.plots, passes=ScoringPasses(self.cache_dir))
-        for model in models:
-            check_classes(model.classes, data.classes, model=model.display_name, data="the ID test set")
         logger = make_logger(self.options, name="generated-benchmark")
         trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
         trainer.test(models[0], dataloaders=launch_loader(), verbose=False)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset
 
 
 class Sample(NamedTuple):
@@ -50,3 +51,23 @@ def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None, Tensor | No
         skipped = rest[1] if len(rest) > 1 else None
         return images, targets, indices, skipped
     raise TypeError(f"expected a batch (images, targets[, indices[, skipped]]), got {type(batch).__name__}")
+
+
+class AtLeast(Dataset):
+    """A data set with its items repeated until it holds at least ``count`` (e.g. one per process).
+
+    Lightning's predict loop shards without padding and asserts that every process gets an item, so a set
+    with fewer items than processes is padded here: the repeats are the same items (the same dataset indices),
+    which the writers gather by index and keep once.
+    """
+
+    def __init__(self, dataset: Dataset, count: int) -> None:
+        if len(dataset) == 0:  # type: ignore[arg-type]
+            raise ValueError("cannot pad an empty data set")
+        self.dataset, self.count = dataset, max(count, len(dataset))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index % len(self.dataset)]  # type: ignore[arg-type]

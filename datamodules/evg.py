@@ -84,9 +84,28 @@ class ChainBatches(Dataset):
         start, stop = self.bounds[index]
         return torch.arange(start, stop)
 
-    def loader(self) -> DataLoader:
-        """One batch of chains per step, in order (Lightning shards it over devices without padding)."""
-        return DataLoader(self, batch_size=None, shuffle=False)
+    def loader(self, processes: int = 1) -> DataLoader:
+        """One batch of chains per step, in order (Lightning shards them over the processes without padding).
+
+        Every process gets a batch: with fewer batches left than processes (a resumed run, a small one) or
+        none at all (a finished run whose report is written again), finished batches are run again; a chain
+        gives the same result in any batch and process, so their files are written with the same bytes.
+        """
+        bounds = self.bounds or self.all_bounds[-1:]
+        padded = [bounds[i % len(bounds)] for i in range(max(processes, len(bounds)))]
+        return DataLoader(_Bounds(padded), batch_size=None, shuffle=False)
+
+
+class _Bounds(Dataset):
+    def __init__(self, bounds: list[tuple[int, int]]) -> None:
+        self.bounds = bounds
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start, stop = self.bounds[index]
+        return torch.arange(start, stop)
 
 
 def chain_ranges(bounds: Sequence[tuple[int, int]]) -> str:

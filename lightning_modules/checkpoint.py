@@ -20,6 +20,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from torch import Tensor
 
 from common import import_object
 
@@ -173,12 +174,18 @@ def checkpoint_classes(checkpoint: dict[str, Any], path: str | Path) -> list[str
 
 
 def check_classes(model_classes: Sequence[str] | None, data_classes: Sequence[str] | None, *, model: str,
-                  data: str) -> None:
+                  data: str, subset: bool = False) -> None:
     """Refuse data whose known classes (in label order) are not the model's, naming both lists.
 
     Either list unknown (``None``): nothing to compare (the callers then compare the logit count).
+
+    Args:
+        subset: accept data whose classes are all among the model's (an ImageNet-1k model on protocol P1's
+            known classes); :func:`class_indices` translates the labels.
     """
     if model_classes is None or data_classes is None or list(model_classes) == list(data_classes):
+        return
+    if subset and set(data_classes) <= set(model_classes):
         return
     only_model = [c for c in model_classes if c not in set(data_classes)]
     only_data = [c for c in data_classes if c not in set(model_classes)]
@@ -188,6 +195,18 @@ def check_classes(model_classes: Sequence[str] | None, data_classes: Sequence[st
               if only_model or only_data else "the same classes in another order, so label i means another class")
     raise ValueError(f"{model} was trained on other classes than {data} holds: {detail}. The model's classes: "
                      f"{list(model_classes)}; the data's: {list(data_classes)}")
+
+
+def class_indices(model_classes: Sequence[str] | None, data_classes: Sequence[str] | None) -> Tensor | None:
+    """The model's column of each data label (``data label i`` -> ``model class``), or ``None`` when the labels
+    are already the model's (the same classes, or either list unknown)."""
+    if model_classes is None or data_classes is None or list(model_classes) == list(data_classes):
+        return None
+    column = {name: i for i, name in enumerate(model_classes)}
+    missing = [name for name in data_classes if name not in column]
+    if missing:
+        raise ValueError(f"the model has no class {missing[:5]} of the data")
+    return torch.tensor([column[name] for name in data_classes], dtype=torch.long)
 
 
 def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, expected: type | None = None

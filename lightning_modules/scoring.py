@@ -20,6 +20,7 @@ runs ``trainer.test`` only to launch the processes and call them.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,15 @@ def weights_fingerprint(network: nn.Module) -> str:
 
 
 def penultimate_features(network: nn.Module, images: Tensor) -> Tensor:
-    """Pre-logit features: an :class:`OpenSetClassifier`'s deep features, or timm's
-    ``forward_features``/``forward_head(pre_logits=True)`` interface."""
+    """Pre-logit features: an :class:`OpenSetClassifier`'s deep features, timm's
+    ``forward_features``/``forward_head(pre_logits=True)`` interface, or a module's own ``features`` method
+    (a method of its class, not a submodule called ``features`` as torchvision's VGG has)."""
     if isinstance(network, OpenSetClassifier):
         return network.network(images)[1]
     if hasattr(network, "forward_features") and hasattr(network, "forward_head"):
         return network.forward_head(network.forward_features(images), pre_logits=True)
+    if inspect.isfunction(getattr(type(network), "features", None)):
+        return network.features(images)
     raise ValueError(f"{type(network).__name__} has no forward_features/forward_head: features need a timm model "
                      "or a classifier of this project")
 

@@ -23,6 +23,18 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# what a run in this process leaves in the environment that a child process must not inherit: a DDP rendezvous,
+# and the address of this process's W&B service, which a child would join (and find its resumed run "in use")
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+INHERITED_ENV = (*DISTRIBUTED_ENV, "WANDB_SERVICE")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a command the tests run as a user would: this project importable, nothing inherited."""
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_ENV}
+    env.update({"PYTHONPATH": str(ROOT), **extra})
+    return env
+
 
 def write_jpeg(path: Path, rng: np.random.Generator, size: int = 12) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from benchmarks import gpu_throughput
 from datamodules import imagenet_protocol
+
+pytestmark = pytest.mark.benchmark
 
 
 def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:

@@ -1,18 +1,19 @@
 """DDP with uneven and empty ranks: 2 gloo processes equal 1 process, and nothing hangs (tests/ddp_scenarios.py)."""
 
 import json
-import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+import pytest
 
-DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+from tests.conftest import child_env
+
+pytestmark = pytest.mark.ddp
+
 
 
 def run_scenario(tmp_path, devices: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"})
+    env = child_env(WANDB_MODE="disabled")
     out = tmp_path / f"{devices}.json"
     # a hang (a rank skipping a collective) ends in the timeout instead of blocking the suite
     result = subprocess.run([sys.executable, "-m", "tests.ddp_scenarios", "--devices", str(devices), "--out", str(out)],

@@ -3,7 +3,6 @@ networks, and a resume from ``last.ckpt`` continues from the saved step and weig
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, train_demo_checkpoint
+from tests.conftest import child_env, train_demo_checkpoint
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.ddp, pytest.mark.usefixtures("one_thread")]
 
-DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
 
 
 
@@ -29,8 +27,7 @@ def members(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def run_scenario(kind: str, members: list[str], out: Path, *, steps: int, resume: Path | None = None
                  ) -> list[dict[str, Any]]:
     """Run the scenario on 2 gloo processes; return what each rank saved."""
-    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"})
+    env = child_env(WANDB_MODE="disabled")
     command = [sys.executable, "-m", "tests.generator_scenarios", "--kind", kind, "--devices", "2",
                "--steps", str(steps), "--members", *members, "--out", str(out)]
     if resume is not None:
@@ -78,7 +75,6 @@ def train_on_two_ranks(kind: str, members: list[str], directory: Path) -> dict[s
 
 
 # the same Lightning machinery as the shift generator's run below; two more process start-ups (about 40 s)
-@pytest.mark.slow
 def test_near_ood_ranks_agree(members: list[str], tmp_path: Path) -> None:
     train_on_two_ranks("near_ood", members, tmp_path)
 

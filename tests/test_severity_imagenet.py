@@ -11,6 +11,8 @@ from datamodules.imagenet21k import ood_classes
 from datamodules.protocols import imagenet1k_wnids
 from tests.conftest import make_imagenet_folder, write_jpeg
 
+pytestmark = pytest.mark.journey
+
 
 def test_imagenet_severity_end_to_end(tmp_path):
     id_root = make_imagenet_folder(tmp_path / "in1k", imagenet1k_wnids(), train=0, val=1) / "val"

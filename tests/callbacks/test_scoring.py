@@ -23,7 +23,7 @@ def fake_trainer(rank: int, world_size: int):
         dist.broadcast_object_list(box, src=src)
         return box[0]
 
-    return SimpleNamespace(global_rank=rank, world_size=world_size, is_global_zero=rank == 0,
+    return SimpleNamespace(global_rank=rank, world_size=world_size, is_global_zero=rank == 0, precision="32-true",
                            precision_plugin=SimpleNamespace(forward_context=contextlib.nullcontext),
                            strategy=SimpleNamespace(broadcast=broadcast))
 
@@ -63,6 +63,7 @@ def distributed_results() -> list[list]:
     return run_distributed(_sharded_each, CASES)
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_two_processes_equal_one_process(case, distributed_results):
     n, batch_size = CASES[case]
@@ -95,6 +96,7 @@ def _decide(rank: int, world_size: int, directories: list[str], key: str):
     return cache.load_on_rank_zero(fake_trainer(rank, world_size), "model-id", key, rows=3)
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 def test_rank_zero_decides_for_every_rank(tmp_path):
     tensors = {"logits": torch.arange(6.0).reshape(3, 2), "targets": torch.tensor([0, 1, 2])}
     PredictionCache(tmp_path / "zero").save("model-id", "k" * 64, tensors, {"split": "id"})
@@ -115,3 +117,113 @@ def test_save_is_atomic_and_load_checks_the_key(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert cache.load("absent", "a" * 64, rows=2) is None  # a plain miss does not warn
+
+
+# -- the engine's scoring passes --------------------------------------------------------------------------
+
+
+class Counting(torch.nn.Module):
+    """Logits ``(N, 3)`` and features ``(N, 2)`` of flat images, counting its forward calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.calls = 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.linear(images.flatten(1)[:, :4])
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)[:, :2]
+
+
+def scoring_model(network=None, size: int = 2):
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from lightning_modules.scoring import ScoringModel
+
+    torch.manual_seed(0)
+    return ScoringModel(network or Counting(), model_input=ModelInput(TensorPipeline(size, 1), size=(size, size),
+                                                                      channels=1), name="counting")
+
+
+def evaluation_set(n: int = 7, name: str = "id_test"):
+    from datamodules.evaluation import EvaluationSet
+
+    return EvaluationSet(name, "id_test", dataset(n))
+
+
+def test_a_pass_is_run_once_per_model_and_set_whatever_asks_for_it(tmp_path):
+    from callbacks.scoring import ScoringPasses
+    from metrics import KAPPAS
+
+    model, data, trainer = scoring_model(), evaluation_set(), fake_trainer(0, 1)
+    passes = ScoringPasses(tmp_path / "cache")
+    first = passes.outputs(trainer, model, data, batch_size=3)
+    assert passes.passes == 1 and model.network.calls == 3  # ceil(7 / 3) batches
+    for name in ("softmax", "max_logit", "energy"):  # every logit κ from the same pass
+        scores = passes.scores(trainer, model, data, KAPPAS[name], {}, batch_size=3)
+        torch.testing.assert_close(scores, KAPPAS[name](first["logits"]))
+    assert passes.passes == 1 and model.network.calls == 3
+    with_features = passes.outputs(trainer, model, data, features=True, batch_size=3)  # features: one more pass
+    assert passes.passes == 2 and torch.equal(with_features["logits"], first["logits"])
+    passes.outputs(trainer, model, data, batch_size=3)
+    assert passes.passes == 2  # the kept pass with features serves logits too
+    # another run (a new engine) reads the cache; another input transform or set is another pass
+    again = ScoringPasses(tmp_path / "cache")
+    assert torch.equal(again.outputs(trainer, model, data, features=True, batch_size=3)["logits"], first["logits"])
+    assert again.passes == 0
+    resized = scoring_model(model.network, size=3)
+    again.outputs(trainer, resized, data, batch_size=3)
+    again.outputs(trainer, model, evaluation_set(5, "other"), batch_size=3)
+    assert again.passes == 2
+
+
+def test_the_models_own_input_reaches_it_and_nan_is_never_cached(tmp_path):
+    from PIL import Image
+
+    from callbacks.scoring import ScoringPasses
+    from datamodules.evaluation import EvaluationSet
+    from datamodules.images import ImageFileDataset
+
+    for i in range(3):  # files of two sizes and modes: the model's input brings them to one
+        Image.new("RGB" if i else "L", (5 + i, 4), color=40 * i).save(tmp_path / f"{i}.png")
+    files = EvaluationSet("files", "ood", ImageFileDataset(str(tmp_path), [(f"{i}.png", -2) for i in range(3)]))
+    model, trainer = scoring_model(size=2), fake_trainer(0, 1)
+    outputs = ScoringPasses().outputs(trainer, model, files, batch_size=3)
+    with torch.no_grad():
+        expected = model.network(torch.stack([model.model_input.pipeline(files.dataset[i].image) for i in range(3)]))
+    torch.testing.assert_close(outputs["logits"], expected)
+
+    class NaN(Counting):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return super().forward(images) * float("nan")
+
+    passes = ScoringPasses(tmp_path / "cache")
+    with pytest.raises(ValueError, match="gave NaN or infinite \\['logits'\\] on id_test; nothing of it is cached"):
+        passes.outputs(trainer, scoring_model(NaN()), evaluation_set(), batch_size=3)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_images_of_several_sizes_are_refused_by_name():
+    from callbacks.scoring import ScoringPasses
+    from datamodules.evaluation import EvaluationSet
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from lightning_modules.scoring import ScoringModel
+
+    mixed = torch.utils.data.ConcatDataset([TensorImageDataset(torch.rand(2, 1, 2, 2), torch.zeros(2)),
+                                            TensorImageDataset(torch.rand(2, 1, 3, 3), torch.zeros(2))])
+    free = ScoringModel(Counting(), model_input=ModelInput(TensorPipeline(None, None)), name="free")
+    with pytest.raises(ValueError, match=r"mixed holds images of several sizes \[\(1, 2, 2\), \(1, 3, 3\)\]"):
+        ScoringPasses().outputs(fake_trainer(0, 1), free, EvaluationSet("mixed", "ood", mixed), batch_size=4)
+
+
+def test_pairs_that_cannot_be_served_are_refused_when_the_run_starts():
+    from callbacks.scoring import detector_pairs
+    from metrics import KAPPAS
+
+    single = scoring_model()
+    pairs = detector_pairs([single], [KAPPAS["softmax"], KAPPAS["energy"]])
+    assert [(m.display_name, k.name) for m, k in pairs] == [("counting", "softmax"), ("counting", "energy")]
+    with pytest.raises(ValueError, match=r"\['ensemble_mi'\] pair with none of the models \['counting'\]"):
+        detector_pairs([single], [KAPPAS["softmax"], KAPPAS["ensemble_mi"]])

@@ -1,10 +1,6 @@
 """SeverityAUROC: the C-OOD severity benchmark as a callback, on fixed models (evaluate.py) and during training."""
 
 import csv
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,7 +17,6 @@ from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
 from metrics import KAPPAS
-from tests.conftest import ROOT
 
 
 def small_data(**kwargs) -> FashionSeverityData:
@@ -242,28 +237,27 @@ def test_during_training_every_epoch_with_nothing_cached_across_epochs(tmp_path)
     assert severity.data.ood_class_role(0) == "as a negative" and severity.data.known == [0, 1, 7, 8]
 
 
-def run_severity_script(tmp_path, checkpoint, output, devices):
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    env["PYTHONPATH"] = str(ROOT)
-    args = [sys.executable, str(ROOT / "evaluate.py"), "severity", "--model", str(checkpoint), "--data", "fashion",
-            "--data-arg", "estimation=20", "--data-arg", "test=10", "--kappa", "softmax", "entropy",
-            "--cache-dir", str(tmp_path / f"cache{devices}"), "--output-dir", str(tmp_path / output),
-            "--accelerator", "cpu", "--devices", str(devices), "--wandb-mode", "disabled", "--no-progress-bar"]
-    if devices > 1:
-        args += ["--strategy", "ddp"]
-    result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout
+def test_a_resumed_run_continues_one_history(tmp_path):
+    """``fit --ckpt_path last.ckpt`` continues the severity history (file and W&B chart), in the same folder."""
 
+    def fit(epochs: int, resume=None) -> SeverityAUROC:
+        pl.seed_everything(0)
+        severity = SeverityAUROC(kappas=["softmax"], every_n_epochs=1, data_args={"estimation": 5, "test": 5},
+                                 plots=False)
+        checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
+                             callbacks=[severity, checkpoint], enable_progress_bar=False, enable_model_summary=False,
+                             num_sanity_val_steps=0)
+        trainer.fit(OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1),
+                    datamodule=FashionMNISTOpenSetDataModule(max_train_per_class=20, batch_size=64), ckpt_path=resume)
+        return severity
 
-def test_ddp_two_processes_give_the_same_table(demo_checkpoint, tmp_path):
-    run_severity_script(tmp_path, demo_checkpoint, "one", 1)
-    out = run_severity_script(tmp_path, demo_checkpoint, "two", 2)
-    assert "3 model passes" in out
-    for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv"):
-        assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
-    # the 2-process cache holds each sample once, in dataset order
-    id_cache = next((tmp_path / "cache2").glob("demo-best-id_test-*.pt"))
-    tensors = torch.load(id_cache, weights_only=True)["tensors"]
-    assert tensors["logits"].shape == (4000, 4)
-    assert json.dumps(tensors["targets"].tolist()) == json.dumps(FashionSeverityData()["id_test"].labels().tolist())
+    first = fit(1)
+    assert [h["epoch"] for h in first.history] == [0] * 11
+    resumed = fit(2, resume=tmp_path / "ckpt" / "last.ckpt")
+    assert sorted({h["epoch"] for h in resumed.history}) == [0, 1]
+    assert resumed.history[:11] == first.history  # the first epoch's levels, as they were
+    assert list(resumed._runs("softmax")) == ["epoch 0", "epoch 1"]  # the W&B chart's lines
+    written = list(csv.DictReader(open(tmp_path / "ckpt" / "severity-val" / "history.csv")))
+    assert sorted({int(row["epoch"]) for row in written}) == [0, 1] and len(written) == 22
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last.ckpt", "severity-val"]  # one folder

@@ -62,3 +62,26 @@ def test_bad_roles_rejected():
         FashionMNISTOpenSetDataModule(known=(0, 1), negative=(1, 2))
     with pytest.raises(ValueError, match="train_negatives"):
         FashionMNISTOpenSetDataModule(train_negatives="drop")
+
+
+def test_a_wrong_folder_says_where_the_files_must_be_and_downloads_nothing(tmp_path):
+    from datamodules.sources import FashionMNISTMissing
+
+    folder = tmp_path / "nowhere"
+    data = FashionMNISTOpenSetDataModule(data_dir=str(folder), download_dir=str(tmp_path / "download"))
+    with pytest.raises(FashionMNISTMissing, match=r"not found in .*nowhere.*train-images-idx3-ubyte.gz.*"
+                                                  r"dataset-fashion-mnist.*download=True"):
+        data.prepare_data()
+    with pytest.raises(FashionMNISTMissing, match="nowhere"):
+        data.setup("fit")
+    assert not folder.exists() and not (tmp_path / "download").exists()  # nothing made behind the user's back
+
+
+def test_decoded_files_are_read_once_per_process_and_cannot_be_changed():
+    first, _ = load_fashion_mnist("/usr/share/datasets/fashion-mnist", "test")
+    again, _ = load_fashion_mnist("/usr/share/datasets/fashion-mnist", "test")
+    assert again is first  # the same decoded array: the file was not read again
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0, 0] = 1
+    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
+        load_fashion_mnist("/usr/share/datasets/fashion-mnist", "validation")

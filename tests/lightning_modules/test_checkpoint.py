@@ -122,3 +122,17 @@ def test_a_run_is_refused_on_data_of_other_classes(demo_checkpoint):
     check_classes(["a", "b"], None, model="m", data="d")  # unknown classes: nothing to compare
     with pytest.raises(ValueError, match=r"has no arguments \['batchsize'\]"):
         load_run(demo_checkpoint, {"batchsize": 7})
+
+
+def test_a_model_of_more_classes_reads_the_datas_labels_as_its_own():
+    """An ImageNet-1k model on a protocol's known classes (generated, EvG): accepted, labels mapped."""
+    from lightning_modules.checkpoint import check_classes, class_indices
+
+    model, data = ["a", "b", "c", "d", "e"], ["d", "b"]
+    check_classes(model, data, model="m", data="d", subset=True)
+    with pytest.raises(ValueError, match=r"only in the model \(a, c, e\)"):
+        check_classes(model, data, model="m", data="d")  # severity: the levels are the model's own classes
+    with pytest.raises(ValueError, match=r"only in the data \(z\)"):
+        check_classes(model, ["d", "z"], model="m", data="d", subset=True)
+    assert class_indices(model, data).tolist() == [3, 1]
+    assert class_indices(model, model) is None and class_indices(None, data) is None

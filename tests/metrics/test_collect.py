@@ -75,6 +75,7 @@ def gathered() -> list[list]:
     return run_distributed(_gather_each, SHARDINGS)
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 @pytest.mark.parametrize("case", range(len(SHARDINGS) - 1))
 def test_two_processes_with_uneven_and_empty_ranks_equal_one_process(case, gathered):
     shards = SHARDINGS[case]
@@ -85,5 +86,6 @@ def test_two_processes_with_uneven_and_empty_ranks_equal_one_process(case, gathe
         assert torch.equal(values, VALUES[expected]) and torch.equal(target, TARGETS[expected])
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 def test_no_rank_with_data_fails_on_every_rank_without_hanging(gathered):
     assert all("before any update" in per_rank[-1] for per_rank in gathered)

@@ -257,6 +257,7 @@ def _distributed_mi(rank: int, world_size: int, probs: torch.Tensor) -> tuple[to
     return sampled.compute(), lopsided.compute()
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 def test_ddp_two_processes_equal_one_process():
     probs = torch.from_numpy(random_member_probs(np.random.default_rng(8), n=45))
     single = MutualInformation()

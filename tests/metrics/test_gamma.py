@@ -55,6 +55,7 @@ def _distributed_gamma(rank: int, world_size: int, probs: torch.Tensor, target: 
     return metric.compute()
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 def test_ddp_two_processes_equal_one_process():
     probs, target = map(torch.from_numpy, random_open_set_data(np.random.default_rng(5), n=63, k=3, background=True))
     expected = gamma(probs, target, background=True)

@@ -162,3 +162,53 @@ def test_kappa_parameters_resolve_defaults_and_refuse_unknown_names():
     assert KAPPAS["softmax"].parameters() == {}
     with pytest.raises(ValueError, match="has no parameters"):
         KAPPAS["softmax"].parameters(temperature=2)
+
+
+def test_one_dispatch_for_every_kind_of_kappa():
+    from metrics import check_kappa, kappa_scores, pairs_with
+
+    logits = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    members = torch.randn(5, 3, 4, generator=torch.Generator().manual_seed(1))  # per sample: (N, M, C)
+    features = torch.randn(5, 6)
+    torch.testing.assert_close(kappa_scores(KAPPAS["softmax"], {"logits": logits}, background=False, parameters={}),
+                               torch.softmax(logits, 1).max(1).values)
+    torch.testing.assert_close(
+        kappa_scores(KAPPAS["ensemble_softmax"], {"logits": members}, background=False, parameters={}),
+        torch.softmax(members.double(), -1).mean(1).max(1).values)  # the ensemble κ accumulate in float64
+    norm = from_pytorch_ood(type("Norm", (), {"predict_features": staticmethod(lambda f: f.norm(dim=1))})(),
+                            name="norm", kind="features")
+    torch.testing.assert_close(kappa_scores(norm, {"logits": logits, "features": features}, background=False,
+                                            parameters={}), -features.norm(dim=1))
+    odin_scores = torch.arange(5.0)
+    assert torch.equal(kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False, parameters={}),
+                       odin_scores)
+    with pytest.raises(ValueError, match="scores one model"):
+        kappa_scores(KAPPAS["softmax"], {"logits": members}, background=False, parameters={})
+    with pytest.raises(ValueError, match="needs an ensemble"):
+        kappa_scores(KAPPAS["ensemble_mi"], {"logits": logits}, background=False, parameters={})
+    with pytest.raises(ValueError, match="needs the model's features"):
+        kappa_scores(norm, {"logits": logits}, background=False, parameters={})
+    # the pairing rules, refused when the run starts
+    assert pairs_with(KAPPAS["ensemble_mi"], ensemble=True) and not pairs_with(KAPPAS["softmax"], ensemble=True)
+    with pytest.raises(ValueError, match="'ensemble_mi' needs an ensemble.*m is one model"):
+        check_kappa(KAPPAS["ensemble_mi"], model="m", ensemble=False, background=False)
+    with pytest.raises(ValueError, match="'softmax' scores one model; e is an ensemble"):
+        check_kappa(KAPPAS["softmax"], model="e", ensemble=True, background=False)
+    model_kind = from_pytorch_ood(object(), name="own", kind="model")
+    with pytest.raises(ValueError, match="'own' has no rule for background-class models, and bg has a background"):
+        check_kappa(model_kind, model="bg", ensemble=False, background=True)
+    check_kappa(KAPPAS["energy"], model="bg", ensemble=False, background=True)  # every κ of KAPPAS has one
+
+
+@pytest.mark.parametrize(("name", "arguments", "message"), [
+    ("odin", {"temperature": 0}, "temperature must be positive, got 0"),
+    ("odin", {"temperature": -2.0}, "temperature must be positive"),
+    ("odin", {"epsilon": -1e-3}, "epsilon must be non-negative"),
+    ("odin", {"temperature": "hot"}, "temperature must be positive, got 'hot'"),
+    ("mc_dropout", {"passes": 0}, "passes must be a positive integer, got 0"),
+    ("mc_dropout", {"passes": 2.5}, "passes must be a positive integer"),
+])
+def test_kappa_parameters_are_checked_by_value(name, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        KAPPAS[name].parameters(**arguments)
+    assert KAPPAS["odin"].parameters(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}

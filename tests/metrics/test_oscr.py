@@ -123,6 +123,7 @@ def _distributed_oscr(rank: int, world_size: int, probs: torch.Tensor, target: t
     return oscr.compute(), ccr.compute()
 
 
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
 def test_ddp_two_processes_equal_one_process():
     rng = np.random.default_rng(11)
     probs, target = map(torch.from_numpy, random_open_set_data(rng, n=101, k=4))

@@ -1,0 +1,156 @@
+"""2 processes equal 1 process, for every evaluation command: one harness, one scenario per evaluation.
+
+Each scenario runs an ``evaluate.py`` command once in this process (1 device) and once as a script on 2
+gloo processes (``--devices 2 --strategy ddp``; Lightning launches the second rank), then compares what
+both wrote. Every scenario has more processes than batches somewhere (a one-batch launch loader, one
+image to generate, one batch of chains), so a rank without data must still join every collective: a hang
+ends in the timeout instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate
+from tests.conftest import ROOT, child_env
+from tests.test_generate import generate, train_generators
+
+pytestmark = [pytest.mark.ddp, pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings(r"ignore:LPIPS\(alex, RANDOM backbone:UserWarning")]
+
+QUIET = ["--wandb-mode", "disabled", "--no-progress-bar", "--accelerator", "cpu"]
+
+
+def run_two_processes(argv: list[str], cwd: Path) -> str:
+    env = child_env(WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    command = [sys.executable, str(ROOT / "evaluate.py"), *argv, *QUIET, "--devices", "2", "--strategy", "ddp"]
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return result.stdout
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def assert_rows_close(one: Path, two: Path, *, tolerance: float = 0.0) -> None:
+    """The same table: text equal, numbers within ``tolerance`` (0: exactly)."""
+    left, right = rows(one), rows(two)
+    assert len(left) == len(right) and left and list(left[0]) == list(right[0]), one.name
+    for a, b in zip(left, right, strict=True):
+        for key in a:
+            try:
+                x, y = float(a[key]), float(b[key])
+            except ValueError:
+                assert a[key] == b[key], (one.name, key)
+                continue
+            assert x == pytest.approx(y, abs=tolerance, nan_ok=True), (one.name, key, a[key], b[key])
+
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory: pytest.TempPathFactory, demo_checkpoint: Path) -> dict:
+    generators = train_generators(str(tmp_path_factory.getbasetemp() / "generators"))
+    sets = tmp_path_factory.mktemp("sets")
+    return {"checkpoint": str(demo_checkpoint), "generators": generators,
+            "members": [str(p) for p in generators["members"]],
+            "near_ood": generate(generators["near_ood"], sets / "near", "--num", "6", "--reference", "3"),
+            "shift": generate(generators["shift"], sets / "shift", "--num", "5")}
+
+
+def check_oscr(one: Path, two: Path, out: str) -> None:
+    first, second = (json.loads((p / "metrics.json").read_text()) for p in (one, two))
+    assert second["counts"] == first["counts"] == {"known": 4000, "negatives": 3000, "unknowns": 3000,
+                                                   "skipped_images": 0}
+    assert second["scalars"] == first["scalars"]
+    for group in ("negatives", "unknowns"):
+        assert (two / f"oscr_{group}.csv").read_text() == (one / f"oscr_{group}.csv").read_text()
+
+
+def check_severity(one: Path, two: Path, out: str) -> None:
+    assert "3 model passes" in out
+    for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv"):
+        assert (two / name).read_text() == (one / name).read_text(), name
+    # the 2-process cache holds each sample once, in dataset order
+    tensors = torch.load(next((two.parent / "cache-two").glob("demo-best-id_test-*.pt")), weights_only=True)["tensors"]
+    assert tensors["logits"].shape == (4000, 4)
+    from datamodules.severity import FashionSeverityData
+
+    assert torch.equal(tensors["targets"], FashionSeverityData()["id_test"].labels())
+
+
+def check_generate(one: Path, two: Path, out: str) -> None:
+    for name in ("single", "padded"):
+        assert (two / name / "images.pt").read_bytes() == (one / name / "images.pt").read_bytes(), name
+        # the ranks batch other images together: MI and LPIPS agree to float tolerance, the rest exactly
+        assert_rows_close(one / name / "manifest.csv", two / name / "manifest.csv", tolerance=1e-5)
+    assert len(rows(two / "single" / "manifest.csv")) == 1  # one image on two processes: written once
+    assert len(rows(two / "padded" / "manifest.csv")) == 13  # the sampler's padding duplicate is not written
+
+
+def check_generated(one: Path, two: Path, out: str) -> None:
+    for name in ("detectors.csv", "sets.csv", "agreement.csv"):
+        assert_rows_close(one / name, two / name, tolerance=1e-6)
+
+
+def check_evg(one: Path, two: Path, out: str) -> None:
+    assert (two / "results.csv").read_bytes() == (one / "results.csv").read_bytes()
+    assert (two / "standardisation.csv").read_bytes() == (one / "standardisation.csv").read_bytes()
+    first = torch.load(one / "worst_cases.pt", weights_only=False)
+    second = torch.load(two / "worst_cases.pt", weights_only=False)
+    assert first.keys() == second.keys()
+    for key in first:
+        for name in ("points", "energy", "best_step"):
+            assert torch.equal(first[key][name], second[key][name]), (key, name)
+
+
+def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> list[list[str]]:
+    """The command line(s) of a scenario writing to ``out`` (and ``cache``)."""
+    checkpoint, members = artefacts["checkpoint"], artefacts["members"]
+    if name == "oscr":
+        return [["oscr", "--model", checkpoint, "--output-dir", str(out), "--no-plots"]]
+    if name == "severity":
+        return [["severity", "--model", checkpoint, "--data", "fashion", "--data-arg", "estimation=20", "--data-arg",
+                 "test=10", "--kappa", "softmax", "entropy", "--cache-dir", str(cache), "--output-dir", str(out)]]
+    if name == "generate":
+        near = str(artefacts["generators"]["near_ood"])
+        return [["generate", "--model", near, "--output-dir", str(out / "single"), "--num", "1", "--reference", "3"],
+                ["generate", "--model", near, "--output-dir", str(out / "padded"), "--num", "13", "--batch-size", "4",
+                 "--reference", "5", "--seed", "1"]]
+    if name == "generated":
+        return [["generated", "--model", checkpoint, f"ensemble:{','.join(members)}", "--kappa", "softmax", "entropy",
+                 "ensemble_mi", "--data", "fashion", "--near-ood", str(artefacts["near_ood"]), "--shift",
+                 str(artefacts["shift"]), "--real-ood", "digits", "--ensemble", *members, "--lpips-net", "alex",
+                 "--lpips-random-backbone", "--reference", "2", "--output-dir", str(out), "--no-plots"]]
+    return [["evg", "--model", checkpoint, "--kappa", "softmax", "max_logit", "--ood", "digits", "--data", "fashion",
+             "--data-arg", "max_train_per_class=60", "--variation", "affine", "colour", "--sampler", "mh", "random",
+             "--chains", "6", "--steps", "5", "--chains-per-batch", "6", "--seed", "3", "--output-dir", str(out),
+             "--cache-dir", str(cache), "--no-plots"]]
+
+
+CHECKS: dict[str, Callable[[Path, Path, str], None]] = {
+    "oscr": check_oscr, "severity": check_severity, "generate": check_generate, "generated": check_generated,
+    "evg": check_evg,
+}
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_two_processes_equal_one_process(name: str, artefacts: dict, tmp_path: Path) -> None:
+    output = ""
+    for one, two in zip(scenario_arguments(name, artefacts, tmp_path / "one", tmp_path / "cache-one"),
+                        scenario_arguments(name, artefacts, tmp_path / "two", tmp_path / "cache-two"), strict=True):
+        evaluate.main([*one, *QUIET, "--devices", "1"])
+        output += run_two_processes(two, cwd=tmp_path)
+    CHECKS[name](tmp_path / "one", tmp_path / "two", output)
+
+
+def test_every_evaluation_has_a_scenario() -> None:
+    assert set(CHECKS) | {"severity-plot"} == set(evaluate.COMMANDS)  # severity-plot runs no model

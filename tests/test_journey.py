@@ -1,0 +1,180 @@
+"""The ImageNet journey of the README, as a researcher with ImageNet walks it: every command of its
+``# journey:`` blocks, run as written (a subprocess each, in a fresh working folder), on a tiny
+ILSVRC2012-shaped tree of the real P1 classes, a tiny ImageNet-21k pool and an OOD folder, shrunk only by
+options the commands document (the README lists them). Each command reads what the one before it wrote;
+each exits 0 and writes finite numbers. Then the same for a user's own class folders, and EvG with P1
+classifiers on a timm backbone of each family timm sizes differently (ResNet, ConvNeXt, MobileNetV3).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datamodules.imagenet21k import ood_classes
+from tests.conftest import ROOT, child_env, make_imagenet_folder, protocol_wnids, write_jpeg
+
+pytestmark = pytest.mark.journey
+
+# -- the options that shrink the journey (README, "Trying the journey on a small machine") ----------------
+
+CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
+       "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false"]
+SMALL_DATA = ["--data.init_args.resize_size", "36", "--data.init_args.crop_size", "32", "--data.init_args.num_workers",
+              "0", "--data.init_args.batch_size", "32", "--data.init_args.pin_memory", "false"]
+CLASSIFIER = [*CPU, *SMALL_DATA, "--trainer.max_epochs", "1", "--model.init_args.backbone", "small_cnn"]
+SEVERITY_CALLBACK = ["--trainer.callbacks.init_args.data_args", '{"protocol": 1, "estimation": 3, "test": null}',
+                     "--trainer.callbacks.init_args.every_n_epochs", "1"]
+GENERATOR = [*CPU, *SMALL_DATA, "--data.init_args.batch_size", "8", "--trainer.max_steps", "4",
+             "--model.init_args.image_size", "32", "--model.init_args.base_width", "8",
+             "--model.init_args.lpips_net", "alex", "--model.init_args.lpips_random_backbone", "true"]
+EVALUATE = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar"]
+SHRINK = {
+    "protocol": [],
+    "train": [*CLASSIFIER, *SEVERITY_CALLBACK],
+    "oscr": EVALUATE,
+    "severity": [*EVALUATE, "--data-arg", "estimation=3"],
+    "pool": [],
+    "severity-21k": [*EVALUATE, "--data-arg", "estimation=3"],
+    "severity-plot": [],
+    "ensemble": [*CLASSIFIER, "--members", "2"],
+    "shift-generator": GENERATOR,
+    "near-ood-generator": [*GENERATOR, "--model.init_args.architecture", "dcgan"],  # DCGAN: the 32 px family
+    "generate": [*EVALUATE, "--num", "4", "--batch-size", "4", "--reference", "4"],
+    "generated": [*EVALUATE, "--random-weights"],
+    "ood-gan": [*CPU, "--trainer.max_steps", "4", "--model.init_args.image_size", "32", "--data.init_args.image_size",
+                "32", "--model.init_args.architecture", "dcgan", "--model.init_args.base_width", "8",
+                "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8"],
+    "evg": [*EVALUATE, "--chains", "4", "--steps", "3", "--chains-per-batch", "4", "--trace-every", "1"],
+    "folders-train": CLASSIFIER,
+}
+TIMM_FAMILIES = {"resnet": "timm:resnet10t", "convnext": "timm:convnext_atto", "mobilenetv3": "timm:mobilenetv3_small_050"}
+ANIMALS = ["bat", "cat", "dog", "fox", "owl", "yak"]
+
+
+def journey_commands() -> dict[str, str]:
+    """``step -> command`` of the README's ``# journey: <step>`` blocks, continuation lines joined."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n# journey: ([\w-]+)\n(.*?)```", text, flags=re.S)
+    return {step: " ".join(line.rstrip("\\").strip() for line in body.strip().splitlines()) for step, body in blocks}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny data of the journey and a working folder in which the README's relative paths resolve."""
+    root = tmp_path_factory.mktemp("journey")
+    imagenet = make_imagenet_folder(root / "ILSVRC2012", protocol_wnids(1), train=5, val=2)
+    rng = np.random.default_rng(7)
+    pool = [w for w in ood_classes() if w not in set(protocol_wnids(1))][:3]
+    for wnid in pool:  # 200 images each: the sampler's minimum
+        for i in range(200):
+            write_jpeg(root / "imagenet21k" / wnid / f"{wnid}_{i}.JPEG", rng, size=8)
+    for i in range(12):
+        write_jpeg(root / "ood" / "misc" / f"{i}.JPEG", rng, size=20)
+    mine = make_imagenet_folder(root / "my-images", ANIMALS, train=6, val=2, seed=3)
+    work = root / "work"
+    work.mkdir()
+    for name in ("train.py", "evaluate.py", "configs", "datamodules"):
+        (work / name).symlink_to(ROOT / name)
+    return {"work": work, "/data/ILSVRC2012": imagenet, "/data/imagenet21k": root / "imagenet21k",
+            "/data/ood": root / "ood", "/data/my-images": mine}
+
+
+def run(world: dict[str, Path], command: str, extra: list[str]) -> str:
+    for placeholder, path in world.items():
+        if placeholder.startswith("/"):
+            command = command.replace(placeholder, str(path))
+    argv = shlex.split(command)
+    assert argv[0] == "python", command
+    env = child_env(WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="2")
+    result = subprocess.run([sys.executable, *argv[1:], *extra], cwd=world["work"], env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result.stdout
+
+
+def numbers(path: Path, columns: tuple[str, ...]) -> list[float]:
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows, path
+    return [float(row[c]) for row in rows for c in columns if row.get(c) not in (None, "")]
+
+
+def assert_finite(values: list[float], what: str) -> None:
+    assert values and all(math.isfinite(v) for v in values), (what, values[:10])
+
+
+def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
+    commands = journey_commands()
+    assert list(SHRINK) == list(commands), "every journey block of the README has its shrink options here"
+    work = world["work"]
+    for step, command in commands.items():
+        run(world, command, SHRINK[step])
+        if step == "train":
+            assert (work / "runs/p1-eos/checkpoints/best.ckpt").is_file()
+            history = work / "runs/p1-eos/checkpoints/severity-val/history.csv"
+            assert_finite(numbers(history, ("ood-auroc",)), "severity during training")
+        elif step == "oscr":
+            report = json.loads((work / "runs/p1-eos/checkpoints/best-oscr/metrics.json").read_text())
+            assert report["counts"]["known"] == 116 * 2 and report["counts"]["unknowns"] == 166 * 2
+            assert_finite(list(report["scalars"].values()), "oscr")
+        elif step in ("severity", "severity-21k"):
+            folder = work / "runs/p1-eos" / step
+            assert_finite(numbers(folder / "severity.csv", ("ood-auroc", "id-acc", "ood_avg_conf")), step)
+            levels = numbers(folder / "levels_p1-eos-best_softmax.csv", ("class index",))
+            assert max(levels) == (166 + 3 - 1 if step == "severity-21k" else 166 - 1)  # the 21k classes joined
+        elif step == "severity-plot":
+            assert (work / "runs/p1-eos/severity.png").stat().st_size > 10_000
+        elif step == "generate":
+            for name in ("p1-shift", "p1-near-ood"):
+                assert_finite(numbers(work / "data" / name / "manifest.csv", ("mi",)), name)
+        elif step == "generated":
+            detectors = work / "runs/p1-generated/detectors.csv"
+            assert_finite(numbers(detectors, ("auroc",)), "generated")
+            with open(detectors, newline="") as handle:
+                models = {row["model"] for row in csv.DictReader(handle)}
+            assert models == {"p1-eos-best", "resnet50", "ensemble2-member_0-best"}
+            assert_finite(numbers(work / "runs/p1-generated/sets.csv", ("mean MI",)), "sets")
+        elif step == "evg":
+            assert_finite(numbers(work / "runs/p1-evg/results.csv", ("clean auroc", "worst-case auroc", "min rank")),
+                          "evg")
+
+    # the same commands on the checkpoint of a user's own class folders
+    mine = commands["oscr"].replace("runs/p1-eos", "runs/mine-eos")
+    run(world, mine, EVALUATE)
+    report = json.loads((work / "runs/mine-eos/checkpoints/best-oscr/metrics.json").read_text())
+    # known: cat, dog; negatives: fox, owl; unknowns: bat, yak; two val/ images each
+    assert report["counts"] == {"known": 4, "negatives": 4, "unknowns": 4, "skipped_images": 0}
+    assert_finite(list(report["scalars"].values()), "oscr of class folders")
+    run(world, commands["severity"].replace("runs/p1-eos", "runs/mine-eos"), [*EVALUATE, "--data-arg", "estimation=3"])
+    assert_finite(numbers(work / "runs/mine-eos/severity/severity.csv", ("ood-auroc",)), "severity of class folders")
+    run(world, "python evaluate.py generated --model runs/mine-eos/checkpoints/best.ckpt --kappa softmax energy "
+        "--near-ood data/p1-near-ood --real-ood ood=/data/ood --output-dir runs/mine-generated", EVALUATE)
+    assert_finite(numbers(work / "runs/mine-generated/detectors.csv", ("auroc",)), "generated of class folders")
+    run(world, "python evaluate.py evg --model runs/mine-eos/checkpoints/best.ckpt --kappa softmax "
+        "--ood /data/ood --variation affine colour --output-dir runs/mine-evg", SHRINK["evg"])
+    assert_finite(numbers(work / "runs/mine-evg/results.csv", ("worst-case auroc",)), "evg of class folders")
+
+    # EvG with P1 classifiers on timm backbones of each family that timm sizes differently
+    checkpoints = []
+    for family, backbone in TIMM_FAMILIES.items():
+        train = commands["train"].replace("runs/p1-eos", f"runs/p1-{family}").replace(
+            " --config configs/severity/p1.yaml", "")
+        run(world, train, [*CLASSIFIER, "--model.init_args.backbone", backbone])
+        checkpoints.append(f"runs/p1-{family}/checkpoints/best.ckpt")
+    run(world, f"python evaluate.py evg --model runs/p1-eos/checkpoints/best.ckpt {' '.join(checkpoints)} "
+        "--kappa softmax energy --ood /data/ood --variation affine colour --output-dir runs/p1-evg-timm", SHRINK["evg"])
+    with open(work / "runs/p1-evg-timm/results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["detector"].split("/")[0] for row in rows} == {
+        "p1-eos-best", "p1-resnet-best", "p1-convnext-best", "p1-mobilenetv3-best"}
+    assert_finite([float(row["worst-case auroc"]) for row in rows], "evg with timm backbones")
