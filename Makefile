@@ -93,11 +93,13 @@ test-all: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -m ""
 
+# Re-measure every CPU benchmark into benchmarks/RESULTS.md (each script also takes --tiny, a toy run that
+# writes nothing). The GPU one, on a machine with CUDA: python -m benchmarks.gpu_throughput --write
 benchmark: setup
-	$(PY) -m benchmarks.oscr_benchmark
-	$(PY) -m benchmarks.severity_benchmark
-	$(PY) -m benchmarks.training_overhead
-	$(PY) -m benchmarks.generators_benchmark
+	$(PY) -m benchmarks.oscr_benchmark --write
+	$(PY) -m benchmarks.severity_benchmark --write
+	$(PY) -m benchmarks.training_overhead --write
+	$(PY) -m benchmarks.generators_benchmark --write
 	$(PY) -m benchmarks.evg_sampler --write
 
 clean:

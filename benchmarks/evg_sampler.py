@@ -41,12 +41,10 @@ synchronisation are not part of these timings.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import math
 import multiprocessing
 import os
-import statistics
 import time
 import traceback
 import warnings
@@ -58,7 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from benchmarks.common import best_time, load_average, write_section
+from benchmarks.common import benchmark_parser, best_time, finish, load_average, parse
 
 SECTION = "EvG sampler: batched Metropolis–Hastings against the authors' loop"
 STEP_SIZE, TEMPERATURE, TRACE_EVERY, SEED = 0.1, 1.0, 10, 0
@@ -352,115 +350,12 @@ def _ms_per_step(measurement: Measurement, steps: int) -> float:
     return measurement.seconds / steps * 1e3
 
 
-def _span(values: list[float], fmt: str) -> str:
-    low, high = min(values), max(values)
-    return format(low, fmt) if format(low, fmt) == format(high, fmt) else f"{low:{fmt}}–{high:{fmt}}"
-
-
-def interpretation(rows: list[dict[str, Any]]) -> list[str]:
-    """Sentences read off the measured rows (the same words whichever way the numbers come out)."""
-    lines = []
-    toy = [row for row in rows if row["energy"] == "toy"]
-    detector = [row for row in rows if row["energy"] == "detector"]
-
-    def speed(row: dict[str, Any]) -> float:
-        return row["batched"].chain_steps_per_s / row["reference"].chain_steps_per_s
-
-    def growth(group: list[dict[str, Any]], method: str) -> str:
-        """chain-steps/s of the most chains over those of the fewest (longest runs), against the chain ratio."""
-        longest = max(row["steps"] for row in group)
-        runs = sorted((row for row in group if row["steps"] == longest), key=lambda row: row["chains"])
-        few, many = runs[0], runs[-1]
-        return (f"{many[method].chain_steps_per_s / few[method].chain_steps_per_s:.1f}x for "
-                f"{many['chains'] // few['chains']}x the chains")
-
-    if toy:
-        ratios = [speed(row) for row in toy]
-        word = "slower" if max(ratios) < 1 else "faster" if min(ratios) > 1 else "slower or faster"
-        shares = [row["batched"].random_ms / _ms_per_step(row["batched"], row["steps"]) for row in toy]
-        lines.append(
-            f"*What dominates.* Without a network (toy), the batched sampler takes "
-            f"{_span([_ms_per_step(row['batched'], row['steps']) for row in toy], '.2f')} ms per step against the "
-            f"loop's {_span([_ms_per_step(row['reference'], row['steps']) for row in toy], '.2f')} ms, so it is "
-            f"{word} ({_span(ratios, '.2f')}x the loop's chain-steps/s). Its counter-based random numbers alone "
-            f"(proposal normals and acceptance uniforms, a few hundred small int64 tensor operations per block of "
-            f"up to 64 steps) take "
-            f"{_span([row['batched'].random_ms for row in toy], '.2f')} ms per step for "
-            f"{_span([row['chains'] for row in toy], 'd')} chains (timed alone in the same process right after), "
-            f"{_span(shares, '.0%')} of its step, against {_span([row['reference'].random_ms for row in toy], '.3f')} "
-            "ms for the loop's NumPy numbers.")
-    if detector:
-        ratios = [speed(row) for row in detector]
-        most = max(row["chains"] for row in detector)
-        big = [row for row in detector if row["chains"] == most]
-        extra = statistics.mean(_ms_per_step(row["batched"], row["steps"]) - _ms_per_step(row["reference"], row["steps"])
-                                for row in big)
-        toy_big = [row for row in toy if row["chains"] == most]
-        text = (
-            f"With the detector, the affine warp and the CNN's forward pass dominate both "
-            f"({_span([_ms_per_step(row[m], row['steps']) for row in big for m in METHODS], '.0f')} ms per step at "
-            f"{most} chains) and the batched sampler reaches {_span(ratios, '.2f')}x the loop's chain-steps/s; at "
-            f"{most} chains its step differs from the loop's by {extra:+.1f} ms on average")
-        if toy_big:
-            fixed = statistics.mean(_ms_per_step(row["batched"], row["steps"])
-                                    - _ms_per_step(row["reference"], row["steps"]) for row in toy_big)
-            text += (f"; the toy energy puts the batched sampler's extra cost per step at {fixed:+.1f} ms, and the "
-                     f"remainder ({extra - fixed:+.1f} ms) is run-to-run noise of a shared 2-core machine, as both "
-                     "call the same energy on the same batch")
-        lines.append(text + ".")
-    if toy and detector:
-        steps_effect = []
-        for group in (toy, detector):
-            for chains in sorted({row["chains"] for row in group}):
-                runs = sorted((row for row in group if row["chains"] == chains), key=lambda row: row["steps"])
-                if len(runs) > 1:
-                    steps_effect += [runs[-1][m].chain_steps_per_s / runs[0][m].chain_steps_per_s for m in METHODS]
-        median = statistics.median(steps_effect)
-        lines.append(
-            f"*Scaling with chains x steps.* Per step, both pay a fixed cost plus one energy call over all "
-            f"chains, so chain-steps/s grow with the number of chains while the fixed cost dominates (toy: loop "
-            f"{growth(toy, 'reference')}, batched {growth(toy, 'batched')}) and far less once the energy "
-            f"dominates (detector: loop {growth(detector, 'reference')}, batched {growth(detector, 'batched')}). "
-            f"Against the number of steps, chain-steps/s of the longest runs are {_span(steps_effect, '.2f')}x "
-            f"those of the shortest with the same chains (median {median:.2f}x): "
-            + ("no trend beyond this machine's noise, so both take time linear in steps." if 0.8 <= median <= 1.25
-               else "the cost per step changes with the length of the run."))
-    if toy:
-        largest = max(toy, key=lambda row: row["chain_steps"])
-        ref, bat = largest["reference"], largest["batched"]
-        text = (
-            f"*Memory.* The loop keeps the whole trajectory, (steps + 1) x chains x (4D + 4) + steps x chains bytes, "
-            f"O(steps x chains x D): {_bytes(ref.kept_bytes)} at {largest['chains']} chains x {largest['steps']} "
-            f"steps, and its peak RSS grows by {_rss(ref.rss_growth_kib)} (more than those bytes: 3 small tensors "
-            f"per step, each with its own bookkeeping and allocator rounding, and the stacked copy for the argmin); "
-            f"the batched sampler keeps chains x (4D + 24) bytes plus its trace of about steps / {TRACE_EVERY} x "
-            f"chains x 8 bytes -- O(chains x D) plus a thinned O(steps / {TRACE_EVERY} x chains) -- "
-            f"{_bytes(bat.kept_bytes)} there ({ref.kept_bytes / bat.kept_bytes:.0f}x less), and its peak RSS grows "
-            f"by {_rss(bat.rss_growth_kib)}.")
-        if detector:
-            trajectories = max(row["reference"].kept_bytes for row in detector)
-            pairs = [(row["reference"].rss_growth_kib, row["batched"].rss_growth_kib) for row in detector]
-            measured = all(a is not None and b is not None for a, b in pairs)
-            rss_mib = [v / 1024 for pair in pairs for v in pair] if measured else []
-            if measured and max(rss_mib) * 2**20 > 4 * trajectories:  # RSS is not telling the trajectories apart
-                larger = sum(a > b for a, b in pairs)
-                text += (
-                    f" With the detector, RSS growth ({_span(rss_mib, '.1f')} MiB) "
-                    f"is out of proportion to both samplers' kept tensors (at most {_bytes(trajectories)}) and "
-                    "varies from run to run: it reflects how glibc's malloc reuses its heap around the forward "
-                    "pass's large temporary buffers, which the loop's small long-lived tensors can pin (its growth "
-                    f"is the larger in {larger} of {len(pairs)} configurations), so only the toy rows measure the "
-                    "trajectory itself.")
-        lines.append(text)
-    return lines
-
-
 def markdown(rows: list[dict[str, Any]], settings: Settings, *, load: tuple[str, str], elapsed_s: float,
              threads: int) -> str:
     speed = ["| energy | chains | steps | chain-steps | authors' loop (s) | batched (s) | authors' loop "
-             "(chain-steps/s) | batched (chain-steps/s) | batched / loop (speed) | mean lowest energy: loop | "
-             "batched |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(chain-steps/s) | batched (chain-steps/s) | batched / loop (speed) | ms/step: loop | batched | "
+             "random numbers alone (ms/step): loop | batched | mean lowest energy: loop | batched |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     memory = ["| energy | chains | steps | kept: loop (l_x + l_E + l_accept) | kept: batched (minimum + trace) "
               "| loop / batched | peak RSS growth: loop | peak RSS growth: batched |",
               "|---|---|---|---|---|---|---|---|"]
@@ -469,7 +364,9 @@ def markdown(rows: list[dict[str, Any]], settings: Settings, *, load: tuple[str,
         head = f"| {row['energy']} | {row['chains']} | {row['steps']} |"
         speed.append(f"{head} {row['chain_steps']:,} | {ref.seconds:.3f} | {bat.seconds:.3f} | "
                      f"{ref.chain_steps_per_s:,.0f} | {bat.chain_steps_per_s:,.0f} | "
-                     f"{bat.chain_steps_per_s / ref.chain_steps_per_s:.2f}x | {ref.lowest:.3f} ± {ref.lowest_se:.3f} "
+                     f"{bat.chain_steps_per_s / ref.chain_steps_per_s:.2f}x | {_ms_per_step(ref, row['steps']):.2f} | "
+                     f"{_ms_per_step(bat, row['steps']):.2f} | {ref.random_ms:.3f} | {bat.random_ms:.3f} | "
+                     f"{ref.lowest:.3f} ± {ref.lowest_se:.3f} "
                      f"| {bat.lowest:.3f} ± {bat.lowest_se:.3f} |")
         memory.append(f"{head} {_bytes(ref.kept_bytes)} | {_bytes(bat.kept_bytes)} | "
                       f"{ref.kept_bytes / bat.kept_bytes:.1f}x | {_rss(ref.rss_growth_kib)} | "
@@ -503,7 +400,6 @@ def markdown(rows: list[dict[str, Any]], settings: Settings, *, load: tuple[str,
         f"On the toy energy the two samplers' mean lowest energies agree within 3 standard errors in {agree} of "
         f"{len(toy)} configurations (different random numbers, the same algorithm).",
         "",
-        *(line + "\n" for line in interpretation(rows)),
         f"Machine: {os.cpu_count()} CPU cores, {threads} torch thread; 1-minute load average {load[0]} before "
         f"and {load[1]} after the run ({elapsed_s:.0f} s in all). On the CPU `x.cpu()` copies nothing, so the "
         "loop's device-to-host copy of every step is not in these timings; on a GPU it would add a copy and a "
@@ -520,16 +416,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         One dict per (energy, chains, steps): ``energy``, ``chains``, ``steps``, ``chain_steps``, ``dim``,
         ``repeat``, ``similar`` and the fields of a :class:`Measurement` per sampler under ``reference`` and ``batched``.
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (numbers mean nothing)")
-    parser.add_argument("--write", action="store_true", help=f'write the tables to RESULTS.md ("{SECTION}")')
+    parser = benchmark_parser(__doc__, section=SECTION)
     parser.add_argument("--chains", type=int, nargs="+", help="chain counts")
     parser.add_argument("--toy-steps", type=int, nargs="+", help="step counts on the toy energy")
     parser.add_argument("--detector-steps", type=int, nargs="+", help="step counts on the detector energy")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    args = parser.parse_args(argv)
-    if args.tiny and args.write:
-        parser.error("--write records the full run; --tiny only checks that the script works")
+    args = parse(parser, argv)
     settings = TINY if args.tiny else FULL
     settings = Settings(chains=tuple(args.chains or settings.chains),
                         toy_steps=tuple(args.toy_steps or settings.toy_steps),
@@ -544,9 +436,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         torch.set_num_threads(threads)
     body = markdown(rows, settings, load=(load_before, load_average()),
                     elapsed_s=time.perf_counter() - began, threads=args.threads)
-    print(body)
-    if args.write:
-        write_section(SECTION, body)
+    finish(args, SECTION, body, script="benchmarks.evg_sampler")
     return [{**row, **{m: asdict(row[m]) for m in METHODS}} for row in rows]
 
 

@@ -30,20 +30,21 @@ Public reference: about 2,500 img/s for ResNet-50 (v1.5) mixed-precision trainin
 64 px, batch 4, 2 steps, 32-bit, one torch thread so that other processes on a small machine cannot stall
 its thread barriers) so that the script keeps working; its numbers mean nothing.
 
+Synthetic data, the plain step and the callback timing are :mod:`benchmarks.training`'s, shared with
+``benchmarks.training_overhead``.
+
     python -m benchmarks.gpu_throughput [--tiny] [--write] [--work-dir DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import logging
 import math
 import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -53,17 +54,24 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.common import time_hooks, write_section
+from benchmarks.common import benchmark_parser, finish, parse, quiet, table
+from benchmarks.training import (
+    LR,
+    SEVERITY_KAPPAS,
+    OnDevice,
+    SyntheticData,
+    callback_costs,
+    plain_step,
+)
+from callbacks import OpenSetEvaluation, SeverityAUROC
 from datamodules import Batch, ImageNetProtocolDataModule, imagenet_protocol
 from datamodules.protocols import Protocol
+from datamodules.severity import SEVERITY_SETS, ProtocolSeverityData
 from lightning_modules import OpenSetClassifier
 
+SECTION = "GPU throughput"
 PROTOCOL = 2  # 30 known, 31 negative, 55 unknown classes
-LR = 1e-3  # OpenSetClassifier's default optimizer: torch.optim.Adam, lr 1e-3
-SEED = 0
-SEVERITY_KAPPAS = ["softmax", "max_logit", "entropy"]
 A100_REFERENCE = 2470  # img/s, ResNet-50 v1.5, AMP, 1x A100 80GB (NVIDIA DeepLearningExamples, PyTorch)
 ROWS = ("synthetic, Lightning", "synthetic, plain PyTorch", "JPEG pipeline, Lightning", "validation epoch",
         "+ OpenSetEvaluation", "+ SeverityAUROC")
@@ -127,60 +135,6 @@ TINY = Settings(device="cpu", backbone="torchvision:resnet18", precision="32-tru
 
 # --------------------------------------------------------------------------------------------------
 # data
-
-
-class OnDevice:
-    """Datamodule mixin: after the transfer to the device, uint8 images become float in [0, 1] and, with
-    ``channels_last``, NHWC (Lightning calls a datamodule's ``on_after_batch_transfer`` for every batch)."""
-
-    channels_last = False
-
-    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        images = batch.images
-        if images.dtype == torch.uint8:
-            images = images.float().div_(255)
-        if self.channels_last and images.dim() == 4:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return batch._replace(images=images)
-
-
-class _Cycle(Dataset):
-    """``length`` ready batches, cycled from a few (a loader with ``batch_size=None`` yields them as they are)."""
-
-    def __init__(self, batches: list[Batch], length: int) -> None:
-        self.batches, self.length = batches, length
-
-    def __getitem__(self, index: int) -> Batch:
-        return self.batches[index % len(self.batches)]
-
-    def __len__(self) -> int:
-        return self.length
-
-
-class SyntheticBatches(OnDevice, pl.LightningDataModule):
-    """``num_batches`` training batches cycled from 4 pre-collated batches of random uint8 images (pinned
-    on a GPU machine), labels uniform in ``-1..K-1``; the images become float on the device."""
-
-    train_negatives = "include"
-
-    def __init__(self, *, num_classes: int, batch_size: int, image_size: int, num_batches: int, pin: bool) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(SEED)
-        self.batch_size, self.num_batches, self._num_classes = batch_size, num_batches, num_classes
-        self.batches = []
-        for _ in range(min(4, num_batches)):
-            images = torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8,
-                                   generator=generator)
-            batch = Batch(images, torch.randint(-1, num_classes, (batch_size,), generator=generator),
-                          torch.arange(batch_size), torch.empty(0, dtype=torch.long))
-            self.batches.append(Batch(*(t.pin_memory() for t in batch)) if pin else batch)
-
-    @property
-    def num_classes(self) -> int:
-        return self._num_classes
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(_Cycle(self.batches, self.num_batches), batch_size=None)
 
 
 class ProtocolData(OnDevice, ImageNetProtocolDataModule):
@@ -275,7 +229,7 @@ def train_lightning(settings: Settings, data: pl.LightningDataModule, *, num_cla
     return timer, model
 
 
-def train_plain(settings: Settings, data: SyntheticBatches, *, num_classes: int) -> StepTimer:
+def train_plain(settings: Settings, data: SyntheticData, *, num_classes: int) -> StepTimer:
     """The same steps as :func:`train_lightning` in plain PyTorch: autocast, Adam, zero_grad/backward/step."""
     device = torch.device(settings.device)
     model = make_model(settings, num_classes).to(device)
@@ -285,12 +239,7 @@ def train_plain(settings: Settings, data: SyntheticBatches, *, num_classes: int)
     bf16 = settings.precision.startswith("bf16")
     for batch in data.train_dataloader():
         batch = data.on_after_batch_transfer(Batch(*(t.to(device, non_blocking=True) for t in batch)), 0)
-        optimizer.zero_grad()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = model.network(batch.images)
-            loss = model.criterion(logits.float(), batch.targets)
-        loss.backward()
-        optimizer.step()
+        plain_step(model, optimizer, batch, bf16=bf16)
         timer.step_done(int(batch.targets.numel()))
         if timer.done == settings.warmup_steps + settings.steps:
             break
@@ -308,13 +257,17 @@ def release_memory(settings: Settings) -> None:
         torch.cuda.empty_cache()
 
 
+def synthetic_data(settings: Settings, *, num_classes: int, batch_size: int, num_batches: int) -> SyntheticData:
+    """Training batches cycled from 4 distinct ones, pinned on a GPU machine, NHWC with ``channels_last``."""
+    return SyntheticData(num_classes=num_classes, batch_size=batch_size, image_size=settings.crop,
+                         num_batches=num_batches, distinct=4, pin=settings.cuda, channels_last=settings.channels_last)
+
+
 def largest_batch(settings: Settings, *, num_classes: int, root: Path) -> tuple[int, list[int]]:
     """The first of ``settings.batch_sizes`` with which two training steps run; and those that ran out of memory."""
     failed: list[int] = []
     for size in settings.batch_sizes:
-        data = SyntheticBatches(num_classes=num_classes, batch_size=size, image_size=settings.crop, num_batches=2,
-                                pin=settings.cuda)
-        data.channels_last = settings.channels_last
+        data = synthetic_data(settings, num_classes=num_classes, batch_size=size, num_batches=2)
         fits = True
         try:
             train_lightning(settings, data, num_classes=num_classes, root=root, warmup=1, steps=1)
@@ -363,9 +316,6 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
     Returns:
         Rows 4-6 and the one-off set-up time of the severity data.
     """
-    from callbacks import OpenSetEvaluation, SeverityAUROC
-    from datamodules.severity import SEVERITY_SETS, ProtocolSeverityData
-
     start = time.perf_counter()
     severity_data = ProtocolSeverityData(
         root=str(folder), protocol=PROTOCOL, estimation=settings.estimation, test=settings.severity_test,
@@ -378,30 +328,12 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
         ROWS[4]: lambda: [OpenSetEvaluation(every_n_epochs=1, plot_every_n_epochs=0)],
         ROWS[5]: lambda: [SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data)],
     }
-    walls: dict[str, list[float]] = {name: [] for name in variants}
-    hooks: dict[str, list[float]] = {name: [] for name in variants}
-    warmup = int(settings.val_warmup)
-    for round_index in range(settings.val_repeat + warmup):
-        for number, (name, make) in enumerate(variants.items()):
-            callbacks = make()
-            timers = [time_hooks(callback, synchronize=settings.synchronize) for callback in callbacks]
-            start = time.perf_counter()
-            trainer = pl.Trainer(**trainer_args(settings, root / f"validate-{number}"), callbacks=callbacks)
-            trainer.validate(model, datamodule=data, verbose=False)
-            settings.synchronize()
-            wall = time.perf_counter() - start
-            for callback in callbacks:  # time real work only
-                evaluated = (callback.report is not None if isinstance(callback, OpenSetEvaluation)
-                             else callback.model_passes == len(SEVERITY_SETS) and bool(callback.tables))
-                if not evaluated:
-                    raise RuntimeError(f"{type(callback).__name__} did not evaluate during validate")
-            if round_index >= warmup:
-                walls[name].append(wall)
-                hooks[name].append(sum(s for timer in timers for hook, s in timer.items()
-                                       if hook not in ("setup", "teardown")))
+    costs = {cost.label: cost for cost in callback_costs(
+        model, data, variants, trainer_args=lambda number: trainer_args(settings, root / f"validate-{number}"),
+        repeat=settings.val_repeat, warmup=int(settings.val_warmup), synchronize=settings.synchronize)}
     val_images = len(data.val_set)
     batches = math.ceil(val_images / data.batch_size)
-    base = min(walls[ROWS[3]])
+    base = costs[ROWS[3]].wall_s
     rows = [Row(ROWS[3], f"`trainer.validate`, P{PROTOCOL} validation split, no evaluation callbacks",
                 data.batch_size, batches, val_images, base, val_images / base)]
     for name, images, what in (
@@ -410,9 +342,9 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
         (ROWS[5], severity_images, f"`SeverityAUROC(kappas={SEVERITY_KAPPAS})`, `ProtocolSeverityData`: "
                                    "3 passes (ID, OOD estimation, OOD test), tables, figures"),
     ):
-        inside = min(hooks[name])
+        inside = costs[name].hooks_s
         rows.append(Row(name, what, data.batch_size, batches, images, inside, images / inside, added_s=inside,
-                        added_wall_s=min(walls[name]) - base))
+                        added_wall_s=costs[name].wall_s - base))
     return rows, severity_setup_s
 
 
@@ -431,44 +363,36 @@ def device_line(settings: Settings) -> str:
             f"{settings.crop} px")
 
 
-def markdown(rows: list[Row], settings: Settings, notes: list[str]) -> str:
-    lines = [
-        "| row | what | batch | steps | images | seconds | images/s | added s/epoch (in hooks) | "
-        "added s/epoch (wall) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        added = "—" if r.added_s is None else f"{r.added_s:.3f}"
-        wall = "—" if r.added_wall_s is None else f"{r.added_wall_s:+.3f}"
-        lines.append(f"| {r.row} | {r.what} | {r.batch_size} | {r.steps} | {r.images:,} | {r.seconds:.3f} | "
-                     f"{r.images_per_s:,.0f} | {added} | {wall} |")
-    return "\n".join([f"Device: {device_line(settings)}.", "", *lines, "", *notes])
-
-
-def summary_notes(rows: list[Row], settings: Settings, *, failed: list[int], files: int, severity_setup_s: float,
-                  peak_gib: float | None, elapsed_s: float) -> list[str]:
+def markdown(rows: list[Row], settings: Settings, *, failed: list[int], files: int, severity_setup_s: float,
+             peak_gib: float | None, elapsed_s: float) -> str:
+    main = table(
+        ["row", "what", "batch", "steps", "images", "seconds", "images/s", "added s/epoch (in hooks)",
+         "added s/epoch (wall)"],
+        [(r.row, r.what, r.batch_size, r.steps, f"{r.images:,}", f"{r.seconds:.3f}", f"{r.images_per_s:,.0f}",
+          "—" if r.added_s is None else f"{r.added_s:.3f}",
+          "—" if r.added_wall_s is None else f"{r.added_wall_s:+.3f}") for r in rows])
     by_name = {r.row: r for r in rows}
     lightning, plain, jpeg = (by_name[name] for name in TRAINING_ROWS)
-    notes = [
-        f"Training rows: {settings.steps} steps timed after {settings.warmup_steps} warm-up "
-        f"step{'s' if settings.warmup_steps > 1 else ''}, the device "
-        "synchronised at both ends. Batch: the first of "
-        f"{', '.join(map(str, settings.batch_sizes))} that fits"
-        + (f" ({', '.join(map(str, failed))} ran out of memory)" if failed else "")
-        + (f"; peak GPU memory {peak_gib:.1f} GiB." if peak_gib is not None else "."),
-        f"Lightning / plain PyTorch on the synthetic batches: {plain.images_per_s / lightning.images_per_s:.3f}x "
-        f"the time per image (goal: within 5%).",
-        f"JPEG pipeline ({settings.num_workers} workers, {files:,} generated {settings.jpeg_size}x"
-        f"{settings.jpeg_size} JPEGs): {jpeg.images_per_s / lightning.images_per_s:.2f}x the synthetic rate"
-        + (" (the data pipeline is the bottleneck)." if jpeg.images_per_s < 0.95 * lightning.images_per_s else "."),
-        f"Public reference: about 2,500 img/s for ResNet-50 mixed-precision training on one A100 (NVIDIA "
-        f"DeepLearningExamples, ResNet-50 v1.5, PyTorch AMP, 1x A100 80GB: {A100_REFERENCE:,} img/s); "
-        f"synthetic row here: {lightning.images_per_s / A100_REFERENCE:.2f}x that.",
-        "Callback rows: time inside the callback's hooks per validation epoch (best of "
-        f"{settings.val_repeat}{' after a warm-up round' if settings.val_warmup else ''}), and the difference of the whole validate calls; the severity "
-        f"data set-up ({severity_setup_s:.2f} s) is paid once per fit. Whole run: {elapsed_s:.0f} s.",
-    ]
-    return notes
+    facts = table(["", ""], [
+        ("batch", f"the first of {', '.join(map(str, settings.batch_sizes))} that fits"
+                  + (f" ({', '.join(map(str, failed))} ran out of memory)" if failed else "")),
+        ("peak GPU memory", "—" if peak_gib is None else f"{peak_gib:.1f} GiB"),
+        ("Lightning / plain, time per image (synthetic)", f"{plain.images_per_s / lightning.images_per_s:.3f}"),
+        ("JPEG pipeline / synthetic, images/s", f"{jpeg.images_per_s / lightning.images_per_s:.2f} "
+                                                f"({settings.num_workers} workers, {files:,} JPEGs of "
+                                                f"{settings.jpeg_size} px)"),
+        ("synthetic / public A100 reference", f"{lightning.images_per_s / A100_REFERENCE:.2f} "
+                                              f"(of {A100_REFERENCE:,} img/s)"),
+        ("severity data set-up (once per fit)", f"{severity_setup_s:.2f} s"),
+        ("whole run", f"{elapsed_s:.0f} s"),
+    ])
+    return "\n".join([
+        f"Device: {device_line(settings)}. Training rows: {settings.steps} steps timed after "
+        f"{settings.warmup_steps} warm-up step{'s' if settings.warmup_steps > 1 else ''}, the device synchronised at both ends. Callback rows: time inside "
+        f"the callback's hooks per validation epoch, best of {settings.val_repeat}"
+        f"{' after a warm-up round' if settings.val_warmup else ''}, and the difference of the whole validate "
+        "calls. Public reference: NVIDIA DeepLearningExamples, ResNet-50 v1.5, PyTorch AMP, 1x A100 80GB.",
+        "", main, "", facts])
 
 
 def run(settings: Settings, work: Path) -> tuple[list[Row], str]:
@@ -488,9 +412,7 @@ def run(settings: Settings, work: Path) -> tuple[list[Row], str]:
     batch_size, failed = largest_batch(settings, num_classes=num_classes, root=work)
     print(f"batch size {batch_size}", flush=True)
     total_steps = settings.warmup_steps + settings.steps
-    synthetic = SyntheticBatches(num_classes=num_classes, batch_size=batch_size, image_size=settings.crop,
-                                 num_batches=total_steps, pin=settings.cuda)
-    synthetic.channels_last = settings.channels_last
+    synthetic = synthetic_data(settings, num_classes=num_classes, batch_size=batch_size, num_batches=total_steps)
     if settings.cuda:
         torch.cuda.reset_peak_memory_stats()
     timer = train_lightning(settings, synthetic, num_classes=num_classes, root=work,  # the model is dropped: memory
@@ -520,61 +442,44 @@ def run(settings: Settings, work: Path) -> tuple[list[Row], str]:
     release_memory(settings)
     validation, severity_setup_s = validation_rows(settings, model, data, folder, root=work)
     rows += validation
-    notes = summary_notes(rows, settings, failed=failed, files=files, severity_setup_s=severity_setup_s,
+    return rows, markdown(rows, settings, failed=failed, files=files, severity_setup_s=severity_setup_s,
                           peak_gib=peak_gib, elapsed_s=time.perf_counter() - began)
-    return rows, markdown(rows, settings, notes)
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run the benchmark, print the table and, with ``--write``, put it in RESULTS.md.
 
     Returns:
         The table: one dict per row (the fields of :class:`Row`), in the order of :data:`ROWS`.
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="toy CPU run of every row (automatic without CUDA)")
-    parser.add_argument("--write", action="store_true", help='write the table to RESULTS.md ("GPU throughput")')
+    parser = benchmark_parser(__doc__, section=SECTION)
     parser.add_argument("--work-dir", help="empty folder for the generated JPEGs and run files (default: a temp dir)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="batch sizes to try, largest first")
     parser.add_argument("--steps", type=int, help="timed training steps")
     parser.add_argument("--warmup-steps", type=int, help="untimed training steps before them")
-    args = parser.parse_args(argv)
-    tiny = args.tiny or not torch.cuda.is_available()
-    if tiny and not args.tiny:
+    args = parse(parser, argv)
+    if not (args.tiny or torch.cuda.is_available()):
+        if args.write:
+            parser.error("--write records GPU numbers, and there is no CUDA device")
         print("no CUDA device: running the tiny CPU version", flush=True)
-    if tiny and args.write:
-        parser.error("--write records GPU numbers; a tiny CPU run only checks that the script works")
+        args.tiny = True
     overrides = {key: value for key, value in (("batch_sizes", tuple(args.batch_sizes or ())),
                                                ("steps", args.steps), ("warmup_steps", args.warmup_steps)) if value}
-    settings = replace(TINY if tiny else GPU, **overrides)
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    lightning_log = logging.getLogger("pytorch_lightning")
-    log_level, threads = lightning_log.level, torch.get_num_threads()
-    lightning_log.setLevel(logging.WARNING)
-    if tiny:
+    settings = replace(TINY if args.tiny else GPU, **overrides)
+    threads = torch.get_num_threads()
+    if args.tiny:
         torch.set_num_threads(1)
     try:
-        rows, body = _run_quietly(settings, args.work_dir)
+        with quiet():
+            if args.work_dir:
+                rows, body = run(settings, Path(args.work_dir))
+            else:
+                with tempfile.TemporaryDirectory() as work:
+                    rows, body = run(settings, Path(work))
     finally:  # main() also runs in-process (tests): leave the process as it was
         torch.set_num_threads(threads)
-        lightning_log.setLevel(log_level)
-    print(body)
-    if args.write:
-        write_section("GPU throughput", body)
+    finish(args, SECTION, body, script="benchmarks.gpu_throughput")
     return [asdict(row) for row in rows]
-
-
-def _run_quietly(settings: Settings, work_dir: str | None) -> tuple[list[Row], str]:
-    """:func:`run` in ``work_dir`` (or a temporary folder), without Lightning's warnings about toy set-ups."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=r".*smaller than the logging interval.*")
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
-        warnings.filterwarnings("ignore", message=r".*have no `val_dataloader`.*")  # SyntheticBatches
-        if work_dir:
-            return run(settings, Path(work_dir))
-        with tempfile.TemporaryDirectory() as work:
-            return run(settings, Path(work))
 
 
 if __name__ == "__main__":

@@ -4,56 +4,61 @@ Workloads:
 
 (a) the demo: ``OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1)`` on
     the Fashion-MNIST open-set protocol (batch 128, ``num_workers=0``, a ``max_train_per_class`` subset);
-(b) ResNet-50 (``backbone="torchvision:resnet50"``) on synthetic 224 px batches: random uint8 images held in
-    memory (``TensorImageDataset``, yielding ``Sample``, collated by ``collate_samples``), labels -1..K-1.
-    On a small CPU only a few batches.
+(b) ResNet-50 (``backbone="torchvision:resnet50"``) on synthetic 224 px batches
+    (:class:`benchmarks.training.SyntheticData`: random uint8 images held in memory, made float after the
+    transfer, labels -1..K-1). On a small CPU only a few batches.
 
 For each workload, one epoch through ``pl.Trainer.fit`` of the project's LightningModule (no logger,
-checkpointing, progress bar, model summary or validation) against a plain loop doing the same steps: the
-same initial weights, the same batches in the same order (a seeded shuffle), forward through
-``module.network``, ``module.criterion``, Adam with the same lr, zero_grad/backward/step. The first losses
-of both must agree (else a warning). Runs alternate (Lightning, plain, Lightning, ...) after one warm-up
-run of each; best of 3, with the median step time and the plain loop's run-to-run spread next to it (on a
-small shared VM the plain loop alone varies by about 10% from epoch to epoch). Goal: Lightning within 5% of
-the plain loop. The cost of one ``self.log`` call inside a running ``fit`` is measured apart.
+checkpointing, progress bar, model summary or validation) against a plain loop doing the same steps
+(:func:`benchmarks.training.plain_step`): the same initial weights, the same batches in the same order,
+forward through ``module.network``, ``module.criterion``, Adam with the same lr. The first losses of both
+must agree (else a warning). Runs alternate (Lightning, plain, Lightning, ...) after one warm-up run of
+each, with the median step time, a paired lockstep estimate and the plain loop's run-to-run spread next to
+the best epochs. Goal: Lightning within 5% of the plain loop. The cost of one ``self.log`` call inside a
+running ``fit`` is measured apart.
 
-Then the evaluation callbacks' cost per validation epoch on the demo: ``trainer.validate`` over the demo's
-validation set without evaluation callbacks, with ``OpenSetEvaluation`` and with ``SeverityAUROC``.
+Then the evaluation callbacks' cost per validation epoch on the demo
+(:func:`benchmarks.training.callback_costs`): ``trainer.validate`` over the demo's validation set without
+evaluation callbacks, with ``OpenSetEvaluation`` and with ``SeverityAUROC``.
 
-    python -m benchmarks.training_overhead [--quick] [--no-write]
+    python -m benchmarks.training_overhead [--tiny] [--write]
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gc
-import logging
 import math
-import os
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.common import load_average, machine, time_hooks, write_section
+from benchmarks.common import benchmark_parser, finish, load_average, machine, parse, quiet, table
+from benchmarks.training import (
+    LR,
+    SEED,
+    SEVERITY_KAPPAS,
+    CallbackCost,
+    SyntheticData,
+    callback_costs,
+    plain_step,
+)
+from callbacks import OpenSetEvaluation, SeverityAUROC
 from datamodules import FashionMNISTOpenSetDataModule, collate_samples
-from datamodules.images import TensorImageDataset
+from datamodules.severity import FashionSeverityData
 from lightning_modules import OpenSetClassifier
 
+SECTION = "Training-loop overhead"
 GOAL = 1.05  # Lightning / plain loop
-LR = 1e-3  # Adam's lr in both loops: OpenSetClassifier's default optimizer is torch.optim.Adam (lr 1e-3)
-SEED = 0
 RECORDED_LOSSES = 5  # first steps whose losses must agree between the two loops
-SEVERITY_KAPPAS = ["softmax", "max_logit", "entropy"]
 TRAINER_ARGS: dict[str, Any] = {
     "accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False,
     "enable_progress_bar": False, "enable_model_summary": False,
@@ -80,38 +85,12 @@ class DemoData(FashionMNISTOpenSetDataModule):
             super().setup(stage)
             self._built.add(key)
 
-    def train_dataloader(self) -> DataLoader:
-        return fixed_order_loader(self.train_set, batch_size=self.batch_size)
-
-
-class SyntheticData(pl.LightningDataModule):
-    """``num_batches`` batches of random uint8 images ``(3, size, size)`` held in memory, labels uniform in
-    ``-1..K-1`` (EOS trains on the negatives), in a seeded order.
-
-    Args:
-        num_classes: ``K``.
-        num_batches, batch_size: the epoch.
-        image_size: height and width.
-    """
-
-    train_negatives = "include"
-
-    def __init__(self, *, num_classes: int, num_batches: int, batch_size: int, image_size: int = 224) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(SEED)
-        count = num_batches * batch_size
-        images = torch.randint(0, 256, (count, 3, image_size, image_size), dtype=torch.uint8, generator=generator)
-        labels = torch.randint(-1, num_classes, (count,), generator=generator)
-        self.train_set = TensorImageDataset(images, labels)  # yields Sample, images as float in [0, 1]
-        self.batch_size = batch_size
-        self._num_classes = num_classes
-
-    @property
-    def num_classes(self) -> int:
-        return self._num_classes
+    def loader(self, dataset: Dataset | None = None) -> DataLoader:
+        """``dataset`` (default: the training set) in the seeded order of every run."""
+        return fixed_order_loader(self.train_set if dataset is None else dataset, batch_size=self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
-        return fixed_order_loader(self.train_set, batch_size=self.batch_size)
+        return self.loader()
 
 
 @dataclass
@@ -185,16 +164,13 @@ def plain_epoch(model: OpenSetClassifier, data: pl.LightningDataModule, *, max_s
     for batch in data.train_dataloader():
         if max_steps is not None and steps >= max_steps:
             break
-        optimizer.zero_grad()
-        logits, _ = model.network(batch.images)
-        loss = model.criterion(logits.float(), batch.targets)
-        loss.backward()
-        optimizer.step()
+        batch = data.on_after_batch_transfer(batch, 0)  # what Lightning does after its (CPU) transfer
+        loss = plain_step(model, optimizer, batch)
         step_ends.append(time.perf_counter())
         steps += 1
         images += int(batch.targets.numel())
         if len(losses) < RECORDED_LOSSES:
-            losses.append(float(loss.detach()))
+            losses.append(float(loss))
     end = time.perf_counter()
     return Run(end - start, end - loop_start, steps, images, losses, step_durations(loop_start, step_ends))
 
@@ -289,10 +265,10 @@ class Lockstep(pl.Callback):
     """
 
     def __init__(self, model: OpenSetClassifier, data: Any) -> None:
-        self.model = model
+        self.model, self.data = model, data
         self.optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-        # the same batches as data.train_dataloader() (the same seeded order), from a copy of the images
-        self.batches = iter(fixed_order_loader(copy.deepcopy(data.train_set), batch_size=data.batch_size))
+        # the same batches as data.train_dataloader() (the same order), from a copy of the images
+        self.batches = iter(data.loader(copy.deepcopy(data.train_set)))
         self.lightning_s: list[float] = []
         self.plain_s: list[float] = []
         self.lightning_losses: list[float] = []
@@ -308,16 +284,11 @@ class Lockstep(pl.Callback):
     ) -> None:
         start = time.perf_counter()
         self.lightning_s.append(start - self.last)
-        plain_batch = next(self.batches)
-        self.optimizer.zero_grad()
-        logits, _ = self.model.network(plain_batch.images)
-        loss = self.model.criterion(logits.float(), plain_batch.targets)
-        loss.backward()
-        self.optimizer.step()
+        loss = plain_step(self.model, self.optimizer, self.data.on_after_batch_transfer(next(self.batches), 0))
         self.last = time.perf_counter()
         self.plain_s.append(self.last - start)
         if len(self.plain_losses) < RECORDED_LOSSES:  # after the timed span
-            self.plain_losses.append(float(loss.detach()))
+            self.plain_losses.append(float(loss))
             self.lightning_losses.append(float(outputs["loss"]))
             self.last = time.perf_counter()
 
@@ -368,24 +339,13 @@ def log_call_seconds(make_model: Callable[[], OpenSetClassifier], data: pl.Light
     return statistics.median(probe.seconds), len(probe.seconds)
 
 
-@dataclass
-class CallbackCost:
-    label: str
-    wall_s: float  # best of the validate calls
-    hooks_s: float  # best per-epoch time inside the callback's hooks (setup excluded)
-    setup_s: float
-
-
-def callback_costs(model: OpenSetClassifier, data: pl.LightningDataModule, *, root: str,
-                   repeat: int) -> tuple[list[CallbackCost], float]:
+def demo_callback_costs(model: OpenSetClassifier, data: pl.LightningDataModule, *, root: str,
+                        repeat: int) -> tuple[list[CallbackCost], float]:
     """``trainer.validate`` without evaluation callbacks, with OpenSetEvaluation, with SeverityAUROC.
 
     Returns:
         One cost per variant, and the one-off set-up time of the severity data (once per ``fit``).
     """
-    from callbacks import OpenSetEvaluation, SeverityAUROC
-    from datamodules.severity import FashionSeverityData
-
     start = time.perf_counter()
     severity_data = FashionSeverityData(estimation=100, test=50)
     severity_data.setup()
@@ -397,32 +357,11 @@ def callback_costs(model: OpenSetClassifier, data: pl.LightningDataModule, *, ro
         f"+ `SeverityAUROC(kappas={SEVERITY_KAPPAS}, every_n_epochs=1, "
         "data=FashionSeverityData(estimation=100, test=50))` (default `plots=True`)": lambda: [
             SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data)],
-        "+ the same `SeverityAUROC` with `plots=False` (attribution: no figure per κ and epoch)": lambda: [
+        "+ the same `SeverityAUROC` with `plots=False` (no figure per κ and epoch)": lambda: [
             SeverityAUROC(kappas=SEVERITY_KAPPAS, every_n_epochs=1, data=severity_data, plots=False)],
     }
-    walls: dict[str, list[float]] = {label: [] for label in variants}
-    hooks: dict[str, list[float]] = {label: [] for label in variants}
-    setups: dict[str, list[float]] = {label: [] for label in variants}
-    for round_index in range(repeat + 1):  # round 0 is the warm-up
-        for number, (label, make) in enumerate(variants.items()):
-            callbacks = make()
-            timers = [time_hooks(callback) for callback in callbacks]
-            start = time.perf_counter()
-            trainer = pl.Trainer(**TRAINER_ARGS, default_root_dir=str(Path(root) / f"validate-{number}"),
-                                 callbacks=callbacks)
-            trainer.validate(model, datamodule=data, verbose=False)
-            wall = time.perf_counter() - start
-            for callback in callbacks:  # measure real work only
-                evaluated = (callback.report is not None if isinstance(callback, OpenSetEvaluation)
-                             else callback.model_passes == 3 and bool(callback.tables))
-                if not evaluated:
-                    raise RuntimeError(f"{type(callback).__name__} did not evaluate during validate")
-            if round_index:
-                walls[label].append(wall)
-                hooks[label].append(sum(s for timer in timers for name, s in timer.items()
-                                        if name not in ("setup", "teardown")))
-                setups[label].append(sum(timer.get("setup", 0.0) for timer in timers))
-    costs = [CallbackCost(label, min(walls[label]), min(hooks[label]), min(setups[label])) for label in variants]
+    costs = callback_costs(model, data, variants, repeat=repeat,
+                           trainer_args=lambda number: {**TRAINER_ARGS, "default_root_dir": f"{root}/validate-{number}"})
     for cost in costs:
         print(f"validate {cost.label}: {cost.wall_s:.3f}s, in hooks {cost.hooks_s:.3f}s", flush=True)
     return costs, severity_setup_s
@@ -432,154 +371,120 @@ def rate(images_per_s: float) -> str:
     return f"{images_per_s:,.0f}" if images_per_s >= 100 else f"{images_per_s:.2f}"
 
 
+def comparison_row(c: Comparison) -> dict[str, Any]:
+    plain, lightning = c.best("plain", "loop_s"), c.best("lightning", "loop_s")
+    return {"workload": c.name, "steps": c.steps, "batch_size": c.batch_size, "images": c.images,
+            "plain_s": plain, "lightning_s": lightning, "ratio": lightning / plain,
+            "median_step_ratio": c.median_step("lightning") / c.median_step("plain"),
+            "paired_ratio": statistics.median(c.paired), "paired_steps": len(c.paired),
+            "plain_spread": c.spread("plain"), "lightning_call_s": c.best("lightning", "call_s"),
+            "plain_call_s": c.best("plain", "call_s"), "loss_difference": c.loss_difference(),
+            "median_plain_step_s": c.median_step("plain"), "epochs": len(c.lightning) + len(c.plain)}
+
+
 def markdown(comparisons: list[Comparison], costs: list[CallbackCost], severity_setup_s: float,
-             log_call: tuple[float, int], *, validation_images: int, demo_train_images: int, repeat: int, load: tuple[str, str]) -> str:
-    lines = [
-        "One training epoch through `pl.Trainer.fit` of `OpenSetClassifier` against a plain PyTorch loop doing the "
-        "same steps, in the same run: the same initial weights, the same batches in the same order, forward "
-        "through `module.network`, `module.criterion`, `torch.optim.Adam(lr=1e-3)`, zero_grad/backward/step. "
-        "Lightning: no logger, no checkpointing, no progress bar, no model summary, no validation "
-        "(`limit_val_batches=0`, `num_sanity_val_steps=0`); 32-bit, CPU. Lightning and plain epochs alternate "
-        f"after one warm-up run of each; best of {repeat}. *Epoch loop*: Lightning's `on_train_epoch_start` to "
-        "`on_train_epoch_end`, the plain loop's first to last batch; *median step*: the median of every step of "
-        f"the {repeat} epochs (batch loading included), less sensitive to slow phases of the machine; *paired*: "
-        "the median over steps of Lightning's step / the plain loop's step when both loops run in lockstep in "
-        "one `fit` (the plain step k right after Lightning's step k, each with its own model copy, Adam and "
-        "copy of the data), so that both steps of a pair see the same state of the machine; *spread*: "
-        "the plain loop's slowest / fastest epoch, this machine's run-to-run noise for the workload. *fit call*: "
-        "the whole `Trainer(...)` + `fit` call, with Lightning's start-up and tear-down (paid once per `fit`). "
-        f"Machine: {machine()}; 1-minute load average (against the core count) {load[0]} just before the run "
-        f"and {load[1]} just after it (the run itself keeps about 2 threads busy; a load before it means other "
-        "processes shared the cores).",
-        "",
-        "| workload | steps x batch | plain loop (s/epoch) | Lightning epoch loop (s/epoch) | Lightning / plain "
-        "(best epochs) | Lightning / plain (median step) | Lightning / plain (paired, steps) | plain spread | "
-        "Lightning fit call (s) | plain (img/s) | Lightning (img/s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    sentences = []
-    for c in comparisons:
-        plain, lightning = c.best("plain", "loop_s"), c.best("lightning", "loop_s")
-        plain_call, lightning_call = c.best("plain", "call_s"), c.best("lightning", "call_s")
-        ratio, median_ratio = lightning / plain, c.median_step("lightning") / c.median_step("plain")
-        paired = statistics.median(c.paired)
-        lines.append(
-            f"| {c.description} | {c.steps} x {c.batch_size} | {plain:.3f} | {lightning:.3f} | {ratio:.3f} | "
-            f"{median_ratio:.3f} | {paired:.3f} ({len(c.paired)}) | {c.spread('plain'):.2f} | {lightning_call:.3f} | {rate(c.images / plain)} | "
-            f"{rate(c.images / lightning)} |")
-        verdict = "met" if ratio <= GOAL else "NOT met"
-        resolved = abs(ratio - 1) > c.spread("plain") - 1
-        sentences.append(
-            f"{c.name}: Lightning's epoch loop takes {ratio:.3f}x the plain loop's time ({(ratio - 1) * 100:+.1f}%; "
-            f"median step {median_ratio:.3f}x), so the goal (within 5%) is {verdict}"
-            + ("" if resolved else f", though the difference is within the plain loop's own run-to-run spread "
-               f"({(c.spread('plain') - 1) * 100:.0f}%)")
-            + f"; the paired lockstep estimate, which cancels that noise, is {paired:.3f}x "
-            f"({'within' if paired <= GOAL else 'NOT within'} 5%)"
-            + f"; the whole `fit` call adds {lightning_call - lightning - (plain_call - plain):.2f} s of start-up "
-            f"and tear-down once per `fit`. The first {len(c.lightning[0].losses)} losses of all "
-            f"{len(c.lightning) + len(c.plain)} timed epochs "
-            + ("are identical." if c.loss_difference() == 0 else f"agree to {c.loss_difference():.1g}."))
-    demo = comparisons[0]
+             log_call: tuple[float, int], *, validation_images: int, repeat: int, load: tuple[str, str]) -> str:
+    rows = [comparison_row(c) for c in comparisons]
+    loops = table(
+        ["workload", "steps x batch", "plain loop (s/epoch)", "Lightning epoch loop (s/epoch)",
+         "Lightning / plain (best epochs)", "(median step)", "(paired steps)", "plain spread",
+         "`fit` start-up + tear-down (s)", "plain (img/s)", "Lightning (img/s)", "first losses differ by"],
+        [(c.description, f"{r['steps']} x {r['batch_size']}", f"{r['plain_s']:.3f}", f"{r['lightning_s']:.3f}",
+          f"{r['ratio']:.3f}", f"{r['median_step_ratio']:.3f}", f"{r['paired_ratio']:.3f} ({r['paired_steps']})",
+          f"{r['plain_spread']:.2f}",
+          f"{r['lightning_call_s'] - r['lightning_s'] - (r['plain_call_s'] - r['plain_s']):.2f}",
+          rate(r["images"] / r["plain_s"]), rate(r["images"] / r["lightning_s"]), f"{r['loss_difference']:.2g}")
+         for c, r in zip(comparisons, rows, strict=True)])
     log_call_s, log_calls = log_call
-    logging_share = 2 * log_call_s / demo.median_step("plain")
-    sentences.append(
-        f"Of Lightning's own per-step work, the module's two `self.log` calls per training step (`train/loss`, "
-        "and `data/skipped_images`, which `training_step` logs even when no image was skipped) cost "
-        f"{log_call_s * 1e3:.2f} ms each inside a running `fit` (median of {log_calls} timed calls; each one walks "
-        f"its `_ResultMetric` with `apply_to_collection`), {2 * log_call_s * 1e3:.1f} ms per step: "
-        f"{logging_share * 100:.1f}% of the demo's median plain step ({demo.median_step('plain') * 1e3:.0f} ms).")
-    lines += ["", *sentences, ""]
+    demo_step = rows[0]["median_plain_step_s"]
+    logging = table(["one `self.log` call inside a running `fit`", "timed calls", "the module's 2 calls per step",
+                     "share of the demo's median plain step"],
+                    [(f"{log_call_s * 1e3:.2f} ms", log_calls, f"{2 * log_call_s * 1e3:.1f} ms",
+                      f"{2 * log_call_s / demo_step:.1%} (of {demo_step * 1e3:.0f} ms)")])
     baseline = costs[0]
-    demo_epoch = comparisons[0].best("lightning", "loop_s") / comparisons[0].images * demo_train_images
-    lines += [
-        f"Evaluation callbacks on the demo: one `trainer.validate` epoch over the {validation_images:,} demo "
-        "validation images (batch 128) with the model after its training epoch above, each variant with a fresh "
-        f"Trainer and callback, rounds alternating, best of {repeat} after a warm-up round. *Added (wall)*: the "
-        "variant's validate call minus the one without evaluation callbacks; *in hooks*: the time spent inside "
-        "the callback's hooks per epoch (its `setup` excluded, shown apart).",
+    callbacks = table(
+        ["`trainer.validate`, one epoch", "wall (s)", "added (wall, s/epoch)", "in hooks (s/epoch)", "callback setup (s)"],
+        [(cost.label, f"{cost.wall_s:.3f}", *(("—",) * 3 if cost is baseline else
+                                             (f"{cost.wall_s - baseline.wall_s:+.3f}", f"{cost.hooks_s:.3f}",
+                                              f"{cost.setup_s:.3f}")))
+         for cost in costs])
+    return "\n".join([
+        "One training epoch through `pl.Trainer.fit` of `OpenSetClassifier` against a plain PyTorch loop doing the "
+        "same steps (the same initial weights and batches in the same order, `module.network`, `module.criterion`, "
+        "`torch.optim.Adam(lr=1e-3)`); Lightning without logger, checkpointing, progress bar, model summary or "
+        f"validation; 32-bit, CPU. Epochs alternate after one warm-up run of each; best of {repeat}. *Median step*: "
+        f"the median of every step of the {repeat} epochs; *paired*: the median over steps of Lightning's step / the "
+        "plain step when both loops run in lockstep in one `fit`; *spread*: the plain loop's slowest / fastest "
+        f"epoch. Machine: {machine()}; 1-minute load average {load[0]} before and {load[1]} after the run.",
         "",
-        "| `trainer.validate`, one epoch | wall (s) | added (wall, s/epoch) | in hooks (s/epoch) | callback setup (s) |",
-        "|---|---|---|---|---|",
-    ]
-    for cost in costs:
-        added = "—" if cost is baseline else f"{cost.wall_s - baseline.wall_s:+.3f}"
-        hooks = "—" if cost is baseline else f"{cost.hooks_s:.3f}"
-        setup = "—" if cost is baseline else f"{cost.setup_s:.3f}"
-        lines.append(f"| {cost.label} | {cost.wall_s:.3f} | {added} | {hooks} | {setup} |")
-    oscr, severity, severity_no_plots = costs[1:4]
-    lines += [
+        loops,
         "",
-        f"`OpenSetEvaluation` costs {oscr.hooks_s:.3f} s per validation epoch inside its hooks (the wall "
-        f"difference of the validate calls, {oscr.wall_s - baseline.wall_s:+.3f} s, is within their run-to-run "
-        f"noise), {oscr.hooks_s / demo_epoch * 100:.1f}% of a full demo "
-        f"training epoch ({demo_train_images:,} images, ~{demo_epoch:.1f} s at the rate measured above). "
-        f"`SeverityAUROC` adds {severity.wall_s - baseline.wall_s:+.3f} s per validation epoch "
-        f"({severity.hooks_s:.3f} s inside its hooks: three passes over its 4,000 ID + 16 x 150 OOD images, "
-        f"{len(SEVERITY_KAPPAS)} κ, the tables, `history.csv` and one figure per κ; the remainder, outside its "
-        f"hooks, is Lightning's bookkeeping of the {len(SEVERITY_KAPPAS) * (11 + 2)} scalars it logs (11 levels, "
-        "mean and hardest per κ) and run-to-run noise), "
-        f"{severity.hooks_s / demo_epoch * 100:.0f}% of a full demo training epoch, of which "
-        f"{severity.hooks_s - severity_no_plots.hooks_s:.2f} s are its figures (`plots=False`: "
-        f"{severity_no_plots.hooks_s:.2f} s); its data set-up "
-        f"(Fashion-MNIST test split and scikit-learn's digits, {severity_setup_s:.2f} s here) is paid once per "
-        "`fit`, in the callback's `setup`.",
-    ]
-    return "\n".join(lines)
+        logging,
+        "",
+        f"Evaluation callbacks: one `trainer.validate` epoch over the {validation_images:,} demo validation images "
+        "(batch 128) with the demo model after its epoch above, a fresh Trainer and callback per call, rounds "
+        f"alternating, best of {repeat} after a warm-up round. *In hooks*: inside the callback's hooks per epoch "
+        f"(`setup` apart). The severity data's own set-up: {severity_setup_s:.2f} s, once per `fit`.",
+        "",
+        callbacks,
+    ])
 
 
-def main(argv: list[str] | None = None) -> str:
-    """Run the benchmark, print the section and (unless ``--no-write`` or ``--quick``) write it to RESULTS.md."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train-per-class", type=int, default=700,
-                        help="max_train_per_class of the demo workload (700: 3,920 training images, 31 steps)")
-    parser.add_argument("--resnet-batches", type=int, default=6)
-    parser.add_argument("--resnet-batch-size", type=int, default=8)
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the tables and, with ``--write``, put them in RESULTS.md.
+
+    Returns:
+        ``comparisons`` (one dict per workload, see :func:`comparison_row`), ``log_call_s`` and
+        ``log_calls``, ``callbacks`` (label, wall_s, hooks_s, setup_s per validate variant),
+        ``validation_images`` and ``severity_setup_s``.
+    """
+    parser = benchmark_parser(__doc__, section=SECTION)
+    parser.add_argument("--train-per-class", type=int,
+                        help="max_train_per_class of the demo workload (default 700: 3,920 training images, 31 steps)")
+    parser.add_argument("--resnet-batches", type=int, help="batches of the ResNet-50 epoch (default 6)")
+    parser.add_argument("--resnet-batch-size", type=int, help="default 8")
+    parser.add_argument("--resnet-image-size", type=int, help="default 224")
     parser.add_argument("--resnet-classes", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run; implies --no-write")
-    parser.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.train_per_class, args.resnet_batches, args.resnet_batch_size, args.repeat = 50, 2, 2, 1
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=r".*smaller than the logging interval.*")
-    warnings.filterwarnings("ignore", message=r".*have no `val_dataloader`.*")  # SyntheticData: no validation
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")  # Lightning
+    parser.add_argument("--repeat", type=int, help="timed epochs of each loop (default 3)")
+    args = parse(parser, argv)
+    sizes = {"train_per_class": 50, "resnet_batches": 2, "resnet_batch_size": 2, "resnet_image_size": 64,
+             "repeat": 1} if args.tiny else {"train_per_class": 700, "resnet_batches": 6, "resnet_batch_size": 8,
+                                               "resnet_image_size": 224, "repeat": 3}
+    for name, value in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     load = load_average()
-    with tempfile.TemporaryDirectory() as root:
+    with quiet(), tempfile.TemporaryDirectory() as root:
         demo = DemoData(max_train_per_class=args.train_per_class, batch_size=128, num_workers=0)
         demo.setup("fit")
-        comparisons = []
-        demo_result, demo_model = compare(
+
+        def demo_model() -> OpenSetClassifier:
+            return OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1)
+
+        demo_result, trained = compare(
             "Demo (small CNN, Fashion-MNIST)",
             f"(a) demo: small CNN, Fashion-MNIST 28 px, `max_train_per_class={args.train_per_class}`",
-            lambda: OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1), demo,
-            root=root, repeat=args.repeat, warmup_steps=3, lockstep_epochs=args.repeat)
-        comparisons.append(demo_result)
-        log_call = log_call_seconds(
-            lambda: OpenSetClassifier(num_classes=4, loss="eos", backbone="small_cnn", in_channels=1), demo, root=root)
+            demo_model, demo, root=root, repeat=args.repeat, warmup_steps=3, lockstep_epochs=args.repeat)
+        log_call = log_call_seconds(demo_model, demo, root=root)
         synthetic = SyntheticData(num_classes=args.resnet_classes, num_batches=args.resnet_batches,
-                                  batch_size=args.resnet_batch_size)
+                                  batch_size=args.resnet_batch_size, image_size=args.resnet_image_size)
         resnet_result, _ = compare(
-            "ResNet-50 (synthetic 224 px)",
-            f"(b) ResNet-50, synthetic 224 px, K = {args.resnet_classes} (only {args.resnet_batches} batches: "
-            "2-core CPU)",
+            "ResNet-50 (synthetic)",
+            f"(b) ResNet-50, synthetic {args.resnet_image_size} px, K = {args.resnet_classes} "
+            f"({args.resnet_batches} batches)",
             lambda: OpenSetClassifier(num_classes=args.resnet_classes, loss="eos", backbone="torchvision:resnet50"),
             synthetic, root=root, repeat=args.repeat, warmup_steps=1, lockstep_epochs=1)
-        comparisons.append(resnet_result)
-        full_demo = demo if args.quick else DemoData(batch_size=128, num_workers=0)  # all of the demo's data
+        full_demo = demo if args.tiny else DemoData(batch_size=128, num_workers=0)  # all of the demo's data
         full_demo.setup("fit")
-        costs, severity_setup_s = callback_costs(demo_model, full_demo, root=root, repeat=args.repeat)
+        costs, severity_setup_s = demo_callback_costs(trained, full_demo, root=root, repeat=args.repeat)
+        comparisons = [demo_result, resnet_result]
         body = markdown(comparisons, costs, severity_setup_s, log_call, validation_images=len(full_demo.val_set),
-                        demo_train_images=len(full_demo.train_set), repeat=args.repeat,
-                        load=(load, load_average()))
-    if not (args.no_write or args.quick):
-        write_section("Training-loop overhead", body)
-    print(body)
-    return body
+                        repeat=args.repeat, load=(load, load_average()))
+    finish(args, SECTION, body, script="benchmarks.training_overhead")
+    return {"comparisons": [comparison_row(c) for c in comparisons], "log_call_s": log_call[0],
+            "log_calls": log_call[1], "validation_images": len(full_demo.val_set), "severity_setup_s": severity_setup_s,
+            "callbacks": [{"label": c.label, "wall_s": c.wall_s, "hooks_s": c.hooks_s, "setup_s": c.setup_s}
+                          for c in costs]}
 
 
 if __name__ == "__main__":

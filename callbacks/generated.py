@@ -39,6 +39,7 @@ import torch
 from PIL import Image
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
+from torch.utils.data import DataLoader, Subset
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 from callbacks.plots import save_image_grid
@@ -59,7 +60,8 @@ from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger
 from callbacks.scoring import ScoringPasses, TransformedSet, detector_pairs
 from callbacks.severity import model_name
 from common import atomic_write_text, file_sha256, known_columns
-from datamodules.generated import MANIFEST_COLUMNS, GeneratedBenchmarkData
+from datamodules.batch import AtLeast, collate_samples
+from datamodules.generated import MANIFEST_COLUMNS, GeneratedBenchmarkData, LatentSeeds
 from datamodules.registry import build_datamodule
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 from datamodules.transforms import ModelInput, to_float_tensor
@@ -462,11 +464,6 @@ class GenerateSets(Evaluation):
         return folders[0] if len(folders) == 1 else folders
 
     def _generate(self, ckpt: str, folder: Path) -> Path:
-        from torch.utils.data import DataLoader, Subset
-
-        from datamodules.batch import AtLeast, collate_samples
-        from datamodules.generated import LatentSeeds
-
         checkpoint = read_checkpoint(ckpt)
         module = load_module(ckpt, checkpoint, expected=RegularisedGenerator,
                              hint="generate writes the images of a ShiftGenerator or NearOODGenerator checkpoint")

@@ -1,5 +1,7 @@
 """LightningDataModules, protocols, WordNet and data files. Never imports a model."""
 
+import warnings
+
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.evg import OODImagesDataModule
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
@@ -8,6 +10,12 @@ from datamodules.images import ImageFileDataset, TensorImageDataset, UnreadableI
 from datamodules.open_set import OpenSetDataModule
 from datamodules.protocols import Protocol, imagenet_protocol
 from datamodules.transforms import BackgroundClassTarget
+
+# ``python -m datamodules.<module>`` (protocols, imagenet21k, wordnet: the documented commands) finds <module>
+# already imported by this file, and runpy warns that it runs a second copy; their ``__main__`` blocks run
+# the imported copy, so that warning is noise.
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r"'datamodules\.\w+' found in sys.modules after import of package 'datamodules'")
 
 __all__ = [
     "BackgroundClassTarget",

@@ -47,6 +47,8 @@ import numpy as np
 
 from common import atomic_write_text
 from datamodules.protocols import imagenet1k_wnids
+from datamodules.wordnet import load_wordnet, synset
+from datamodules.wordnet import wnid as synset_wnid
 
 RULES = ("id_class", "hypernym", "hyponym", "part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
 CURATED_RELATIONS = ("part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
@@ -118,8 +120,6 @@ class PoolFilter:
 
 def _closure_map(id_classes: Iterable[str], wordnet: Any, direction: str) -> dict[str, str]:
     """wnid -> the (sorted-first) ID class it is a hypernym (``up``) or hyponym (``down``) of."""
-    from datamodules.wordnet import synset, wnid
-
     relatives: dict[str, str] = {}
     for id_wnid in sorted(id_classes):
         start = synset(id_wnid, wordnet)
@@ -128,19 +128,17 @@ def _closure_map(id_classes: Iterable[str], wordnet: Any, direction: str) -> dic
         else:
             related = start.closure(lambda s: s.hyponyms() + s.instance_hyponyms())
         for other in related:
-            relatives.setdefault(wnid(other), id_wnid)
+            relatives.setdefault(synset_wnid(other), id_wnid)
     return relatives
 
 
 def _part_whole_map(id_classes: Iterable[str], wordnet: Any) -> dict[str, str]:
-    from datamodules.wordnet import synset, wnid
-
     related: dict[str, str] = {}
     for id_wnid in sorted(id_classes):
         s = synset(id_wnid, wordnet)
         for other in (s.part_meronyms() + s.member_meronyms() + s.substance_meronyms()
                       + s.part_holonyms() + s.member_holonyms() + s.substance_holonyms()):
-            related.setdefault(wnid(other), id_wnid)
+            related.setdefault(synset_wnid(other), id_wnid)
     return related
 
 
@@ -163,8 +161,6 @@ def filter_ood_classes(
         curated: curated relations (default: the package data).
         wordnet: an NLTK WordNet 3.0 reader (default: :func:`datamodules.wordnet.load_wordnet`).
     """
-    from datamodules.wordnet import load_wordnet
-
     wordnet = wordnet or load_wordnet()
     candidates = list(candidates) if candidates is not None else imagenet21k_wnids()
     id_classes = list(id_classes) if id_classes is not None else imagenet1k_wnids()
@@ -367,5 +363,7 @@ def main(argv: list[str] | None = None) -> None:
               f"(listed in {path.with_name(path.stem + '_dropped.csv')})")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # ``python -m datamodules.imagenet21k``: the package has imported this module already;
+    from datamodules import imagenet21k  # run that copy, whose classes are the ones every other module sees
+
+    imagenet21k.main()

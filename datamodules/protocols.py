@@ -34,6 +34,7 @@ from sklearn.model_selection import train_test_split
 
 from common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
 from datamodules.images import image_files
+from datamodules.wordnet import descendants_in
 
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")
@@ -127,8 +128,6 @@ def protocol_from_superclasses(
     Raises:
         ValueError: if a class falls below superclasses of two roles (name them apart) or a role is empty.
     """
-    from datamodules.wordnet import descendants_in
-
     candidates = list(candidates) if candidates is not None else imagenet1k_wnids()
     roles = {role: descendants_in(roots, candidates, wordnet) for role, roots in zip(ROLES, (known, negative, unknown), strict=True)}
     for role, roots in zip(ROLES, (known, negative, unknown), strict=True):
@@ -364,5 +363,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{len(protocol.unknown)} unknown classes")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # ``python -m datamodules.protocols``: the package has imported this module already;
+    from datamodules import protocols  # run that copy, whose classes are the ones every other module sees
+
+    protocols.main()

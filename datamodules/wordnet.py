@@ -161,5 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"WordNet {open_corpus(corpus).get_version()} for NLTK installed in {corpus}")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # ``python -m datamodules.wordnet``: the package has imported this module already;
+    from datamodules import wordnet  # run that copy, whose classes are the ones every other module sees
+
+    wordnet.main()

@@ -1,7 +1,8 @@
-"""``benchmarks.gpu_throughput`` in its tiny CPU mode: every row of the table with sane values.
+"""Every benchmark in its ``--tiny`` mode (the ``benchmark`` tier): each case runs and reports what it was
+configured to measure, with the references' agreement checks passed.
 
-A smoke test that keeps the GPU script working between the days a GPU is lent; it asserts on what the
-table reports, never on how fast anything ran.
+These keep the scripts working between full measurements; they assert on what the tables report, never on
+how fast anything ran.
 """
 
 from __future__ import annotations
@@ -9,12 +10,83 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from benchmarks import gpu_throughput
+from benchmarks import (
+    evg_sampler,
+    generators_benchmark,
+    gpu_throughput,
+    oscr_benchmark,
+    severity_benchmark,
+    training_overhead,
+)
 from datamodules import imagenet_protocol
 
 pytestmark = pytest.mark.benchmark
+
+
+def test_oscr_tiny_runs_both_branches_of_the_reference_loop() -> None:
+    rows = oscr_benchmark.main(["--tiny", "--sizes", "2000", "9000", "--classes", "4"])
+
+    assert [row["n"] for row in rows] == [2000, 9000]
+    assert [row["loop_full"] for row in rows] == [True, False]  # 9000 > the tiny limit: timed on 50 thresholds
+    for row in rows:
+        probs, target = (t.numpy() for t in oscr_benchmark.make_data(row["n"], 4))
+        known = target >= 0
+        distinct = np.unique(np.r_[probs[known, target[known]], probs[target == -2].max(axis=1)])
+        assert row["distinct"] == len(distinct)
+        assert all(math.isfinite(row[key]) and row[key] > 0 for key in ("ours_s", "sort_s", "loop_s"))
+
+
+def test_severity_tiny_shares_one_pass_per_set_between_the_kappas() -> None:
+    result = severity_benchmark.main(["--tiny", "--classes", "150", "--group", "12"])
+
+    built, passes = result["construction"], result["kappa_passes"]
+    assert (built["classes"], built["group"]) == (150, 12)
+    assert built["scores"] == 150 * 200 + built["id_images"]
+    assert built["auroc_difference"] <= 1e-12  # ours and the straightforward procedure: the same 11 AUROCs
+    kappas = len(severity_benchmark.LOGIT_KAPPAS)
+    assert (passes["shared_passes"], passes["separate_passes"]) == (3, 3 * kappas)  # ID, OOD estimation, OOD test
+    assert passes["images"]["ood_estimation"] == 2 * passes["images"]["ood_test"]  # 20 and 10 per OOD class
+
+
+def test_training_overhead_tiny_runs_the_same_steps_in_both_loops() -> None:
+    result = training_overhead.main(["--tiny"])
+
+    demo, resnet = result["comparisons"]
+    assert demo["steps"] == math.ceil(demo["images"] / 128) and demo["batch_size"] == 128
+    assert (resnet["steps"], resnet["batch_size"], resnet["images"]) == (2, 2, 4)
+    for row in (demo, resnet):
+        assert row["loss_difference"] == 0  # the same initial weights and batches: the same first losses
+        assert row["epochs"] == 2 and row["paired_steps"] == row["steps"]  # one lockstep epoch
+        assert row["ratio"] == row["lightning_s"] / row["plain_s"] and row["plain_spread"] == 1.0  # one epoch each
+    assert result["log_calls"] == 20 * min(10, demo["steps"])
+    labels = [cost["label"] for cost in result["callbacks"]]
+    assert len(labels) == 4 and labels[1].startswith("+ `OpenSetEvaluation") and "plots=False" in labels[3]
+    baseline, oscr, severity, severity_no_plots = result["callbacks"]
+    assert baseline["hooks_s"] == 0.0  # no callback: nothing timed inside hooks
+    assert oscr["hooks_s"] > 0 and severity["hooks_s"] > 0 and severity_no_plots["hooks_s"] > 0
+
+
+def test_generators_tiny_checks_the_ensemble_against_its_members() -> None:
+    result = generators_benchmark.main(["--tiny"])
+
+    assert [(row["members"], row["kind"]) for row in result["forward"]] == [(2, "small_cnn"), (2, "resnet18")]
+    for row in result["forward"]:
+        assert row["difference"] < 1e-5  # vmap and the default path give the members' own logits
+    assert [row["generator"] for row in result["steps"]] == ["shift (Pix2Pix)", "near-OOD (DCGAN)"]
+    for row in result["steps"]:
+        assert 0 <= row["lpips_share"] <= 1 and 0 <= row["ensemble_share"] <= 1
+        assert row["plain_s"] > 0 and row["regularised_s"] > 0
+
+
+@pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
+                                    gpu_throughput, evg_sampler])
+def test_a_tiny_run_never_writes_results(module, capsys) -> None:
+    with pytest.raises(SystemExit):
+        module.main(["--tiny", "--write"])
+    assert "--write records a full run" in capsys.readouterr().err
 
 
 def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
@@ -56,8 +128,6 @@ def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
 
 
 def test_evg_sampler_tiny_reports_both_samplers() -> None:
-    from benchmarks import evg_sampler
-
     chains, toy_steps, detector_steps = 3, (2, 11), (4,)  # not the tiny defaults: report what was configured
     table = evg_sampler.main(["--tiny", "--chains", str(chains), "--toy-steps", *map(str, toy_steps),
                               "--detector-steps", *map(str, detector_steps)])

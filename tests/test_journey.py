@@ -99,6 +99,7 @@ def run(world: dict[str, Path], command: str, extra: list[str]) -> str:
     result = subprocess.run([sys.executable, *argv[1:], *extra], cwd=world["work"], env=env, capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert "found in sys.modules" not in result.stderr, f"{command}: runpy warns of a second copy of the module"
     return result.stdout
 
 
