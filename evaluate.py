@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections.abc
 import json
+import re
 import sys
 import typing
 import warnings
@@ -144,6 +145,14 @@ def normalise(command: str, argv: list[str]) -> list[str]:
     return out
 
 
+def summary(cls: type) -> str:
+    """The one-line help of a command: its docstring's first paragraph without the ``evaluate.py x``: prefix,
+    up to the first clause (never cut mid-sentence at a line break)."""
+    text = " ".join((cls.__doc__ or "").split("\n\n")[0].split()).split(": ", 1)[-1]
+    text = re.split(r" -- |; |, found by", text)[0].replace("``", "").replace(":mod:`", "").replace("`", "")
+    return text.rstrip(".")
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__.split("\n\n")[0], env_prefix="EVALUATE",
                             default_env=False)
@@ -154,7 +163,7 @@ def build_parser() -> ArgumentParser:
         command.add_class_arguments(cls, None, skip={"trainer"}, sub_configs=True)
         if name != "severity-plot":
             command.add_class_arguments(TrainerOptions, None)
-        subcommands.add_subcommand(name, command, help=(cls.__doc__ or "").split("\n")[0].split(": ", 1)[-1])
+        subcommands.add_subcommand(name, command, help=summary(cls))
     return parser
 
 

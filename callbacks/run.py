@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import Logger, WandbLogger
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -53,6 +54,9 @@ class TrainerOptions:
             self.devices = int(self.devices)
         if self.num_nodes < 1:
             raise ValueError(f"num_nodes must be positive, got {self.num_nodes}")
+        if isinstance(self.devices, int) and self.devices < 1:
+            raise ValueError(f"devices must be a positive number of devices (or 'auto', '-1', a list such as "
+                             f"'0,1'), got {self.devices}")
 
 
 def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> Logger | bool:
@@ -67,10 +71,13 @@ def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> L
 
 def make_trainer(options: TrainerOptions, *, logger: Logger | bool, callbacks: list[pl.Callback],
                  **overrides: Any) -> pl.Trainer:
-    return pl.Trainer(accelerator=options.accelerator, devices=options.devices, strategy=options.strategy,
-                      num_nodes=options.num_nodes, precision=options.precision, logger=logger, callbacks=callbacks,
-                      enable_checkpointing=False, enable_progress_bar=options.progress_bar,
-                      enable_model_summary=False, **overrides)
+    try:
+        return pl.Trainer(accelerator=options.accelerator, devices=options.devices, strategy=options.strategy,
+                          num_nodes=options.num_nodes, precision=options.precision, logger=logger,
+                          callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=options.progress_bar,
+                          enable_model_summary=False, **overrides)
+    except MisconfigurationException as error:  # accelerator, devices, strategy or precision Lightning refuses
+        raise ValueError(f"the trainer options are not valid here: {error}") from None
 
 
 def launch_loader() -> DataLoader:

@@ -24,6 +24,7 @@ import argparse
 import csv
 import io
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -168,6 +169,16 @@ def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, It
         )
 
 
+def _check_populated(root: Path, split: str, classes: list[str], required: list[str], *, minimum: int) -> None:
+    """Refuse class folders with fewer than ``minimum`` images (a known class without images would be a
+    class the model never sees; the train/val split needs two images of each class)."""
+    counts = Counter(classes)
+    few = [f"{split}/{wnid} ({counts[wnid]})" for wnid in required if counts[wnid] < minimum]
+    if few:
+        raise ValueError(f"{len(few)} class folders under {root} hold fewer than {minimum} images: "
+                         f"{', '.join(few)}")
+
+
 def _check_splits(splits: Sequence[str]) -> tuple[str, ...]:
     splits = tuple(splits)
     unknown = [split for split in splits if split not in SPLITS]
@@ -208,15 +219,21 @@ def protocol_rows(
             files = image_files(root / "train" / wnid)
             images += [f"train/{wnid}/{name}" for name in files]
             classes += [wnid] * len(files)
-        train_images, val_images, train_classes, val_classes = train_test_split(
-            images, classes, train_size=0.8, stratify=classes, random_state=random_state
-        )
+        _check_populated(root, "train", classes, protocol.known + protocol.negative, minimum=2)
+        try:
+            train_images, val_images, train_classes, val_classes = train_test_split(
+                images, classes, train_size=0.8, stratify=classes, random_state=random_state
+            )
+        except ValueError as error:  # too few images for one validation image per class
+            raise ValueError(f"the train images under {root / 'train'} cannot be split 80/20 by class: {error}") from None
         rows["train"] = [(path, labels[wnid]) for path, wnid in zip(train_images, train_classes, strict=True)]
         rows["val"] = [(path, labels[wnid]) for path, wnid in zip(val_images, val_classes, strict=True)]
     if "test" in splits:
         rows["test"] = [(f"val/{wnid}/{name}", labels[wnid])
                         for wnid in protocol.known + protocol.negative + protocol.unknown
                         for name in image_files(root / "val" / wnid)]
+        _check_populated(root, "val", [path.split("/")[1] for path, _ in rows["test"]],
+                         protocol.known + protocol.negative + protocol.unknown, minimum=1)
     return {split: rows[split] for split in SPLITS if split in splits}
 
 

@@ -88,6 +88,27 @@ def test_options_and_configs_are_checked_by_type(tmp_path, capsys):
     assert "evg" in parse_error(["nonsense"], capsys)
 
 
+def test_trainer_options_lightning_refuses_are_named_not_raised(tmp_path, best_checkpoint):
+    with pytest.raises(SystemExit, match="devices must be a positive number of devices.*got 0"):
+        evaluate.main(["oscr", "--model", str(best_checkpoint), "--devices", "0"])
+    with pytest.raises(SystemExit, match=r"^evaluate.py oscr: .*'foo' is invalid"):
+        evaluate.main(["oscr", "--model", str(best_checkpoint), "--precision", "foo", "--wandb-mode", "disabled"])
+    with pytest.raises(SystemExit, match=r"^evaluate.py oscr: .*invalid strategy name.*nonsense"):
+        evaluate.main(["oscr", "--model", str(best_checkpoint), "--strategy", "nonsense", "--wandb-mode", "disabled"])
+    if not torch.cuda.is_available():  # Lightning's MisconfigurationException, as one line
+        with pytest.raises(SystemExit, match=r"^evaluate.py oscr: the trainer options are not valid here: .*gpu"):
+            evaluate.main(["oscr", "--model", str(best_checkpoint), "--accelerator", "gpu", "--wandb-mode", "disabled"])
+
+
+def test_every_command_is_listed_with_a_whole_clause(capsys):
+    parse_error([], capsys)
+    assert evaluate.summary(evaluate.COMMANDS["oscr"]) == (
+        "the open-set test report (Palechor et al.) of a checkpoint of train.py")
+    assert evaluate.summary(evaluate.COMMANDS["evg"]) == "EvG, the outliers each detector trusts most (Yoon et al.)"
+    for cls in evaluate.COMMANDS.values():
+        assert "``" not in evaluate.summary(cls) and not evaluate.summary(cls).endswith((" a", " the", " in"))
+
+
 def test_print_config_gives_a_config_that_parses_back(tmp_path, capsys):
     with pytest.raises(SystemExit) as raised:
         evaluate.main(["severity", "--model", "timm:resnet50", "--kappa", "softmax", "odin", "--kappa-arg",

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from sklearn.model_selection import train_test_split
 
 from datamodules.protocols import (
@@ -11,6 +12,7 @@ from datamodules.protocols import (
     imagenet1k_wnids,
     imagenet_protocol,
     protocol_from_superclasses,
+    protocol_rows,
     read_protocol_csv,
     write_protocol_csvs,
 )
@@ -265,3 +267,18 @@ def test_write_refuses_half_a_train_val_split(tiny_imagenet, tmp_path, splits):
         write_protocol_csvs(tiny_imagenet, 2, tmp_path / "out", splits=splits)
     assert repr(tuple(splits)) in str(error.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_class_folders_with_too_few_images_are_named(tmp_path):
+    for split, wnid, count in [("train", "a", 3), ("train", "b", 1), ("val", "a", 1), ("val", "b", 0)]:
+        (tmp_path / split / wnid).mkdir(parents=True)
+        for i in range(count):
+            Image.new("RGB", (4, 4), (i, 0, 0)).save(tmp_path / split / wnid / f"{i}.jpg")
+    protocol = Protocol(["a", "b"], [], [])
+    with pytest.raises(ValueError, match=r"1 class folders under .* hold fewer than 2 images: train/b \(1\)"):
+        protocol_rows(tmp_path, protocol)
+    with pytest.raises(ValueError, match=r"fewer than 1 images: val/b \(0\)"):
+        protocol_rows(tmp_path, protocol, splits=["test"])
+    Image.new("RGB", (4, 4)).save(tmp_path / "train" / "b" / "1.jpg")
+    with pytest.raises(ValueError, match=r"cannot be split 80/20 by class: .*test_size = 1 should be greater"):
+        protocol_rows(tmp_path, protocol, splits=["train", "val"])  # 5 images: one validation image for 2 classes
