@@ -155,3 +155,33 @@ def dataset_labels(dataset: Dataset) -> Tensor:
     raise TypeError(f"cannot read the labels of a {type(dataset).__name__}: give it a labels() method")
 
 
+
+
+BALANCED_RULE = "class-balanced: classes in a seeded random order, a seeded permutation within each class, one image per class per round"
+
+
+def balanced_choice(labels: Tensor | Sequence[int], count: int, seed: int) -> Tensor:
+    """The indices of ``count`` images chosen seeded and class-balanced (:data:`BALANCED_RULE`).
+
+    Round ``r`` takes the ``r``-th image of each class's seeded permutation, classes in a seeded order, so
+    any prefix of the choice is as balanced as it can be (class sizes differ by at most one while every class
+    has images left) and the first rows of a class-sorted list are never favoured. The same labels, count and
+    seed give the same indices on every machine (``torch.Generator`` on the CPU).
+
+    Raises:
+        ValueError: ``count`` is not positive or exceeds the number of images.
+    """
+    labels = torch.as_tensor(labels, dtype=torch.long).flatten()
+    if count < 1 or count > labels.numel():
+        raise ValueError(f"cannot choose {count} of {labels.numel()} images: the count must be in 1..{labels.numel()}")
+    generator = torch.Generator().manual_seed(int(seed))
+    classes = labels.unique()
+    classes = classes[torch.randperm(len(classes), generator=generator)]
+    members = [torch.nonzero(labels == c).flatten() for c in classes.tolist()]
+    members = [m[torch.randperm(len(m), generator=generator)] for m in members]
+    longest = max(len(m) for m in members)
+    table = torch.full((longest, len(members)), -1, dtype=torch.long)  # round x class
+    for column, indices in enumerate(members):
+        table[: len(indices), column] = indices
+    order = table.flatten()
+    return order[order >= 0][:count].clone()

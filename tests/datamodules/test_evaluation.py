@@ -131,3 +131,24 @@ def test_a_set_of_another_kind_is_fingerprinted_by_its_images():
     changed = images.clone()
     changed[2, 0, 3, 3] += 0.5
     assert dataset_fingerprint(Listed(changed)) != dataset_fingerprint(Listed(images))
+
+
+def test_balanced_choice_takes_every_class_in_turn_seeded():
+    import numpy as np
+
+    from datamodules.images import balanced_choice
+
+    labels = torch.tensor([0] * 50 + [1] * 7 + [2] * 30 + [5] * 13)  # sorted by class, as protocol lists are
+    chosen = balanced_choice(labels, 40, seed=3)
+    assert len(set(chosen.tolist())) == 40
+    counts = np.bincount(labels[chosen].numpy(), minlength=6)[[0, 1, 2, 5]]
+    assert counts.tolist() == [11, 7, 11, 11]  # 7 of class 1, the rest shared as evenly as possible
+    for prefix in (4, 8, 12):  # every prefix of whole rounds has one image per class per round
+        assert np.bincount(labels[chosen[:prefix]].numpy(), minlength=6)[[0, 1, 2, 5]].tolist() == [prefix // 4] * 4
+    assert torch.equal(chosen, balanced_choice(labels, 40, seed=3))
+    assert not torch.equal(chosen, balanced_choice(labels, 40, seed=4))
+    assert sorted(balanced_choice(labels, 100, seed=0).tolist()) == list(range(100))
+    with pytest.raises(ValueError, match="cannot choose 101 of 100 images"):
+        balanced_choice(labels, 101, seed=0)
+    with pytest.raises(ValueError, match="cannot choose 0 of 100"):
+        balanced_choice(labels, 0, seed=0)
