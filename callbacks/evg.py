@@ -6,7 +6,8 @@
 1. ``on_test_epoch_end``: κ of every detector on the ID validation, ID test and clean OOD images, from the
    engine's scoring passes (one pass per model and set, whatever the number of κ of the model; sharded over
    the devices, every rank joins every gather, cached on disk). The command then fits each detector's
-   energy standardisation on its **ID validation** scores, explicitly (``EvGSearch.fit_standardisation``).
+   energy standardisation on its **ID validation** scores (the paper's text; ``standardise_on: id_test``
+   takes the ID test scores, as the authors' code did), explicitly (``EvGSearch.fit_standardisation``).
 2. ``on_predict_batch_end``: the results of a batch of chains are written at once (atomically) to
    ``chains/<run key>/chains-<first>-<last>.pt``; a resumed run with the same detectors, data, variation
    models, samplers and seed skips the batches found there (:meth:`done`).
@@ -21,10 +22,11 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytorch_lightning as pl
@@ -48,8 +50,9 @@ from callbacks.report import (
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, detector_pairs
-from common import atomic_write_bytes, digest, tensors_fingerprint
+from common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 from datamodules.evg import ChainBatches, EvGData, chain_ranges
+from datamodules.images import BALANCED_RULE
 from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
 from lightning_modules.checkpoint import check_classes, load_module
@@ -59,9 +62,44 @@ from lightning_modules.scoring import ScoringModel
 from metrics import auroc, get_kappa, min_rank
 
 RESULT_COLUMNS = ("detector", "variation", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
-                  "clean min rank", "min rank", "id test images", "ood test images", "acceptance",
-                  "mean step of minimum", "mean start energy", "mean lowest energy", "varied")
+                  "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images", "ood test images",
+                  "seed images", "acceptance", "nan proposals", "mean step of minimum", "mean start energy",
+                  "mean lowest energy", "varied")
 SPLITS = ("id_val", "id_test", "ood")
+ENSEMBLE_SAMPLER = "eV1"  # the authors' released tables: per chain, the lowest energy over the samplers run
+StandardiseOn = Literal["id_val", "id_test"]
+STANDARDISATION_SETS = {"id_val": "ID validation (the paper's text)", "id_test": "ID test (the authors' code)"}
+
+
+def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[tuple[str, str, str],
+                                                                                   dict[str, Tensor]]:
+    """The ``eV1`` row of each (detector, variation) searched by two samplers or more: per chain, the result
+    of the sampler whose worst case has the lowest energy (a NaN energy counts as +inf; ties go to the
+    sampler run first). Its κ of every detector is that worst case's, so its worst-case AUROC is at most each
+    sampler's (κ of the chosen worst case >= κ of every sampler's, the detector's own energy being monotone
+    in κ)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for detector, variation, sampler in results:
+        grouped.setdefault((detector, variation), []).append(sampler)
+    combined: dict[tuple[str, str, str], dict[str, Tensor]] = {}
+    for (detector, variation), samplers in grouped.items():
+        if len(samplers) < 2:
+            continue
+        parts = [results[(detector, variation, s)] for s in samplers]
+        energies = torch.stack([p["energy"].double() for p in parts])
+        choice = torch.nan_to_num(energies, nan=float("inf")).argmin(dim=0)  # first minimum: the earlier sampler
+        chains = torch.arange(choice.numel())
+        merged: dict[str, Tensor] = {}
+        for key in ("points", "energy", "best_step", "start_energy", "nan_proposals",
+                    *(k for k in parts[0] if k.startswith("kappa/"))):
+            if all(key in p for p in parts):
+                merged[key] = torch.stack([p[key] for p in parts])[choice, chains]
+        merged["acceptance"] = torch.full((choice.numel(),), float("nan"))
+        merged["calls"] = torch.tensor(sum(int(p["calls"]) for p in parts))
+        merged["sampler_choice"] = choice
+        merged["trace_steps"] = torch.zeros(0, dtype=torch.long)
+        combined[(detector, variation, ENSEMBLE_SAMPLER)] = merged
+    return combined
 
 
 def _variation_config(variation: torch.nn.Module) -> dict[str, Any]:
@@ -82,11 +120,20 @@ class EvGReport(pl.Callback):
         plots: write and log figures.
         grid_chains: worst cases shown per grid (the lowest energies first).
         passes: the run's scoring passes (shared with every other evaluation of the run).
+        seed_indices: the OOD images the chains start from (indices into ``data["ood"]``; default: all of them,
+            in order); their clean AUROC and MinRank are reported next to those of the whole OOD set.
+        seed_choice: the seed of that choice (recorded in the report).
+        standardise_on: the ID set whose κ standardise the energy (recorded in the report and the run key).
+        precision: the trainer's precision (chains of another precision are another run).
     """
 
     def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
-                 plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None) -> None:
+                 plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None,
+                 seed_indices: Tensor | None = None, seed_choice: int = 0, standardise_on: StandardiseOn = "id_val",
+                 precision: str = "32-true") -> None:
         self.data, self.chains = data, chains
+        self.seed_indices = (torch.arange(len(data["ood"])) if seed_indices is None else seed_indices).long().cpu()
+        self.seed_choice, self.standardise_on, self.precision = seed_choice, standardise_on, str(precision)
         self.output_dir = Path(output_dir)
         self.passes = passes if passes is not None else ScoringPasses(
             cache_dir if cache_dir is not None else self.output_dir / "cache")
@@ -107,7 +154,8 @@ class EvGReport(pl.Callback):
             "variations": {name: _variation_config(v) for name, v in module.variations.items()},
             "samplers": module.sampler_args, "pairs": module.pairs, "steps": module.steps, "seed": module.seed,
             "trace_every": module.trace_every, "seed_images": tensors_fingerprint({"seeds": seeds}),
-            "id_val": self.data["id_val"].fingerprint(),
+            "standardise_on": self.standardise_on, "standardisation_set": self.data[self.standardise_on].fingerprint(),
+            "precision": self.precision,
         })
 
     def chain_dir(self, module: Any) -> Path:
@@ -118,6 +166,18 @@ class EvGReport(pl.Callback):
     @staticmethod
     def _chain_file(directory: Path, first: int, stop: int) -> Path:
         return directory / f"chains-{first:07d}-{stop - 1:07d}.pt"
+
+    def check_batches(self, module: Any, bounds: Sequence[tuple[int, int]]) -> None:
+        """Refuse, before any chain runs, to resume a run whose chain files were written with another split of
+        the chains into batches (another ``chains_per_batch``): they would be recomputed and overlap."""
+        directory = self.chain_dir(module)
+        expected = {self._chain_file(directory, first, stop).name for first, stop in bounds}
+        foreign = sorted(p.name for p in directory.glob("chains-*.pt") if p.name not in expected)
+        if foreign:
+            first, last = (int(part) for part in foreign[0].removesuffix(".pt").split("-")[1:])
+            raise ValueError(f"{directory} holds chain results of this run in other batches ({foreign[0]}: "
+                             f"{last - first + 1} chains per batch, or another number of chains); resume with "
+                             "the chains_per_batch and chains of the interrupted run, or use another output_dir")
 
     def done(self, module: Any) -> Callable[[int, int], bool]:
         """``(first, stop) -> True`` when the batch of chains ``[first, stop)`` has a readable result."""
@@ -201,19 +261,26 @@ class EvGReport(pl.Callback):
         return assembled
 
     def _report(self, trainer: pl.Trainer, module: Any) -> None:
-        results = self.assemble(module)
         out = self.output_dir
+        marker = out / "report.json"
+        marker.unlink(missing_ok=True)  # until the whole report is written again, it is not complete
+        results = self.assemble(module)
+        results.update(sampler_ensemble(results))
         self.rows, self.transfer = [], {}
         for (detector, variation, sampler), result in results.items():
             scores = self.scores[detector]
             worst = result[f"kappa/{detector}"]
+            seeds = scores["ood"][self.seed_indices]
             self.rows.append({
                 "detector": detector, "variation": variation, "sampler": sampler, "chains": int(worst.numel()),
                 "steps": int(result["calls"]), "clean auroc": auroc(scores["id_test"], scores["ood"]),
                 "worst-case auroc": auroc(scores["id_test"], worst),
                 "clean min rank": min_rank(scores["id_test"], scores["ood"]), "min rank": min_rank(scores["id_test"], worst),
+                "seed auroc": auroc(scores["id_test"], seeds), "seed min rank": min_rank(scores["id_test"], seeds),
                 "id test images": int(scores["id_test"].numel()), "ood test images": int(scores["ood"].numel()),
+                "seed images": int(seeds.numel()),
                 "acceptance": float(result["acceptance"].double().mean()),
+                "nan proposals": int(result["nan_proposals"].sum()) if "nan_proposals" in result else 0,
                 "mean step of minimum": float(result["best_step"].double().mean()),
                 "mean start energy": float(result["start_energy"].double().mean()),
                 "mean lowest energy": float(result["energy"].double().mean()),
@@ -225,8 +292,19 @@ class EvGReport(pl.Callback):
         fitted = module.standardisation()
         write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
         standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
-        write_markdown(out / "results.md", self.rows, RESULT_COLUMNS,
-                       preamble=f"Energy standardisation on ID validation (-κ): {standardisation}")
+        on = STANDARDISATION_SETS[self.standardise_on]
+        samplers = sorted({s for _, _, s in results if s != ENSEMBLE_SAMPLER})
+        write_markdown(out / "results.md", self.rows, RESULT_COLUMNS, preamble=(
+            f"Energy standardisation on {on} (-κ): {standardisation}. Seeds: {self.seed_rule()}. "
+            f"{ENSEMBLE_SAMPLER}: per chain, the lowest energy over the samplers {', '.join(samplers)} "
+            "(the authors' released tables); seed auroc / seed min rank: the clean scores of exactly the seed images"))
+        ood = self.data["ood"].dataset
+        groups = getattr(ood, "source_classes", None)
+        write_tables(out, "seeds", [{"seed": i, "ood index": int(index), "source class":
+                                     int(groups[index]) if groups is not None else "",
+                                     "chains": len(range(i, self.chains, len(self.seed_indices)))}
+                                    for i, index in enumerate(self.seed_indices.tolist())],
+                     ("seed", "ood index", "source class", "chains"), preamble=f"The seeds of the chains: {self.seed_rule()}")
         names = list(module.detectors)
         figures: dict[str, Path] = {}
         for (variation, sampler), matrix in self.transfer.items():
@@ -241,12 +319,14 @@ class EvGReport(pl.Callback):
                                              title=f"transfer of worst cases: {variation}, {sampler}",
                                              row_label="searched against", column_label="scored by (AUROC)")
         buffer = io.BytesIO()
-        torch.save({f"{d}|{v}|{s}": {k: r[k] for k in ("points", "energy", "best_step")} for (d, v, s), r
-                    in results.items()}, buffer)
+        seed_of_chain = self.seed_indices[torch.arange(self.chains) % len(self.seed_indices)]
+        torch.save({f"{d}|{v}|{s}": {**{k: r[k] for k in ("points", "energy", "best_step", "sampler_choice") if k in r},
+                                     "kappa": r[f"kappa/{d}"], **{k: r[k] for k in r if k.startswith("kappa/")},
+                                     "seed_index": seed_of_chain} for (d, v, s), r in results.items()}, buffer)
         atomic_write_bytes(out / "worst_cases.pt", buffer.getvalue())
         # the fitted state of the run: the detectors' energy standardisation
         write_tables(out, "standardisation", [{"detector": n, "mean": m, "scale": s} for n, (m, s) in fitted.items()],
-                     ("detector", "mean", "scale"), preamble="Energy = (-κ - mean) / scale, fitted on ID validation")
+                     ("detector", "mean", "scale"), preamble=f"Energy = (-κ - mean) / scale, fitted on {on}")
         if self.plots:
             figures.update(self._figures(module, results))
         log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
@@ -254,7 +334,17 @@ class EvGReport(pl.Callback):
                               (("auroc", "clean auroc"), ("worst_auroc", "worst-case auroc"), ("min_rank", "min rank"))})
         log_table(trainer, metric_key("predict", "evg", "results"), self.rows, RESULT_COLUMNS)
         log_images(trainer, {metric_key("predict", "evg", name): path for name, path in figures.items()})
+        # written last: a report without it (a run killed while writing) is rewritten whole by the next run
+        atomic_write_text(marker, json.dumps({"run_key": self.run_key(module), "rows": self.rows,
+                                              "standardise_on": self.standardise_on, "seeds": self.seed_rule()},
+                                             indent=1, default=float) + "\n")
         rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
+
+    def seed_rule(self) -> str:
+        repeats = -(-self.chains // len(self.seed_indices))
+        return (f"{len(self.seed_indices)} of {len(self.data['ood'])} OOD images, {BALANCED_RULE} "
+                f"(seed {self.seed_choice}); chain i varies seed i mod {len(self.seed_indices)}"
+                + (f", each seed up to {repeats} chains" if repeats > 1 else ""))
 
     def _figures(self, module: Any, results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[str, Path]:
         figures: dict[str, Path] = {}
@@ -271,7 +361,7 @@ class EvGReport(pl.Callback):
             images = torch.stack([seeds.cpu(), worst], dim=1).flatten(0, 1) if seeds is not None else worst
             stem = f"{slug(detector)}__{slug(variation)}__{slug(sampler)}"
             figures[f"grid/{stem}"] = save_image_grid(images, self.output_dir / "grids" / f"{stem}.png")
-            if result["trace_steps"].numel():
+            if result["trace_steps"].numel():  # eV1 has no trace of its own
                 traces.setdefault((detector, variation), {})[sampler] = (
                     result["trace_steps"], result["trace_energy"], result["trace_best"])
         for (detector, variation), per_sampler in traces.items():
@@ -290,7 +380,8 @@ class EvGEvaluation(Evaluation):
 
     The run has three steps, each explicit: ``trainer.test`` scores the fixed sets through the engine
     (:class:`EvGReport`), :meth:`EvGSearch.fit_standardisation` fits each detector's energy on its ID
-    validation scores, and ``trainer.predict`` runs the chains (resumable: finished batches are kept).
+    validation (or, ``standardise_on: id_test``, ID test) scores, and ``trainer.predict`` runs the chains
+    (resumable: finished batches are kept; a run's chains split into batches one way only).
 
     Args:
         model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).
@@ -307,10 +398,15 @@ class EvGEvaluation(Evaluation):
         gan: the generator checkpoint of the ``gan`` variation (a plain GAN trained on the OOD set).
         sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh, random, coordinate, linf.
         sampler_args: per sampler, its arguments, e.g. ``{"mh": {"temperature": 1.0}}``.
-        chains: chains per search (chain ``i`` varies OOD image ``i``).
+        chains: chains per search (chain ``i`` varies seed image ``i mod N_seeds``; the seeds are a seeded,
+            class-balanced choice of ``min(chains, N_ood)`` OOD images).
         steps: detector calls per chain.
         chains_per_batch: chains moved together (keep it to resume an interrupted run).
-        seed: the run's seed (each chain's random numbers are keyed by it and the chain).
+        seed: the run's seed (each chain's random numbers are keyed by it and the chain; it also chooses the
+            seed images).
+        standardise_on: the ID scores that standardise the energy: ``id_val`` (the paper's text, default) or
+            ``id_test`` (the authors' code, ``IN_score.pkl``). μ cancels in the MH acceptance; σ sets the
+            effective temperature.
         trace_every: energy trace thinning (steps).
         batch_size, num_workers: of the passes over the fixed sets.
         random_weights: timm/torchvision models without pretrained weights (tests).
@@ -327,7 +423,8 @@ class EvGEvaluation(Evaluation):
                  variation: Sequence[str] = ("affine", "colour"), variation_args: dict[str, dict[str, Any]] | None = None,
                  gan: str | None = None, sampler: Sequence[str] = ("mh", "random"),
                  sampler_args: dict[str, dict[str, Any]] | None = None, chains: int = 1000, steps: int = 2000,
-                 chains_per_batch: int = 100, seed: int = 0, trace_every: int = 10, batch_size: int = 256,
+                 chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
+                 trace_every: int = 10, batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
                  cache_dir: str | None = None, plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
@@ -348,6 +445,9 @@ class EvGEvaluation(Evaluation):
         self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
         self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
         self.seed, self.trace_every, self.batch_size, self.num_workers = seed, trace_every, batch_size, num_workers
+        if standardise_on not in STANDARDISATION_SETS:
+            raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got {standardise_on!r}")
+        self.standardise_on = standardise_on
         self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
     def detectors(self, models: dict[str, ScoringModel]) -> dict[str, Detector]:
@@ -387,7 +487,8 @@ class EvGEvaluation(Evaluation):
         if self.chains > len(data["ood"]):
             print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
-        seeds = data.seed_images(self.chains, self.pipeline(detectors))
+        seed_indices = data.seed_indices(self.chains, self.seed)
+        seeds = data.seed_images(seed_indices, self.pipeline(detectors))
         generator = load_module(self.gan, expected=NearOODGenerator) if self.gan and "gan" in self.variation else None
         variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
                                             generator=generator) for name in self.variation}
@@ -398,13 +499,15 @@ class EvGEvaluation(Evaluation):
                            steps=self.steps, seed=self.seed, trace_every=self.trace_every)
         check_output_dir(self.output_dir)
         report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
-                           plots=self.plots)
+                           plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed,
+                           standardise_on=self.standardise_on, precision=self.options.precision)
         logger = make_logger(self.options, name="evg")
         # inference mode off: model-based κ such as ODIN take input gradients inside the detector
         trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
         trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
-        module.fit_standardisation({name: scores["id_val"] for name, scores in report.scores.items()})
+        module.fit_standardisation({name: scores[self.standardise_on] for name, scores in report.scores.items()})
         batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
+        report.check_batches(module, batches.all_bounds)
         skipped = [b for b in batches.all_bounds if b not in batches.bounds]
         if skipped and trainer.is_global_zero:
             print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")

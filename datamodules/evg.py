@@ -5,9 +5,10 @@ batches, and the OOD set as training data of the GAN-latent variation model.
 
 - ``id_val`` (role ``id_val``): standardises each detector's energy (nothing else uses it);
 - ``id_test`` (``id_test``): the positives of the clean and worst-case AUROC and of MinRank;
-- ``ood`` (``ood``): the unmodified OOD images (the clean AUROC) and the seeds of the chains: chain ``i``
-  varies image ``i mod N_seeds`` (affine, colour, l∞), brought to the search's image size by
-  :meth:`EvGData.seed_images`.
+- ``ood`` (``ood``): the unmodified OOD images (the clean AUROC) and the seeds of the chains: a seeded,
+  class-balanced choice of them (:meth:`EvGData.seed_indices`; the authors took the first 5,000 of an
+  unsorted test split), chain ``i`` varying seed ``i mod N_seeds`` (affine, colour, l∞), brought to the
+  search's image size by :meth:`EvGData.seed_images`.
 
 :class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
 ``[k·S, (k+1)·S)``, a fixed split of the chains, so a finished batch's result file can be found again and
@@ -29,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.batch import collate_samples
 from datamodules.evaluation import EvaluationData, EvaluationSet
+from datamodules.images import balanced_choice, dataset_labels
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 from datamodules.transforms import ModelInput, TensorPipeline
 
@@ -54,11 +56,21 @@ class EvGData(EvaluationData):
                                       info=given.info if isinstance(given, EvaluationSet) else {}))
         super().__init__(sets, batch_size=batch_size, num_workers=num_workers, classes=classes)
 
-    def seed_images(self, count: int, pipeline: Callable) -> torch.Tensor:
-        """The first ``min(count, N_ood)`` OOD images through ``pipeline`` (a raw image -> a float tensor in
-        ``[0, 1]`` at the search's size): ``(n, C, H, W)``, the seeds of the chains."""
+    def seed_indices(self, count: int, seed: int) -> torch.Tensor:
+        """The OOD images the chains start from: ``min(count, N_ood)`` indices chosen seeded and balanced over
+        the OOD set's own classes (:func:`datamodules.images.balanced_choice`; a digit, a Fashion-MNIST class,
+        an image folder's sub-folder), never the first rows of a class-sorted folder."""
         dataset = self["ood"].dataset
-        return torch.stack([pipeline(dataset[i].image).float() for i in range(min(count, len(dataset)))])
+        groups = getattr(dataset, "source_classes", None)
+        if groups is None:
+            groups = dataset_labels(dataset)
+        return balanced_choice(groups, min(count, len(dataset)), seed)
+
+    def seed_images(self, indices: torch.Tensor, pipeline: Callable) -> torch.Tensor:
+        """The OOD images ``indices`` through ``pipeline`` (a raw image -> a float tensor in ``[0, 1]`` at the
+        search's size): ``(n, C, H, W)``, the seeds of the chains (chain ``i`` varies seed ``i mod n``)."""
+        dataset = self["ood"].dataset
+        return torch.stack([pipeline(dataset[int(i)].image).float() for i in indices])
 
 
 class ChainBatches(Dataset):

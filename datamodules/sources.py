@@ -18,6 +18,7 @@ import gzip
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -128,20 +129,33 @@ def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int] = (),
             tensors for the others).
     """
     if spec == "digits":
-        images, _ = load_digits_images()
-        return TensorImageDataset(images, torch.full((images.shape[0],), UNKNOWN_LABEL), transform=transform)
+        images, digit = load_digits_images()
+        dataset = TensorImageDataset(images, torch.full((images.shape[0],), UNKNOWN_LABEL), transform=transform)
+        return _with_source_classes(dataset, torch.from_numpy(digit))
     if spec.startswith("fashion:"):
         classes = DEMO_UNKNOWN if spec == "fashion:unknown" else tuple(int(c) for c in spec[8:].split(","))
         if set(classes) & set(known):
             raise ValueError(f"real OOD set {spec!r} holds in-distribution classes {sorted(set(classes) & set(known))}")
         images, labels = load_fashion_mnist(data_dir, "test")
         mask = np.isin(labels, classes)
-        return TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
-                                  torch.full((int(mask.sum()),), UNKNOWN_LABEL), transform=transform)
+        dataset = TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
+                                     torch.full((int(mask.sum()),), UNKNOWN_LABEL), transform=transform)
+        return _with_source_classes(dataset, torch.from_numpy(labels[mask].astype(np.int64)))
     folder = Path(spec)
     if not folder.is_dir():
         raise FileNotFoundError(f"real OOD set {spec!r}: not 'digits', 'fashion:...' nor an existing folder")
     rows = [(path, UNKNOWN_LABEL) for path in folder_images(folder)]
     if not rows:
         raise FileNotFoundError(f"real OOD set folder {folder} holds no image files ({sorted(IMAGE_SUFFIXES)})")
-    return ImageFileDataset(str(folder), rows, transform=transform)
+    subfolders = [Path(path).parts[0] if len(Path(path).parts) > 1 else "" for path, _ in rows]
+    index = {name: i for i, name in enumerate(sorted(set(subfolders)))}
+    return _with_source_classes(ImageFileDataset(str(folder), rows, transform=transform),
+                                torch.tensor([index[name] for name in subfolders]))
+
+
+def _with_source_classes(dataset: Any, classes: torch.Tensor) -> Any:
+    """Record each OOD image's class in its own source (a digit, a Fashion-MNIST class, the first sub-folder
+    of an image folder; every label stays -2) as ``source_classes``: what a class-balanced choice of the
+    images balances over (:func:`datamodules.images.balanced_choice`, EvG's seeds)."""
+    dataset.source_classes = classes.long()
+    return dataset

@@ -51,9 +51,15 @@ def energy_standardisation(id_validation_kappa: Tensor) -> tuple[float, float]:
 
 
 def standardised_energy(kappa: Tensor, mean: float, scale: float) -> Tensor:
-    """``(-κ - μ) / scale`` with ``(μ, scale)`` from :func:`energy_standardisation`; NaN κ is refused."""
-    if torch.isnan(kappa).any():
-        bad = torch.nonzero(torch.isnan(kappa)).flatten()[:5].tolist()
-        raise ValueError(f"the detector returned NaN scores (samples {bad} of {kappa.numel()}): "
-                         "an energy cannot be computed from them")
+    """``(-κ - μ) / scale`` with ``(μ, scale)`` from :func:`energy_standardisation`.
+
+    A NaN κ gives a NaN energy, which the samplers count and reject as a proposal (the authors' acceptance
+    rule ``exp(-(E' - E)/T) >= U`` is false for NaN); an infinite κ is refused at once (the first batch of a
+    search), since no standardisation holds it and it would win every comparison.
+    """
+    infinite = torch.isinf(kappa)
+    if infinite.any():
+        bad = torch.nonzero(infinite).flatten()[:5].tolist()
+        raise ValueError(f"the detector returned infinite scores (samples {bad} of {kappa.numel()}): "
+                         "an energy cannot be standardised from them")
     return (-kappa - mean) / scale

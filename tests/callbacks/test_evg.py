@@ -6,15 +6,19 @@ and 2 processes equal to 1."""
 from __future__ import annotations
 
 import csv
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from sklearn.datasets import load_digits
 from sklearn.metrics import roc_auc_score
 
 import evaluate
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
+from datamodules.images import balanced_choice
 from datamodules.sources import load_digits_images
 from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules import OpenSetClassifier
@@ -86,8 +90,13 @@ def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
     sets = reference_sets()
     worst_cases = torch.load(run["out"] / "worst_cases.pt", weights_only=False)
     rows = {(r["detector"], r["variation"], r["sampler"]): r for r in run["result"]["rows"]}
-    assert len(rows) == len(KAPPAS) * 2 * 2
-    seeds = sets["ood"][torch.arange(CHAINS) % sets["ood"].shape[0]]
+    assert len(rows) == len(KAPPAS) * 2 * 3  # mh, random and their eV1 ensemble
+    # the seeds: a seeded, class-balanced choice of the digits (9 chains: 9 different digits), not the first 9
+    chosen = worst_cases["demo-best/softmax|affine|mh"]["seed_index"]
+    digit = torch.from_numpy(load_digits().target)
+    assert torch.equal(chosen, balanced_choice(digit, CHAINS, seed=3))
+    assert len(set(digit[chosen].tolist())) == CHAINS and not torch.equal(chosen, torch.arange(CHAINS))
+    seeds = sets["ood"][chosen]
     variations = {"affine": AffineVariation(), "colour": ColourVariation(channels=1)}
     scores = {k: {name: kappa_of(network, images, k) for name, images in sets.items()} for k in KAPPAS}
     for (detector, variation, sampler), row in rows.items():
@@ -95,6 +104,13 @@ def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
         found = worst_cases[f"{detector}|{variation}|{sampler}"]
         worst = variations[variation](found["points"], seeds)
         worst_kappa = kappa_of(network, worst, kappa)
+        np.testing.assert_allclose(found["kappa"].double().numpy(), worst_kappa, rtol=1e-4, atol=1e-5)  # raw κ kept
+        if sampler == "eV1":  # per chain, the lowest energy of the two samplers; never a better AUROC than either
+            parts = [worst_cases[f"{detector}|{variation}|{s}"]["energy"] for s in ("mh", "random")]
+            assert torch.equal(found["energy"], torch.minimum(*parts))
+            assert row["worst-case auroc"] <= min(rows[(detector, variation, s)]["worst-case auroc"] for s in
+                                                  ("mh", "random"))
+            assert row["min rank"] <= min(rows[(detector, variation, s)]["min rank"] for s in ("mh", "random"))
         # the energy of each worst case: -κ standardised on ID *validation* scores, σ with N - 1, + 1e-3
         outlier = -scores[kappa]["id_val"]
         energy = (-worst_kappa - outlier.mean()) / (outlier.std(ddof=1) + 1e-3)
@@ -106,13 +122,18 @@ def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
         assert row["worst-case auroc"] == pytest.approx(roc_auc_score(labels, np.r_[id_test, worst_kappa]), abs=1e-6)
         assert row["min rank"] == int((id_test > worst_kappa.max()).sum())
         assert row["clean min rank"] == int((id_test > ood.max()).sum())
-        assert row["chains"] == CHAINS and row["steps"] == STEPS + 1
+        seed_kappa = ood[chosen.numpy()]  # the clean scores of exactly the seed images
+        assert row["seed auroc"] == pytest.approx(roc_auc_score(np.r_[np.ones(id_test.size), np.zeros(CHAINS)],
+                                                                np.r_[id_test, seed_kappa]), abs=1e-6)
+        assert row["seed min rank"] == int((id_test > seed_kappa.max()).sum()) and row["seed images"] == CHAINS
+        assert row["nan proposals"] == 0
+        assert row["chains"] == CHAINS and row["steps"] == (STEPS + 1) * (2 if sampler == "eV1" else 1)
         assert row["id test images"] == 4000 and row["ood test images"] == 1797
         assert row["varied"] == ("brightness, contrast" if variation == "colour"
                                  else "angle, translate_x, translate_y, scale, shear")
         # the search found outliers the detector trusts at least as much as its random start
         assert row["mean lowest energy"] <= row["mean start energy"]
-        if sampler == "random":
+        if sampler in ("random", "eV1"):
             assert np.isnan(row["acceptance"])
         else:
             assert 0.0 < row["acceptance"] <= 1.0
@@ -190,7 +211,7 @@ def unnamed(network: torch.nn.Module, size: int = 4) -> ScoringModel:
                         name="net")
 
 
-def test_detector_refuses_nan_and_unstandardised_use() -> None:
+def test_detector_passes_nan_refuses_infinite_and_unstandardised_use() -> None:
     class NaNNetwork(torch.nn.Module):
         def forward(self, images: torch.Tensor) -> torch.Tensor:
             return torch.full((images.shape[0], 3), float("nan"))
@@ -204,8 +225,16 @@ def test_detector_refuses_nan_and_unstandardised_use() -> None:
     assert float(detector.energy_scale) == pytest.approx(float(torch.tensor([0.0, 1.0]).std()) + 1e-3)
     # the fitted state is the module's: buffers, saved with it
     assert set(detector.state_dict()) >= {"energy_mean", "energy_scale"}
-    with pytest.raises(ValueError, match="NaN scores"):
-        detector.energy(torch.zeros(2, 1, 4, 4))
+    assert torch.isnan(detector.energy(torch.zeros(2, 1, 4, 4))).all()  # NaN energies: rejected proposals
+
+    class InfiniteNetwork(torch.nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return torch.full((images.shape[0], 3), float("inf"))
+
+    infinite = Detector(unnamed(InfiniteNetwork()), "max_logit")
+    infinite.fit_standardisation(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="infinite scores"):  # at the first batch of a search
+        infinite.energy(torch.zeros(2, 1, 4, 4))
 
 
 def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
@@ -254,3 +283,51 @@ def test_timm_detector_normalises_inside() -> None:
     with torch.no_grad():
         torch.testing.assert_close(detector.scores(grey), network((resized - mean) / std).max(dim=1).values)
     assert detector.name == "resnet10t/max_logit"
+
+
+def test_a_finished_or_half_written_report_is_written_whole_again(run: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = evaluate.main(options(run["checkpoint"], out) + CLI)
+    marker = json.loads((out / "report.json").read_text())
+    assert [r["sampler"] for r in marker["rows"]] == [r["sampler"] for r in first["rows"]]
+    # a run killed while writing its report: the marker is gone, a table half written, another missing
+    (out / "report.json").unlink()
+    (out / "results.csv").write_text((out / "results.csv").read_text()[:50])
+    (out / "transfer_affine_mh.csv").unlink()
+    again = evaluate.main(options(run["checkpoint"], out) + CLI)  # every chain finished: only the report runs
+    assert same_rows(again["rows"], first["rows"]) and again["rows"]
+    assert read_rows(out / "results.csv") == read_rows(run["out"] / "results.csv")
+    assert (out / "transfer_affine_mh.csv").read_bytes() == (run["out"] / "transfer_affine_mh.csv").read_bytes()
+    assert json.loads((out / "report.json").read_text())["run_key"] == marker["run_key"]
+
+
+def test_resume_with_other_batches_or_precision(run: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(run["out"], out)
+    before = {p: p.stat().st_mtime_ns for p in out.glob("chains/*/chains-*.pt")}
+    with pytest.raises(SystemExit, match=r"other batches \(chains-0000000-0000003.pt: 4 chains per batch"):
+        evaluate.main(options(run["checkpoint"], out, per_batch=3) + CLI)
+    assert {p: p.stat().st_mtime_ns for p in out.glob("chains/*/chains-*.pt")} == before  # nothing recomputed
+    # another precision is another run: its chains go to their own folder, never mixed with the fp32 ones
+    evaluate.main(options(run["checkpoint"], out) + [*CLI, "--precision", "bf16-mixed"])
+    folders = sorted(p.name for p in (out / "chains").iterdir())
+    assert len(folders) == 2 and len(list((out / "chains").glob("*/chains-*.pt"))) == 6
+    with pytest.raises(SystemExit, match="chains must be positive, got 0"):
+        evaluate.main(options(run["checkpoint"], out)[:-2] + ["--chains", "0", "--output-dir", str(out), *CLI])
+
+
+def test_standardisation_on_id_test_as_the_authors_code(run: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = evaluate.main(options(run["checkpoint"], out) + [*CLI, "--standardise-on", "id_test"])
+    network = load_module(run["checkpoint"], expected=OpenSetClassifier).eval()
+    sets = reference_sets()
+    fitted = {row["detector"]: row for row in read_rows(out / "standardisation.csv")}
+    for kappa in KAPPAS:
+        outlier = -kappa_of(network, sets["id_test"], kappa)
+        assert float(fitted[f"demo-best/{kappa}"]["mean"]) == pytest.approx(outlier.mean(), rel=1e-5)
+        assert float(fitted[f"demo-best/{kappa}"]["scale"]) == pytest.approx(outlier.std(ddof=1) + 1e-3, rel=1e-5)
+    assert "Energy standardisation on ID test (the authors' code)" in (out / "results.md").read_text()
+    # μ cancels in the acceptance and σ only rescales it: the clean columns are the same numbers
+    assert [r["clean auroc"] for r in result["rows"]] == [r["clean auroc"] for r in run["result"]["rows"]]
+    with pytest.raises(SystemExit):
+        evaluate.main(options(run["checkpoint"], out) + [*CLI, "--standardise-on", "ood"])

@@ -55,7 +55,9 @@ def test_energy_standardisation_is_the_authors() -> None:
 
 
 def test_nan_scores_are_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"NaN scores \(samples \[1\] of 3\)"):
-        standardised_energy(torch.tensor([0.1, float("nan"), 0.3]), 0.0, 1.0)
+    energy = standardised_energy(torch.tensor([0.1, float("nan"), 0.3]), 0.5, 2.0)  # NaN: a rejected proposal
+    assert energy[0].item() == pytest.approx(-0.3) and torch.isnan(energy[1]) and energy[2].item() == pytest.approx(-0.4)
+    with pytest.raises(ValueError, match=r"infinite scores \(samples \[0, 2\] of 3\)"):
+        standardised_energy(torch.tensor([float("inf"), 0.0, -float("inf")]), 0.0, 1.0)
     with pytest.raises(ValueError, match="at least 2"):
         energy_standardisation(torch.tensor([1.0]))
