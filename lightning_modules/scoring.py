@@ -21,6 +21,7 @@ runs ``trainer.test`` only to launch the processes and call them.
 from __future__ import annotations
 
 import inspect
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -184,11 +185,19 @@ class ScoringModel(pl.LightningModule):
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(N, C)`` (``(M, N, C)`` for an ensemble); ``C = K+1`` with the background class last."""
         self.forward_calls += 1
-        return self.network(images)
+        return self.network(self._as_weights(images))
 
     def features(self, images: Tensor) -> Tensor:
         """Penultimate features ``(N, F)`` for feature-based κ."""
-        return penultimate_features(self.network, images)
+        return penultimate_features(self.network, self._as_weights(images))
+
+    def _as_weights(self, images: Tensor) -> Tensor:
+        """Images in the weights' floating type: a ``*-true`` precision (``64-true``, ``bf16-true``) converts the
+        weights, and the passes feed images outside Lightning's steps (mixed precision keeps float32 weights
+        and autocasts, so nothing changes there)."""
+        weight = next((t for t in chain(self.network.parameters(), self.network.buffers()) if t.is_floating_point()),
+                      None)
+        return images.to(weight.dtype) if weight is not None and images.is_floating_point() else images
 
     def outputs(self, images: Tensor, *, features: bool = False) -> dict[str, Tensor]:
         return forward_outputs(self, images, features=features)

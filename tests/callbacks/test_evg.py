@@ -309,7 +309,7 @@ def test_resume_with_other_batches_or_precision(run: dict, tmp_path: Path) -> No
         evaluate.main(options(run["checkpoint"], out, per_batch=3) + CLI)
     assert {p: p.stat().st_mtime_ns for p in out.glob("chains/*/chains-*.pt")} == before  # nothing recomputed
     # another precision is another run: its chains go to their own folder, never mixed with the fp32 ones
-    evaluate.main(options(run["checkpoint"], out) + [*CLI, "--precision", "bf16-mixed"])
+    evaluate.main(options(run["checkpoint"], out) + [*CLI, "--precision", "64-true"])
     folders = sorted(p.name for p in (out / "chains").iterdir())
     assert len(folders) == 2 and len(list((out / "chains").glob("*/chains-*.pt"))) == 6
     with pytest.raises(SystemExit, match="chains must be positive, got 0"):
