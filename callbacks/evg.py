@@ -55,13 +55,12 @@ from datamodules.evg import ChainBatches, EvGData, chain_ranges
 from datamodules.images import BALANCED_RULE
 from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
-from lightning_modules.checkpoint import check_classes, load_module
+from lightning_modules.checkpoint import check_classes
 from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
-from lightning_modules.generated import NearOODGenerator
 from lightning_modules.scoring import ScoringModel
 from metrics import auroc, get_kappa, min_rank
 
-RESULT_COLUMNS = ("detector", "variation", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
+RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
                   "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images", "ood test images",
                   "seed images", "acceptance", "nan proposals", "mean step of minimum", "mean start energy",
                   "mean lowest energy", "varied")
@@ -272,7 +271,9 @@ class EvGReport(pl.Callback):
             worst = result[f"kappa/{detector}"]
             seeds = scores["ood"][self.seed_indices]
             self.rows.append({
-                "detector": detector, "variation": variation, "sampler": sampler, "chains": int(worst.numel()),
+                "detector": detector, "variation": variation,
+                "preset": getattr(module.variations[variation], "preset", None) or "", "sampler": sampler,
+                "chains": int(worst.numel()),
                 "steps": int(result["calls"]), "clean auroc": auroc(scores["id_test"], scores["ood"]),
                 "worst-case auroc": auroc(scores["id_test"], worst),
                 "clean min rank": min_rank(scores["id_test"], scores["ood"]), "min rank": min_rank(scores["id_test"], worst),
@@ -393,10 +394,16 @@ class EvGEvaluation(Evaluation):
         ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
         image_size: the side of the varied images (default: the detectors' common input; needed when their
             inputs differ, each detector then resizes to its own).
-        variation: variation models (:data:`lightning_modules.evg.VARIATIONS`): affine, colour, gan, linf.
+        variation: variation models (:data:`lightning_modules.evg.VARIATIONS`): ``affine`` and ``colour`` (the
+            authors' presets for the image size: affineV1 below 128 px, affineV2 from 128 px; colorV1), the
+            presets by name (``affineV0``-``affineV3``, ``colorV0``-``colorV2``), ``gan``, ``linf``.
         variation_args: per variation model, its arguments, e.g. ``{"affine": {"scale": [0.9, 1.2]}}``.
-        gan: the generator checkpoint of the ``gan`` variation (a plain GAN trained on the OOD set).
-        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh, random, coordinate, linf.
+        gan: the generator of the ``gan`` variation: a plain GAN checkpoint of ``train.py`` trained on the OOD
+            set, or a factory path ``pkg.mod:factory`` returning any module that maps latents ``(N, D)`` to
+            ``[0, 1]`` images (e.g. a StyleGAN2 of your own); its options (``truncation``, ``latent_dim``,
+            ``generator_args``) go in ``variation_args: {gan: ...}``.
+        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh, random, coordinate (the paper's Figure 2
+            finite difference, 2 calls per step), linf (its own 20,000 iterations, not ``steps``).
         sampler_args: per sampler, its arguments, e.g. ``{"mh": {"temperature": 1.0}}``.
         chains: chains per search (chain ``i`` varies seed image ``i mod N_seeds``; the seeds are a seeded,
             class-balanced choice of ``min(chains, N_ood)`` OOD images).
@@ -489,7 +496,7 @@ class EvGEvaluation(Evaluation):
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
         seed_indices = data.seed_indices(self.chains, self.seed)
         seeds = data.seed_images(seed_indices, self.pipeline(detectors))
-        generator = load_module(self.gan, expected=NearOODGenerator) if self.gan and "gan" in self.variation else None
+        generator = self.gan if self.gan and "gan" in self.variation else None  # a checkpoint or pkg.mod:factory
         variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
                                             generator=generator) for name in self.variation}
         unknown = sorted(set(self.variation_args) - set(variations))

@@ -2,9 +2,11 @@
 registry), samplers (and theirs), the chains' random numbers, the detector and the search module."""
 
 from lightning_modules.evg.detector import Detector
-from lightning_modules.evg.samplers import SAMPLERS, SearchResult
+from lightning_modules.evg.samplers import OWN_BUDGET, SAMPLERS, SearchResult, budget_of
 from lightning_modules.evg.search import AdversarialSearch, EvGSearch, search_pairs
 from lightning_modules.evg.variations import (
+    AFFINE_PRESETS,
+    COLOUR_PRESETS,
     VARIATIONS,
     AffineVariation,
     ColourVariation,
@@ -12,9 +14,14 @@ from lightning_modules.evg.variations import (
     LatentVariation,
     PixelPerturbation,
     build_variation,
+    default_affine_preset,
+    resolve_generator,
 )
 
 __all__ = [
+    "AFFINE_PRESETS",
+    "COLOUR_PRESETS",
+    "OWN_BUDGET",
     "SAMPLERS",
     "VARIATIONS",
     "AdversarialSearch",
@@ -26,6 +33,9 @@ __all__ = [
     "LatentVariation",
     "PixelPerturbation",
     "SearchResult",
+    "budget_of",
     "build_variation",
+    "default_affine_preset",
+    "resolve_generator",
     "search_pairs",
 ]

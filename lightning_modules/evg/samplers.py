@@ -10,14 +10,18 @@ O(steps × chains × D), plus the thinned trace of energies, O(steps / trace_eve
   ``z' = project(z + 0.1·N(0, I))`` (clamp to the box, or renormalise onto the sphere), accept when
   ``exp(-(E(z') - E(z)) / T) >= U``, ``U ~ U[0, 1)``, T = 1, 2000 steps. One detector call per step.
 - :func:`random_search`: a fresh uniform point every step (the authors' ``RandomSampler``).
-- :func:`coordinate_descent`: greedy search along one coordinate at a time (cyclic), ``z ± step_size·e_d``
-  with a random sign, kept only when the energy drops; it starts where MH starts, so it shows what MH's
-  random acceptance of uphill moves buys.
-- :func:`zeroth_order_linf`, the paper's black-box l∞ baseline (the authors' ``coordinate_descent`` with
-  their recommended image settings): a random direction ``e = h·N(0, I)``, the finite-difference gradient
-  ``e·(E(z + e) - E(z)) / h``, momentum ``v = η·g + μ·v``, ``z -= v``, projected onto the l∞ ball and the
-  box; h = 0.005, η = 0.01, μ = 0.999. Two detector calls per iteration, so it runs ``steps // 2``
-  iterations to keep the budget of the others.
+- :func:`coordinate_descent`, the coordinate descent of the paper's Figure 2 (the authors' deterministic
+  ``coordinate_descent``): at iteration ``i`` (from 0) the coordinate ``d = i mod D`` gets the forward
+  finite difference ``g = (E(project(z + h·e_d)) - E(z)) / h`` and moves ``z_d -= step_size·h·g``, projected
+  onto the domain; h = 0.1, step_size = 0.05. Every move is taken (no acceptance test), two detector calls
+  per iteration; it starts where MH starts, so it shows what MH's random acceptance of uphill moves buys.
+- :func:`zeroth_order_linf`, the paper's black-box l∞ baseline as they ran it (their ``coordinate_descent``
+  with momentum and ``svhn_coord.yml``): a random direction ``e = h·N(0, I)``, the finite-difference gradient
+  ``g = e·(E(x + e) - E(x)) / h`` (the probe clamped to the pixel range only), momentum ``v = η·g + μ·v``,
+  ``x -= v`` clamped to the l∞ ball around the clean image and then to the pixel range; h = 0.005, η = 0.1,
+  μ = 0.999, η and h halved every 2,000 iterations, 20,000 iterations, ε = 0.01. Its budget is its own
+  (``iterations``, two detector calls each), independent of the other samplers' ``steps``
+  (:data:`OWN_BUDGET`).
 
 Random numbers: each chain has its own counter-based generator (:mod:`lightning_modules.evg.chain_random`), so
 a chain's results do not depend on its batch, the batch size or the number of processes.
@@ -25,6 +29,7 @@ a chain's results do not depend on its batch, the batch size or the number of pr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,7 +39,6 @@ from torch import Tensor
 from lightning_modules.evg.chain_random import (
     STREAM_ACCEPT,
     STREAM_PROPOSAL,
-    STREAM_SIGN,
     STREAM_START,
     STREAM_START_NORMAL,
     ChainNumbers,
@@ -66,6 +70,10 @@ class SearchResult:
         trace_steps: ``(T,)`` the steps of the thinned trace.
         trace_energy: ``(T, chains)`` current energy at those steps.
         trace_best: ``(T, chains)`` running minimum at those steps.
+        nan_proposals: ``(chains,)`` detector calls whose energy was NaN, each a rejected proposal (the
+            authors' acceptance ``exp(-ΔE/T) >= U`` is false for NaN; the finite-difference searches do not
+            move on one); a chain whose start is NaN accepts its first finite proposal (this project's rule:
+            the authors' would keep it at its start) and keeps the lowest finite state as its minimum.
     """
 
     points: Tensor
@@ -77,12 +85,14 @@ class SearchResult:
     trace_steps: Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     trace_energy: Tensor = field(default_factory=lambda: torch.zeros(0, 0))
     trace_best: Tensor = field(default_factory=lambda: torch.zeros(0, 0))
+    nan_proposals: Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
 
 class _Tracker:
     """Running minimum per chain and a thinned trace; everything stays on the energies' device."""
 
-    def __init__(self, points: Tensor, energy: Tensor, trace_every: int) -> None:
+    def __init__(self, points: Tensor, energy: Tensor, trace_every: int, counted: _Counted) -> None:
+        self.counted = counted
         self.points, self.energy = points.clone(), energy.clone()
         self.start_energy = energy.clone()
         self.best_step = torch.zeros_like(energy, dtype=torch.long)
@@ -92,7 +102,8 @@ class _Tracker:
         self.best: list[Tensor] = [energy.clone()]
 
     def update(self, step: int, points: Tensor, energy: Tensor) -> None:
-        better = energy < self.energy  # strict: the earliest of equal minima is kept
+        # strict: the earliest of equal minima is kept; a finite energy beats a NaN one (a NaN start)
+        better = (energy < self.energy) | (torch.isnan(self.energy) & ~torch.isnan(energy))
         self.points = torch.where(better.unsqueeze(1), points, self.points)
         self.energy = torch.where(better, energy, self.energy)
         self.best_step = torch.where(better, step, self.best_step)
@@ -105,17 +116,30 @@ class _Tracker:
 
     def result(self, acceptance: Tensor, calls: int) -> SearchResult:
         return SearchResult(self.points, self.energy, self.best_step, self.start_energy, acceptance, calls,
-                            torch.tensor(self.steps), torch.stack(self.current), torch.stack(self.best))
+                            torch.tensor(self.steps), torch.stack(self.current), torch.stack(self.best),
+                            self.counted.nan.cpu())
 
 
-def _checked(energy: Energy, points: Tensor) -> Tensor:
-    values = energy(points)
-    if values.shape != points.shape[:1]:
-        raise ValueError(f"the energy must return one value per chain, got shape {tuple(values.shape)} for "
-                         f"{points.shape[0]} chains")
-    if torch.isnan(values).any():
-        raise ValueError("the energy returned NaN: the detector's score of a generated image is not a number")
-    return values
+class _Counted:
+    """The energy, checked for one value per chain, counting NaN energies per chain (rejected proposals)."""
+
+    def __init__(self, energy: Energy, chains: Tensor) -> None:
+        self.energy = energy
+        self.nan = torch.zeros(chains.numel(), dtype=torch.long, device=chains.device)
+
+    def __call__(self, points: Tensor) -> Tensor:
+        values = self.energy(points)
+        if values.shape != points.shape[:1]:
+            raise ValueError(f"the energy must return one value per chain, got shape {tuple(values.shape)} for "
+                             f"{points.shape[0]} chains")
+        self.nan += torch.isnan(values).to(self.nan.device).long()
+        return values
+
+
+def _kept_if_nan(new_points: Tensor, new_energy: Tensor, points: Tensor, energy: Tensor) -> tuple[Tensor, Tensor]:
+    """A finite-difference move whose energy is NaN is not made (the state stays)."""
+    bad = torch.isnan(new_energy) & ~torch.isnan(energy)
+    return torch.where(bad.unsqueeze(1), points, new_points), torch.where(bad, energy, new_energy)
 
 
 def metropolis_hastings(
@@ -146,16 +170,20 @@ def metropolis_hastings(
                          f"{temperature}")
     device = chains.device
     x = (start if start is not None else start_points(domain, seed, chains)).to(device)
-    e = _checked(energy, x)
-    tracker = _Tracker(x, e, trace_every)
+    checked = _Counted(energy, chains)
+    e = checked(x)
+    tracker = _Tracker(x, e, trace_every, checked)
     accepted = torch.zeros_like(e, dtype=torch.long)
     numbers = ChainNumbers(seed, chains)
     for step in range(1, steps + 1):
         noise = numbers.normal(step, STREAM_PROPOSAL, domain.dim, last_step=steps).to(x.dtype)
         proposal = domain.project(x + step_size * noise)
-        e_new = _checked(energy, proposal)
+        e_new = checked(proposal)
         u = numbers.uniform(step, STREAM_ACCEPT, 1, last_step=steps).view(-1)
-        accept = torch.exp(-(e_new.double() - e.double()) / temperature) >= u
+        # a NaN proposal is rejected (exp(NaN) >= U is false); a NaN current state (only the start can be one)
+        # takes any finite proposal -- the authors' rule would keep such a chain at its start for ever
+        current = torch.nan_to_num(e.double(), nan=math.inf)
+        accept = torch.exp(-(e_new.double() - current) / temperature) >= u
         x = torch.where(accept.unsqueeze(1), proposal, x)
         e = torch.where(accept, e_new, e)
         accepted += accept.long()
@@ -169,71 +197,125 @@ def random_search(energy: Energy, domain: Domain, chains: Tensor, *, steps: int 
                   trace_every: int = 10) -> SearchResult:
     """A uniform point of the domain at every step (the same start as MH at step 0)."""
     x = start_points(domain, seed, chains).to(chains.device)
-    e = _checked(energy, x)
-    tracker = _Tracker(x, e, trace_every)
+    checked = _Counted(energy, chains)
+    e = checked(x)
+    tracker = _Tracker(x, e, trace_every, checked)
     numbers = ChainNumbers(seed, chains)
     for step in range(1, steps + 1):
         uniform = numbers.uniform(step, STREAM_START, domain.dim, last_step=steps)
         normal = (numbers.normal(step, STREAM_START_NORMAL, domain.dim, last_step=steps) if domain.kind == "sphere"
                   else uniform)
         x = domain.from_uniform(uniform, normal).to(x.dtype)
-        e = _checked(energy, x)
+        e = checked(x)
         tracker.update(step, x, e)
         tracker.trace(step, e, step == steps)
     return tracker.result(torch.full_like(e, float("nan"), dtype=torch.float64), steps + 1)
 
 
-def coordinate_descent(energy: Energy, domain: Domain, chains: Tensor, *, steps: int = 2000,
-                       step_size: float = 0.1, seed: int = 0, trace_every: int = 10,
+def coordinate_descent(energy: Energy, domain: Domain, chains: Tensor, *, steps: int = 2000, h: float = 0.1,
+                       step_size: float = 0.05, seed: int = 0, trace_every: int = 10,
                        start: Tensor | None = None) -> SearchResult:
-    """Greedy coordinate search: at step t, coordinate ``(t - 1) mod D`` moves by ``±step_size`` (random
-    sign), projected onto the domain, and the move is kept only if the energy drops."""
-    if step_size <= 0:
-        raise ValueError(f"step_size must be positive, got {step_size}")
+    """The coordinate descent of the paper's Figure 2 (see the module docstring).
+
+    Args:
+        energy: points ``(chains, D)`` -> energies ``(chains,)``.
+        domain: the variation model's domain.
+        chains: ``(chains,)`` chain indices.
+        steps: iterations, two detector calls each (the probe and the new state).
+        h: the finite-difference step (0.1).
+        step_size: η (0.05): the move is ``η·(E(z + h·e_d) - E(z))``.
+        seed: the run's seed (the uniform start, as MH's).
+        trace_every: keep the current and best energies every this many detector calls (0: none).
+        start: ``(chains, D)`` start points (default: uniform in the domain).
+
+    Raises:
+        ValueError: steps < 0, or h or step_size not positive.
+    """
+    if steps < 0 or h <= 0 or step_size <= 0:
+        raise ValueError(f"coordinate descent needs steps >= 0, h > 0 and step_size > 0, got {steps}, {h}, "
+                         f"{step_size}")
     x = (start if start is not None else start_points(domain, seed, chains)).to(chains.device)
-    e = _checked(energy, x)
-    tracker = _Tracker(x, e, trace_every)
-    accepted = torch.zeros_like(e, dtype=torch.long)
-    numbers = ChainNumbers(seed, chains)
-    for step in range(1, steps + 1):
-        coordinate = (step - 1) % domain.dim
-        sign = torch.where(numbers.uniform(step, STREAM_SIGN, 1, last_step=steps).view(-1) < 0.5, -1.0, 1.0)
-        proposal = x.clone()
-        proposal[:, coordinate] += step_size * sign.to(x.dtype)
-        proposal = domain.project(proposal)
-        e_new = _checked(energy, proposal)
-        accept = e_new < e
-        x = torch.where(accept.unsqueeze(1), proposal, x)
-        e = torch.where(accept, e_new, e)
-        accepted += accept.long()
-        tracker.update(step, x, e)
-        tracker.trace(step, e, step == steps)
-    return tracker.result(accepted.double() / max(steps, 1), steps + 1)
+    checked = _Counted(energy, chains)
+    e = checked(x)
+    tracker = _Tracker(x, e, trace_every, checked)
+    for iteration in range(steps):
+        coordinate = iteration % domain.dim
+        probe = x.clone()
+        probe[:, coordinate] += h
+        e_probe = checked(domain.project(probe))
+        difference = torch.nan_to_num((e_probe - e) / h, nan=0.0)  # a NaN probe: no move
+        moved = x.clone()
+        moved[:, coordinate] -= step_size * h * difference.to(x.dtype)
+        moved = domain.project(moved)
+        x, e = _kept_if_nan(moved, checked(moved), x, e)
+        call = 2 * (iteration + 1)
+        tracker.update(call, x, e)
+        tracker.trace(call, e, iteration == steps - 1)
+    return tracker.result(torch.full_like(e, float("nan"), dtype=torch.float64), 1 + 2 * steps)
 
 
-def zeroth_order_linf(energy: Energy, domain: Domain, chains: Tensor, *, steps: int = 2000, h: float = 0.005,
-                      step_size: float = 0.01, momentum: float = 0.999, seed: int = 0, trace_every: int = 10,
-                      start: Tensor | None = None) -> SearchResult:
-    """The black-box l∞ baseline (see the module docstring); ``domain`` is the l∞ ball ``[-ε, ε]^D`` of a
-    :class:`PixelPerturbation`, and the search starts at its centre (the clean image)."""
+def zeroth_order_linf(energy: Energy, domain: Domain, chains: Tensor, *, iterations: int = 20000,
+                      h: float = 0.005, step_size: float = 0.1, momentum: float = 0.999, halve_every: int | None = 2000,
+                      seed: int = 0, trace_every: int = 10, start: Tensor | None = None,
+                      low: Tensor | None = None, high: Tensor | None = None) -> SearchResult:
+    """The black-box l∞ baseline as the paper ran it (see the module docstring).
+
+    The state is the perturbation ``z = x - x0`` of a :class:`PixelPerturbation`, whose domain is the ball
+    ``[-ε, ε]^D``; the search starts at its centre (the clean image).
+
+    Args:
+        energy: perturbations ``(chains, D)`` -> energies ``(chains,)`` (of ``clamp(x0 + z, 0, 1)``).
+        domain: the l∞ ball ``[-ε, ε]^D``.
+        chains: ``(chains,)`` chain indices (keys of their random generators).
+        iterations: 20,000 (``n_step`` of ``svhn_coord.yml``); two detector calls each.
+        h, step_size, momentum: 0.005, 0.1, 0.999.
+        halve_every: halve ``step_size`` and ``h`` after iteration ``k·halve_every`` (counted from 0, as the
+            authors' ``i_iter > 0 and i_iter % half_every == 0``); ``None``: never.
+        seed: the run's seed.
+        trace_every: keep the current and best energies every this many detector calls (0: none).
+        start: ``(chains, D)`` start perturbations (default: 0).
+        low, high: ``(chains, D)`` the pixel range as a perturbation, ``-x0`` and ``1 - x0``
+            (:meth:`PixelPerturbation.state_bounds`): the authors clamp the state image to ``[0, 1]``; without
+            them only the ball bounds the state.
+
+    Raises:
+        ValueError: a domain that is not a box, iterations < 0, h or step_size not positive, a momentum
+            outside ``[0, 1)`` or halve_every < 1.
+    """
     if domain.kind != "box":
         raise ValueError("the l-infinity search works on a box domain (a PixelPerturbation)")
-    iterations = steps // 2
+    if iterations < 0 or h <= 0 or step_size <= 0 or not 0 <= momentum < 1:
+        raise ValueError(f"the l-infinity search needs iterations >= 0, h > 0, step_size > 0 and momentum in [0, 1), "
+                         f"got {iterations}, {h}, {step_size}, {momentum}")
+    if halve_every is not None and halve_every < 1:
+        raise ValueError(f"halve_every must be positive (or None), got {halve_every}")
     x = (start if start is not None else torch.full((chains.numel(), domain.dim), (domain.low + domain.high) / 2))
     x = x.to(chains.device)
-    e = _checked(energy, x)
-    tracker = _Tracker(x, e, trace_every)
+
+    def pixel_range(points: Tensor) -> Tensor:
+        if low is not None:
+            points = torch.maximum(points, low.to(points))
+        if high is not None:
+            points = torch.minimum(points, high.to(points))
+        return points
+
+    x = pixel_range(x)
+    checked = _Counted(energy, chains)
+    e = checked(x)
+    tracker = _Tracker(x, e, trace_every, checked)
     velocity = torch.zeros_like(x)
     numbers = ChainNumbers(seed, chains)
     for iteration in range(1, iterations + 1):
         direction = h * numbers.normal(iteration, STREAM_PROPOSAL, domain.dim, last_step=iterations).to(x.dtype)
-        e_probe = _checked(energy, domain.project(x + direction))
-        gradient = direction * ((e_probe - e) / h).unsqueeze(1)
+        e_probe = checked(pixel_range(x + direction))
+        gradient = direction * torch.nan_to_num((e_probe - e) / h, nan=0.0).to(x.dtype).unsqueeze(1)
         velocity = step_size * gradient + momentum * velocity
-        x = domain.project(x - velocity)
-        e = _checked(energy, x)
+        moved = pixel_range(domain.project(x - velocity))
+        x, e = _kept_if_nan(moved, checked(moved), x, e)
         tracker.update(2 * iteration, x, e)
         tracker.trace(2 * iteration, e, iteration == iterations)
+        if halve_every is not None and iteration - 1 > 0 and (iteration - 1) % halve_every == 0:
+            step_size, h = step_size / 2.0, h / 2.0
     return tracker.result(torch.full_like(e, float("nan"), dtype=torch.float64), 1 + 2 * iterations)
 
 
@@ -243,3 +325,12 @@ SAMPLERS: dict[str, Callable[..., SearchResult]] = {
     "coordinate": coordinate_descent,
     "linf": zeroth_order_linf,
 }
+
+OWN_BUDGET = frozenset({"linf"})
+"""Samplers with their own budget (the l∞ baseline's ``iterations``), not the search's ``steps``."""
+
+
+def budget_of(sampler: str, steps: int) -> dict[str, int]:
+    """The budget keyword the search passes to a sampler: ``steps`` for every sampler but :data:`OWN_BUDGET`
+    (whose defaults, or their ``sampler_args``, decide)."""
+    return {} if sampler in OWN_BUDGET else {"steps": steps}

@@ -27,7 +27,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lightning_modules.evg.detector import Detector
-from lightning_modules.evg.samplers import SAMPLERS, SearchResult
+from lightning_modules.evg.samplers import SAMPLERS, SearchResult, budget_of
 from lightning_modules.evg.variations import PixelPerturbation
 
 
@@ -105,8 +105,12 @@ class EvGSearch(pl.LightningModule):
         def energy(points: Tensor) -> Tensor:
             return detector.energy(variation(points, seeds))
 
-        return SAMPLERS[sampler](energy, variation.domain, chains, steps=self.steps, seed=self.seed,
-                                 trace_every=self.trace_every, **self.sampler_args[sampler])
+        # the l-infinity baseline has its own budget (budget_of) and keeps its state image in [0, 1]
+        extra: dict[str, Any] = budget_of(sampler, self.steps)
+        if isinstance(variation, PixelPerturbation) and sampler == "linf":
+            extra.update(zip(("low", "high"), variation.state_bounds(seeds), strict=True))
+        return SAMPLERS[sampler](energy, variation.domain, chains, seed=self.seed, trace_every=self.trace_every,
+                                 **extra, **self.sampler_args[sampler])
 
     def predict_step(self, batch: Tensor, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
         """``{"chains": (B,), "results": {(detector, variation, sampler): {...}}}`` for chain indices ``(B,)``."""
@@ -125,7 +129,8 @@ class EvGSearch(pl.LightningModule):
                     "points": found.points.cpu(), "energy": found.energy.cpu(), "best_step": found.best_step.cpu(),
                     "start_energy": found.start_energy.cpu(), "acceptance": found.acceptance.cpu(),
                     "calls": torch.tensor(found.calls), "trace_steps": found.trace_steps.cpu(),
-                    "trace_energy": found.trace_energy.cpu(), "trace_best": found.trace_best.cpu(), **scored,
+                    "trace_energy": found.trace_energy.cpu(), "trace_best": found.trace_best.cpu(),
+                    "nan_proposals": found.nan_proposals.cpu(), **scored,
                 }
                 rank_zero_info(f"chains {int(chains[0])}-{int(chains[-1])}: search {len(results)}/{total} "
                                f"({name}, {variation_name}, {sampler}) done, {time.perf_counter() - started:.0f} s")

@@ -129,6 +129,7 @@ def test_report_numbers_are_recomputed_from_the_worst_cases(run: dict) -> None:
         assert row["nan proposals"] == 0
         assert row["chains"] == CHAINS and row["steps"] == (STEPS + 1) * (2 if sampler == "eV1" else 1)
         assert row["id test images"] == 4000 and row["ood test images"] == 1797
+        assert row["preset"] == ("colorV1" if variation == "colour" else "affineV1")  # 28 px: the 32 px presets
         assert row["varied"] == ("brightness, contrast" if variation == "colour"
                                  else "angle, translate_x, translate_y, scale, shear")
         # the search found outliers the detector trusts at least as much as its random start
