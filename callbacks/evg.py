@@ -70,6 +70,15 @@ StandardiseOn = Literal["id_val", "id_test"]
 STANDARDISATION_SETS = {"id_val": "ID validation (the paper's text)", "id_test": "ID test (the authors' code)"}
 
 
+def finite_worst(kappa: Tensor) -> Tensor:
+    """The worst cases' κ without those of chains that never had a finite energy (every state NaN: a start
+    deep in a region the detector cannot score); the ``nan proposals`` column counts them."""
+    kept = kappa[~torch.isnan(kappa)]
+    if kept.numel() == 0:
+        raise RuntimeError("no chain of this search found an image the detector could score (every energy NaN)")
+    return kept
+
+
 def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[tuple[str, str, str],
                                                                                    dict[str, Tensor]]:
     """The ``eV1`` row of each (detector, variation) searched by two samplers or more: per chain, the result
@@ -268,7 +277,7 @@ class EvGReport(pl.Callback):
         self.rows, self.transfer = [], {}
         for (detector, variation, sampler), result in results.items():
             scores = self.scores[detector]
-            worst = result[f"kappa/{detector}"]
+            worst = finite_worst(result[f"kappa/{detector}"])
             seeds = scores["ood"][self.seed_indices]
             self.rows.append({
                 "detector": detector, "variation": variation,
@@ -288,7 +297,7 @@ class EvGReport(pl.Callback):
                 "varied": ", ".join(module.variations[variation].active_parameters),
             })
             matrix = self.transfer.setdefault((variation, sampler), {})
-            matrix[detector] = {other: auroc(self.scores[other]["id_test"], result[f"kappa/{other}"])
+            matrix[detector] = {other: auroc(self.scores[other]["id_test"], finite_worst(result[f"kappa/{other}"]))
                                 for other in module.detectors}
         fitted = module.standardisation()
         write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)

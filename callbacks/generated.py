@@ -2,24 +2,35 @@
 training, and detectors evaluated on the generated sets.
 
 :class:`GeneratedSetWriter` gathers what a generator's ``predict_step`` returns on every process (each
-image once, by dataset index, whatever the padding of the distributed sampler), and global rank zero
-writes the set (:mod:`datamodules.generated`) into a temporary folder that is renamed into place when
-complete. :class:`SampleGrids` logs image grids from the generator's fixed inputs every N steps.
+image once, by dataset index, whatever the padding of the distributed sampler; integer fields exactly, from
+the batch), and global rank zero writes the set (:mod:`datamodules.generated`) into a temporary folder that
+is renamed into place when complete. :class:`GenerationModeSetter` runs the generator in the chosen
+generation mode (``eval`` or ``pix2pix``, :mod:`lightning_modules.generated.modes`). :class:`SampleGrids`
+logs image grids from the generator's fixed inputs every N steps.
 
 :class:`GeneratedBenchmark` runs on ``trainer.test`` of any model (a :class:`ScoringModel`: a timm or
 torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metric -> log/write.
 
 - Detectors, per κ: near-OOD AUROC (ID test vs each generated near-OOD set) and the same for every real OOD
-  set, side by side; on each shifted set the accuracy against the source labels, the expected calibration
-  error (torchmetrics, 15 bins, L1) and the AUROC of ID test vs shifted.
+  set, side by side; on each shifted set and each real shifted set the accuracy against the (source) labels,
+  the expected calibration error (torchmetrics, 15 bins, L1) and the AUROC of ID test vs shifted; on the ID
+  test set the accuracy and ECE, the baseline a shift result is read against. With the label filter, each
+  shifted set also on its label-keeping images only (``<set> (label kept)``).
 - What the sets are (``describe_sets``, model-independent: once per run): the ensemble's mean MI on each
-  set (generated, ID test, real OOD), the mean LPIPS to the nearest of ``reference`` ID test images
-  (generated and real OOD), and for a shifted set the fraction whose ensemble prediction keeps the source
-  label. Comparing a regularised set with the unregularised one (λ = 0, same budget) measures what each
-  regulariser did.
+  set (generated, ID test, real OOD), the mean LPIPS to the nearest of ``reference`` ID test images (a
+  seeded class-balanced choice; generated and real OOD), for a shifted set the fraction whose ensemble
+  prediction keeps the source label and the fraction that meets Mukhoti et al.'s label condition (the
+  ensemble's prediction on the shifted image equals that on its source), and the generation mode. Comparing
+  a regularised set with the unregularised one (λ = 0, same budget) measures what each regulariser did.
+- Rank agreement (Kendall's τ of the detectors' AUROC): each generated near-OOD set against each real OOD set,
+  each generated shifted set against each real shifted set.
+- Independence: a detector or describer that shares a member with the ensemble a set's generator was
+  trained against is flagged in every table (``shares generator ensemble``, ``describer shares generator
+  ensemble``, ``detectors sharing generator ensemble``): its numbers report the optimisation target back.
 
 Passes are sharded over the devices (every rank joins every gather). Global rank zero writes
-``detectors.csv`` / ``.md``, ``sets.csv`` / ``.md`` and a grid of each set; the same go to W&B.
+``detectors.csv`` / ``.md``, ``sets.csv`` / ``.md``, ``agreement.csv`` / ``.md`` and a grid of each set; the
+same go to W&B.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +72,15 @@ from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger
 from callbacks.scoring import ScoringPasses, TransformedSet, detector_pairs
 from callbacks.severity import model_name
 from common import atomic_write_text, file_sha256, known_columns
-from datamodules.batch import AtLeast, collate_samples
-from datamodules.generated import MANIFEST_COLUMNS, GeneratedBenchmarkData, LatentSeeds
+from datamodules.batch import AtLeast, Batch, collate_samples
+from datamodules.generated import (
+    MANIFEST_COLUMNS,
+    GeneratedBenchmarkData,
+    LatentSeeds,
+    real_shift_set,
+    without_unreadable,
+)
+from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
 from datamodules.registry import build_datamodule
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 from datamodules.transforms import ModelInput, to_float_tensor
@@ -73,6 +92,7 @@ from lightning_modules.checkpoint import (
     read_checkpoint,
 )
 from lightning_modules.generated import RegularisedGenerator, ShiftGenerator
+from lightning_modules.generated.modes import GenerationMode, check_generation_mode, generation_mode
 from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
@@ -121,8 +141,9 @@ class GeneratedSetWriter(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        values = {**outputs, **exact_integers(batch, outputs)}
         for key in PER_IMAGE:
-            self.stores[key].update(outputs[key], outputs["targets"], outputs["indices"])
+            self.stores[key].update(values[key], outputs["targets"], outputs["indices"])
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         gathered = {key: self.stores[key].gather()[0].cpu() for key in PER_IMAGE}  # every rank joins
@@ -167,8 +188,88 @@ class GeneratedSetWriter(pl.Callback):
         rank_zero_info(f"Generated set of {len(rows)} images: {self.output_dir}")
 
 
+INTEGER_OUTPUTS = ("seed", "source_index", "source_label", "ensemble_prediction")
+FLOAT_EXACT = 2**24  # float32 holds every integer up to this, and not every one above
+
+
+def exact_integers(batch: Any, outputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The integer manifest fields of a predicted batch as int64, exactly.
+
+    The seeds of a near-OOD batch (``(seeds, indices)`` of :class:`datamodules.generated.LatentSeeds`) and the
+    source indices and labels of a shift batch (a :class:`datamodules.batch.Batch`) are taken from the batch
+    itself, never from a float copy in the outputs (float32 rounds seeds above 2**24: 17000051 ... 17000054 all
+    read 17000052). Other integer fields come from the outputs: integer tensors as they are, float tensors only
+    when every value is an integer float32 represents exactly.
+
+    Raises:
+        ValueError: an output field whose float values are not exact integers (named with the value).
+    """
+    found: dict[str, Tensor] = {}
+    if isinstance(batch, Batch):
+        found["source_index"], found["source_label"] = batch.indices.long(), batch.targets.long()
+    elif (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch)
+          and not batch[0].is_floating_point()):
+        found["seed"] = batch[0].long()
+    for key in INTEGER_OUTPUTS:
+        if key in found or key not in outputs:
+            continue
+        value = outputs[key]
+        if value.is_floating_point():
+            bad = (value != value.round()) | (value.abs() > FLOAT_EXACT)
+            if bool(bad.any()):
+                raise ValueError(f"the generator's {key} output {float(value[bad][0])!r} is not an exact integer "
+                                 "(return integer tensors for integer fields)")
+        found[key] = value.long()
+    return found
+
+
 def _number(value: torch.Tensor) -> str:
     return "" if not np.isfinite(float(value)) else f"{float(value):.6g}"
+
+
+class GenerationModeSetter(pl.Callback):
+    """Runs a generator's ``generator`` network in a generation mode (:mod:`lightning_modules.generated.modes`)
+    during ``trainer.predict``, in every process.
+
+    In ``"pix2pix"`` mode the random numbers of each batch (its dropout masks) come from ``(seed, first
+    dataset index of the batch)``, so a set is reproducible for a given batch size and process count (batch
+    statistics make an image depend on its batch in any case); the process's random state is restored after.
+    """
+
+    def __init__(self, mode: str, seed: int = 0) -> None:
+        super().__init__()
+        self.mode, self.seed = check_generation_mode(mode), seed
+        self._stack: ExitStack | None = None
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stack = ExitStack()
+        if self.mode == "pix2pix":
+            self._stack.enter_context(torch.random.fork_rng(devices=_cuda_devices(pl_module)))
+        self._stack.enter_context(generation_mode(pl_module.generator, self.mode))
+
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        if self.mode == "pix2pix":
+            indices = batch.indices if isinstance(batch, Batch) else batch[1]
+            first = int(indices[0]) if len(indices) else 0
+            torch.manual_seed(mode_seed(self.seed, first))
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.on_predict_end(trainer, pl_module)
+
+
+def mode_seed(seed: int, first_index: int) -> int:
+    """The seed of a ``pix2pix``-mode batch whose first image has dataset index ``first_index``."""
+    return (int(seed) * 1_000_003 + int(first_index)) % 2**63
+
+
+def _cuda_devices(module: pl.LightningModule) -> list[int]:
+    return [module.device.index or 0] if module.device.type == "cuda" else []
 
 
 class SampleGrids(pl.Callback):
@@ -204,10 +305,13 @@ class SampleGrids(pl.Callback):
         log_images(trainer, {"samples": path}, step=trainer.global_step)
 
 
-DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images")
+DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images",
+                    "shares generator ensemble")
 SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
-               "keeps source label", "lambda_perceptual", "lambda_semantic", "generator")
-AGREEMENT_COLUMNS = ("generated", "real", "detectors", "kendall tau", "p-value")
+               "keeps source label", "keeps ensemble label", "lambda_perceptual", "lambda_semantic", "mode",
+               "generator", "describer shares generator ensemble")
+AGREEMENT_COLUMNS = ("generated", "real", "detectors", "kendall tau", "p-value", "detectors sharing generator ensemble")
+LABEL_KEPT = " (label kept)"  # the suffix of a shifted set's rows restricted to the label-keeping images
 
 
 class GeneratedBenchmark(pl.Callback):
@@ -223,8 +327,16 @@ class GeneratedBenchmark(pl.Callback):
         describer: the model whose MI and predictions describe the sets (a deep ensemble); ``None`` skips them.
         perceptual: the LPIPS distance that describes the sets; ``None`` skips that column.
         reference: how many ID test images the nearest-image LPIPS searches.
+        reference_seed: the seed of their class-balanced choice (:func:`datamodules.images.balanced_choice`).
+        label_filter: also score every shifted set on its label-keeping images only (Mukhoti et al.'s
+            condition: the describer's prediction on ``x̂`` equals its prediction on the source ``x``), rows
+            ``<set> (label kept)``; needs the describer.
         output_dir: where files go.
         passes: the run's scoring passes (shared with every other evaluation of the run).
+
+    Every table flags a detector or describer that shares a member with the ensemble a generated set's
+    generator was trained against (``info.json``'s ``training_ensemble``, compared by resolved path and by
+    sha256): its numbers on that set report the generator's optimisation target back, not independent evidence.
     """
 
     def __init__(
@@ -237,6 +349,8 @@ class GeneratedBenchmark(pl.Callback):
         describer: pl.LightningModule | None = None,
         perceptual: torch.nn.Module | None = None,
         reference: int = 128,
+        reference_seed: int = 0,
+        label_filter: bool = False,
         output_dir: str | Path = "runs/generated",
         plots: bool = True,
         passes: ScoringPasses | None = None,
@@ -251,12 +365,17 @@ class GeneratedBenchmark(pl.Callback):
         self.describer, self.perceptual = describer, perceptual
         if reference < 1:
             raise ValueError(f"reference must be positive, got {reference}")
-        self.reference = reference
+        if label_filter and describer is None:
+            raise ValueError("label_filter needs the describing ensemble (ensemble: member checkpoints): the label "
+                             "condition compares its prediction on each shifted image with that on its source")
+        self.reference, self.reference_seed, self.label_filter = reference, reference_seed, label_filter
         self.output_dir, self.plots = Path(output_dir), plots
         self.passes = passes if passes is not None else ScoringPasses()
         self.detectors: list[dict[str, Any]] = []
         self.sets: list[dict[str, Any]] = []
         self.agreement: list[dict[str, Any]] = []
+        self.kept: dict[str, Tensor] = {}
+        self._digests: dict[str, str] = {}
         if self.models is not None:
             self.pairs()
 
@@ -273,18 +392,84 @@ class GeneratedBenchmark(pl.Callback):
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         models = self.models if self.models is not None else [pl_module]
+        kinds = self.data.kinds
         with torch.inference_mode(False), torch.no_grad():
+            description = self._describe(trainer, pl_module)
+            self.kept = self._label_kept(description)
             self.detectors = [row for model, kappa in self.pairs(models)
                               for row in self._detector_rows(trainer, pl_module, model, kappa)]
-            description = self._describe(trainer, pl_module)
         self.sets = [self._set_row(name, description) for name in self.data.sets] if description else []
-        self.agreement = rank_agreement(self.detectors, generated=[n for n, k in self.data.kinds.items() if k == "near_ood"],
-                                        real=[n for n, k in self.data.kinds.items() if k == "real_ood"])
+        shifted = [n for n, k in kinds.items() if k == "shift"]
+        if self.label_filter:
+            shifted += [f"{n}{LABEL_KEPT}" for n in list(shifted)]
+        scored = [row for row in self.detectors if row["auroc"] is not None]  # a label filter may keep no image
+        self.agreement = rank_agreement(scored, generated=[n for n, k in kinds.items() if k == "near_ood"],
+                                        real=[n for n, k in kinds.items() if k == "real_ood"])
+        self.agreement += rank_agreement(scored, generated=shifted,
+                                         real=[n for n, k in kinds.items() if k == "real_shift"])
+        sharing = {(row["model"], row["confidence function"]) for row in self.detectors
+                   if row["shares generator ensemble"] != "no"}
+        for row in self.agreement:
+            detectors = {(r["model"], r["confidence function"]) for r in self.detectors if r["set"] == row["generated"]}
+            row["detectors sharing generator ensemble"] = len(detectors & sharing)
         self._log(trainer)
         if trainer.is_global_zero:
             self._write(trainer)
 
+    # -- independence of the evidence ------------------------------------------------------------------
+
+    def _digest(self, path: str) -> str | None:
+        if path not in self._digests:
+            self._digests[path] = file_sha256(path) if Path(path).is_file() else ""
+        return self._digests[path] or None
+
+    def shares_generator_ensemble(self, model: Any, set_name: str) -> bool:
+        """Whether a model (a checkpoint or ``ensemble:`` :class:`ScoringModel`) has a member of the ensemble the
+        generator of ``set_name`` was trained against: the same resolved path or the same sha256."""
+        trained = self.data.info.get(set_name, {}).get("training_ensemble") or []
+        spec = str(getattr(model, "spec", ""))
+        if spec.startswith("ensemble:"):
+            own = member_paths(spec.removeprefix("ensemble:"))
+        elif spec.endswith(".ckpt"):
+            own = [spec]
+        else:
+            own = [str(p) for p in getattr(model, "paths", ())]  # a DeepEnsemble given from Python
+        if not trained or not own:
+            return False
+        paths = {record.get("resolved") for record in trained}
+        if any(str(Path(p).resolve()) in paths for p in own):
+            return True
+        digests = {record.get("sha256") for record in trained} - {None}
+        return bool(digests) and any(self._digest(str(Path(p).resolve())) in digests for p in own)
+
+    def _shared_sets(self, model: Any) -> str:
+        generated = [n for n, k in self.data.kinds.items() if k in ("near_ood", "shift")]
+        shared = [n for n in generated if self.shares_generator_ensemble(model, n)]
+        return ", ".join(shared) if shared else "no"
+
     # -- detectors ---------------------------------------------------------------------------------
+
+    def _classification(self, trainer: pl.Trainer, model: pl.LightningModule, name: str, background: bool,
+                        batch: dict[str, int]) -> tuple[Tensor, Tensor]:
+        """``(probabilities over the data's known classes as the model's columns, targets)`` of a labelled set."""
+        outputs = self.passes.outputs(trainer, model, self.data[name], **batch)
+        probs = torch.softmax(outputs["logits"].float(), dim=-1)
+        probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
+        targets = outputs["targets"]
+        columns = class_indices(getattr(model, "classes", None), self.data.classes)
+        if columns is not None:  # the data's labels as the model's classes
+            targets = columns[targets]
+        return probs, targets
+
+    @staticmethod
+    def _accuracy_ece(probs: Tensor, targets: Tensor) -> dict[str, float | None]:
+        if targets.numel() == 0:
+            return {"accuracy": None, "ece": None}
+        # calibration of the known-class prediction; with a background column the row does not sum to 1, and
+        # the ECE uses the confidence of the predicted known class as it is
+        return {"accuracy": float((probs.argmax(dim=1) == targets).double().mean()),
+                "ece": float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1], n_bins=15,
+                                                          norm="l1"))}
 
     def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
                        kappa: Kappa) -> list[dict[str, Any]]:
@@ -293,27 +478,59 @@ class GeneratedBenchmark(pl.Callback):
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
                   for name, s in self.data.sets.items()}
+        common = {"model": model_name(model), "confidence function": kappa.name,
+                  "shares generator ensemble": self._shared_sets(model)}
         rows = []
         for name, kind in self.data.kinds.items():
-            if kind == "id":
+            if kind == "id":  # the baseline every shift result is read against
+                probs, targets = self._classification(trainer, model, name, background, batch)
+                rows.append({**common, "set": name, "kind": kind, "auroc": None, **self._accuracy_ece(probs, targets),
+                             "images": int(targets.numel())})
                 continue
-            row = {"model": model_name(model), "confidence function": kappa.name, "set": name, "kind": kind,
-                   "auroc": auroc(scores["id_test"], scores[name]), "images": int(scores[name].numel())}
-            if kind == "shift":
-                outputs = self.passes.outputs(trainer, model, self.data[name], **batch)
-                probs = torch.softmax(outputs["logits"].float(), dim=-1)
-                probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
-                targets = outputs["targets"]
-                columns = class_indices(getattr(model, "classes", None), self.data.classes)
-                if columns is not None:  # the data's labels as the model's classes
-                    targets = columns[targets]
-                row["accuracy"] = float((probs.argmax(dim=1) == targets).double().mean())
-                # calibration of the known-class prediction; with a background column the row does not sum
-                # to 1, and the ECE uses the confidence of the predicted known class as it is
-                row["ece"] = float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1],
-                                                                n_bins=15, norm="l1"))
+            row = {**common, "set": name, "kind": kind, "auroc": auroc(scores["id_test"], scores[name]),
+                   "images": int(scores[name].numel())}
             rows.append(row)
+            if kind not in ("shift", "real_shift"):
+                continue
+            probs, targets = self._classification(trainer, model, name, background, batch)
+            row.update(self._accuracy_ece(probs, targets))
+            if self.label_filter and kind == "shift":
+                kept = self.kept[name].to(probs.device)
+                rows.append({**common, "set": f"{name}{LABEL_KEPT}", "kind": kind,
+                             "auroc": auroc(scores["id_test"], scores[name][kept.to(scores[name].device)])
+                             if bool(kept.any()) else None,
+                             **self._accuracy_ece(probs[kept], targets[kept]), "images": int(kept.sum())})
         return rows
+
+    # -- the label condition -----------------------------------------------------------------------
+
+    def _label_kept(self, description: dict[str, dict[str, Tensor]]) -> dict[str, Tensor]:
+        """Per shifted set, ``(N,)`` booleans: the describer's prediction on each shifted image equals its
+        prediction on the image's source in the ID test set (found by ``source_index``)."""
+        if self.describer is None:
+            return {}
+        id_prediction = description["id_test"]["prediction"].cpu()
+        id_indices = sample_indices(self.data["id_test"].dataset).sort().values
+        if id_indices.numel() != id_prediction.numel():
+            if not self.label_filter:
+                return {}
+            raise ValueError(f"the label filter needs every ID test image's prediction: {id_indices.numel()} images, "
+                             f"{id_prediction.numel()} predictions (unreadable images skipped?)")
+        kept = {}
+        for name, kind in self.data.kinds.items():
+            if kind != "shift":
+                continue
+            sources = torch.tensor([int(row["source_index"]) for row in self.data[name].dataset.rows])
+            position = torch.searchsorted(id_indices, sources).clamp(max=max(id_indices.numel() - 1, 0))
+            found = id_indices[position] == sources
+            if not bool(found.all()):
+                if not self.label_filter:
+                    continue
+                raise ValueError(f"{getattr(self.data[name].dataset, 'folder', name)}: the source images "
+                                 f"{sources[~found][:5].tolist()} of the shifted set {name} are not in the ID test set "
+                                 "(the set was generated from other data): the label filter cannot compare predictions")
+            kept[name] = description[name]["prediction"].cpu().long() == id_prediction[position].long()
+        return kept
 
     # -- what the sets are -------------------------------------------------------------------------
 
@@ -337,11 +554,13 @@ class GeneratedBenchmark(pl.Callback):
             model_input = (describer or (self.models or [pl_module])[0]).model_input
             id_set = self.data["id_test"].dataset
             count = min(self.reference, len(id_set))
-            reference = torch.stack([model_input.pipeline(id_set[i].image) for i in range(count)]).to(pl_module.device)
+            chosen = balanced_choice(self.data["id_test"].labels(), count, self.reference_seed).tolist()
+            reference = torch.stack([model_input.pipeline(id_set[i].image) for i in chosen]).to(pl_module.device)
             for name, evaluation_set in self.data.sets.items():
                 found = self.passes.custom(
                     trainer, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
-                    name=slug(f"lpips-{name}"), part={"lpips": perceptual.description, "reference": count},
+                    name=slug(f"lpips-{name}"),
+                    part={"lpips": perceptual.description, "reference": count, "reference_seed": self.reference_seed},
                     step=lambda images: {"lpips": perceptual.nearest(images, reference)[1].float()}, keys=["lpips"],
                     **batch)
                 description[name].update(targets=found["targets"], lpips=found["lpips"])
@@ -354,11 +573,17 @@ class GeneratedBenchmark(pl.Callback):
         row: dict[str, Any] = {"set": name, "kind": kind, "images": int(out["targets"].numel()),
                                "lambda_perceptual": _float(info.get("lambda_perceptual")),
                                "lambda_semantic": _float(info.get("lambda_semantic")),
+                               "mode": info.get("mode", "eval (not recorded)") if info else None,
                                "generator": generator_name(info["generator"]) if "generator" in info else ""}
+        if kind in ("near_ood", "shift") and self.describer is not None:
+            row["describer shares generator ensemble"] = "yes" if self.shares_generator_ensemble(
+                self.describer, name) else "no"
         if "mi" in out:
             row["mean MI"] = float(out["mi"].double().mean())
-            if kind in ("shift", "id"):  # for the ID test set: the ensemble's accuracy, the scale to read it against
+            if kind in ("shift", "real_shift", "id"):  # for the ID test set: the ensemble's accuracy, the scale
                 row["keeps source label"] = float((out["prediction"].long() == out["targets"]).double().mean())
+        if name in self.kept:  # Mukhoti et al.'s label condition: the fraction the label filter keeps
+            row["keeps ensemble label"] = float(self.kept[name].double().mean())
         if kind == "shift":  # the regularised quantity itself, measured at generation (manifest, info["lpips"])
             values = [float(r["lpips"]) for r in self.data[name].dataset.rows if r["lpips"] != ""]
             row["mean LPIPS to source"] = sum(values) / len(values) if values else None
@@ -370,7 +595,8 @@ class GeneratedBenchmark(pl.Callback):
 
     def _log(self, trainer: pl.Trainer) -> None:
         scalars = {metric_key("test", "generated", row["model"], row["confidence function"], row["set"], metric):
-                   row[metric] for row in self.detectors for metric in ("auroc", "accuracy", "ece") if metric in row}
+                   row[metric] for row in self.detectors for metric in ("auroc", "accuracy", "ece")
+                   if row.get(metric) is not None}
         log_scalars(trainer, scalars)
         log_table(trainer, metric_key("test", "generated", "detectors"), self.detectors, DETECTOR_COLUMNS)
         if self.sets:
@@ -390,7 +616,8 @@ class GeneratedBenchmark(pl.Callback):
             lpips = getattr(self.perceptual, "description", "no LPIPS")
             write_csv(out / "sets.csv", self.sets, SET_COLUMNS)
             write_markdown(out / "sets.md", self.sets, SET_COLUMNS,
-                           preamble=f"LPIPS: {lpips}; reference: {self.reference} ID test images")
+                           preamble=f"LPIPS: {lpips}; reference: {self.reference} ID test images, chosen "
+                                    f"{BALANCED_RULE} (seed {self.reference_seed})")
         if self.plots:
             grids = {}
             for name, evaluation_set in self.data.sets.items():
@@ -404,6 +631,14 @@ class GeneratedBenchmark(pl.Callback):
         rank_zero_info(f"Generated benchmark tables: {out}")
 
 
+def sample_indices(dataset: Any) -> Tensor:
+    """The dataset index each position of a data set yields as ``Sample.index`` (a ``Subset`` yields its
+    parent's index): what a pass's outputs are ordered by."""
+    if isinstance(dataset, Subset):
+        return sample_indices(dataset.dataset)[torch.as_tensor(list(dataset.indices), dtype=torch.long)]
+    return torch.arange(len(dataset))
+
+
 def generator_name(path: str) -> str:
     """``runs/demo/generators/shift/last.ckpt`` -> ``shift/last.ckpt``; other checkpoints -> their file name."""
     checkpoint = Path(path)
@@ -414,25 +649,68 @@ def _float(value: Any) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
+# the generator's training hyper-parameters every info.json records (None where a kind has no such option)
+TRAINING_RECORD = ("channels", "image_size", "lambda_adversarial", "lambda_l1", "l1_target", "lambda_perceptual",
+                   "lambda_semantic", "discriminator", "pairing", "regularise_every", "adversarial_loss", "lr", "betas",
+                   "dropout", "base_width", "latent_dim", "architecture", "conditional_classes", "lpips_net",
+                   "lpips_random_backbone", "seed")
+
+
+def member_records(members: str | Sequence[str] | None) -> list[dict[str, Any]]:
+    """``[{"path", "resolved", "sha256"}]`` of an ensemble's member checkpoints (a list or a members file):
+    what the generator was trained against, compared with a detector's members by resolved path or digest
+    (``sha256`` is ``None`` for a member file that no longer exists)."""
+    if not members:
+        return []
+    records = []
+    for path in member_paths(members):
+        resolved = Path(path).resolve()
+        records.append({"path": str(path), "resolved": str(resolved),
+                        "sha256": file_sha256(resolved) if resolved.is_file() else None})
+    return records
+
+
+def training_record(checkpoint: dict[str, Any], module: RegularisedGenerator) -> dict[str, Any]:
+    """What made the generator, from its checkpoint: every training hyper-parameter of :data:`TRAINING_RECORD`
+    and the training steps (one step = a discriminator and a generator update; Lightning's ``global_step``
+    counts both)."""
+    hparams = dict(module.hparams)
+    record = {key: hparams.get(key) for key in TRAINING_RECORD}
+    if isinstance(record["betas"], tuple):
+        record["betas"] = list(record["betas"])
+    optimizer_steps = int(checkpoint.get("global_step", 0))
+    record.update(training_steps=optimizer_steps // 2, optimizer_steps=optimizer_steps,
+                  epochs=int(checkpoint.get("epoch", 0)))
+    return record
+
+
 class GenerateSets(Evaluation):
     """``evaluate.py generate``: write ``num`` images of each generator checkpoint as a generated set
     (:mod:`datamodules.generated`), each with its own output folder; several share one process.
 
-    A shift generator shifts the first ``num`` in-distribution test images of its own datamodule (through
-    the generator's input transform); a near-OOD generator draws image ``i`` from its own seed. Every
-    count and output folder is checked before anything is generated.
+    A shift generator shifts ``num`` in-distribution test images of its own datamodule (through the
+    generator's input transform), chosen seeded and class-balanced (:func:`datamodules.images.balanced_choice`;
+    the protocol test lists are sorted by class); a near-OOD generator draws image ``i`` from its own seed, and
+    the LPIPS reference images are chosen the same way. Every count and output folder is checked before
+    anything is generated. ``info.json`` records the generator's classes and training hyper-parameters, the
+    generation mode, the choice rule and its seed, and the members (paths and sha256) of the ensemble the
+    generator was trained against.
 
     Args:
         model: ShiftGenerator or NearOODGenerator checkpoints of ``train.py``.
         output_dir: one folder per checkpoint (written whole or not at all).
         num: images per set.
-        seed: near-OOD: image ``i`` comes from the seed ``seed * 1_000_003 + i``.
+        seed: near-OOD: image ``i`` comes from the seed ``seed * 1_000_003 + i``; the seed of the choice of shift
+            sources and LPIPS reference images, and of the ``pix2pix`` mode's dropout masks.
         overwrite: replace existing sets (each stays whole until its new one is complete).
-        batch_size: of the generation.
+        batch_size: of the generation (in ``pix2pix`` mode the images depend on it: batch statistics).
         reference: near-OOD: the LPIPS of each image is to the nearest of this many ID test images.
         ensemble: member checkpoints (or a members file) that describe the images (default: the generator's).
         lpips_net, lpips_random_backbone: the LPIPS that describes them (default: the generator's).
         data_args: arguments of the generator's datamodule to change (e.g. its root).
+        mode: how the generator runs (:mod:`lightning_modules.generated.modes`): ``"eval"`` (dropout off,
+            running statistics: each image a function of its input) or ``"pix2pix"`` (as in training and as
+            Isola et al. test: dropout on, batch statistics).
     """
 
     command = "generate"
@@ -440,7 +718,8 @@ class GenerateSets(Evaluation):
     def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
                  batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
                  lpips_net: str | None = None, lpips_random_backbone: bool = False,
-                 data_args: dict[str, Any] | None = None, *, trainer: TrainerOptions | None = None) -> None:
+                 data_args: dict[str, Any] | None = None, mode: GenerationMode = "eval", *,
+                 trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
         self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
         if not self.model:
@@ -452,10 +731,12 @@ class GenerateSets(Evaluation):
             raise ValueError(f"the number of images must be positive, got {num}")
         if batch_size < 1 or reference < 1:
             raise ValueError(f"batch_size and reference must be positive, got {batch_size} and {reference}")
+        LatentSeeds(num, seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
         self.num, self.seed, self.overwrite, self.batch_size, self.reference = num, seed, overwrite, batch_size, reference
         self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
         self.lpips_net, self.lpips_random_backbone = lpips_net, lpips_random_backbone
         self.data_args = dict(data_args or {})
+        self.mode = check_generation_mode(mode)
 
     def run(self) -> Path | list[Path]:
         for folder in self.output_dir:
@@ -476,41 +757,50 @@ class GenerateSets(Evaluation):
         perceptual = PerceptualDistance(self.lpips_net or hparams.get("lpips_net", "vgg"),
                                         random_backbone=self.lpips_random_backbone
                                         or bool(hparams.get("lpips_random_backbone", False)))
+        choice = {"rule": BALANCED_RULE, "seed": self.seed}
         if isinstance(module, ShiftGenerator):
             kind = "shift"
             if len(id_test) < self.num:
                 raise ValueError(f"--num {self.num}: the data have only {len(id_test)} in-distribution test images "
                                  "to shift")
-            items: Any = TransformedSet(Subset(id_test.dataset, list(range(self.num))), pipeline)
+            chosen = balanced_choice(id_test.labels(), self.num, self.seed).tolist()
+            items: Any = TransformedSet(Subset(id_test.dataset, chosen), pipeline)
             collate: Any = collate_samples
             module.attach_scorers(ensemble, perceptual)
         else:
             kind = "near_ood"
             items, collate = LatentSeeds(self.num, self.seed), None
             count = min(self.reference, len(id_test))
-            reference = torch.stack([pipeline(id_test.dataset[i].image) for i in range(count)])
+            chosen = balanced_choice(id_test.labels(), count, self.seed).tolist()
+            reference = torch.stack([pipeline(id_test.dataset[i].image) for i in chosen])
             module.attach_scorers(ensemble, perceptual, reference=reference)
         info = {
             "kind": kind, "generator": str(ckpt), "generator_sha256": file_sha256(ckpt),
             "generator_class": type(module).__name__, "seed": self.seed,
+            "classes": list(datamodule.class_names), "mode": self.mode,
             "lambda_perceptual": module.lambda_perceptual, "lambda_semantic": module.lambda_semantic,
+            "training": training_record(checkpoint, module),
+            "training_ensemble": member_records(hparams.get("ensemble")),
             "lpips": perceptual.description, "ensemble": ensemble.paths if ensemble is not None else [],
             "reference_images": self.reference if kind == "near_ood" else None,
-            "source": "in-distribution test images, in test-set order" if kind == "shift" else None,
+            "reference_choice": choice if kind == "near_ood" else None,
+            "source": "in-distribution test images of the generator's datamodule" if kind == "shift" else None,
+            "source_choice": choice if kind == "shift" else None,
         }
         writer = GeneratedSetWriter(folder, info, overwrite=self.overwrite)
-        trainer = make_trainer(self.options, logger=False, callbacks=[writer])
+        trainer = make_trainer(self.options, logger=False, callbacks=[GenerationModeSetter(self.mode, self.seed), writer])
         # at least one image per process (fewer images than processes: the repeats are written once)
         loader = DataLoader(AtLeast(items, trainer.world_size), batch_size=self.batch_size, collate_fn=collate)
         trainer.predict(module, dataloaders=loader, return_predictions=False)
         if trainer.is_global_zero:
-            print(f"{writer.count} {kind} images written to {folder} ({perceptual.description})")
+            print(f"{writer.count} {kind} images written to {folder} ({perceptual.description}, {self.mode} mode)")
         return folder
 
 
 class GeneratedEvaluation(Evaluation):
-    """``evaluate.py generated``: detectors on generated near-OOD and shifted sets next to real OOD sets, the
-    sets' description, and the rank agreement of the detectors between generated and real benchmarks.
+    """``evaluate.py generated``: detectors on generated near-OOD and shifted sets next to real OOD and real
+    shifted sets, the sets' description, and the rank agreement of the detectors between generated and real
+    benchmarks.
 
     Args:
         model: the detectors' models: ``timm:<name>``, ``torchvision:<name>``, checkpoints,
@@ -520,12 +810,25 @@ class GeneratedEvaluation(Evaluation):
         data: the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a datamodule class path;
             default: the first checkpoint model's datamodule.
         data_args: arguments of that datamodule to change.
-        near_ood, shift: folders of generated sets (``evaluate.py generate``).
+        near_ood, shift: folders of generated sets (``evaluate.py generate``); a set generated for other
+            classes than the data's is refused.
         real_ood: real OOD sets, ``NAME=SPEC`` or ``SPEC``: ``digits``, ``fashion:unknown``, ``fashion:<ids>``,
             or an image folder.
-        ensemble: member checkpoints (or a members file) of the ensemble whose MI describes the sets.
+        real_shift: real shifted sets, ``NAME=FOLDER`` or ``FOLDER``, laid out as ``<folder>/<class name or
+            wnid>/*`` (ImageNet-R, one corruption and severity of ImageNet-C): accuracy, ECE and AUROC next to
+            the generated shifted sets, and Kendall's τ between their detector rankings.
+        ensemble: member checkpoints (or a members file) of the ensemble whose MI and predictions describe the
+            sets; give one independent of the generators' training ensemble for independent evidence (a shared
+            one is flagged in every table).
         lpips_net, lpips_random_backbone: the LPIPS that describes the sets.
-        reference: ID test images the nearest-image LPIPS searches.
+        reference: ID test images the nearest-image LPIPS searches, chosen seeded and class-balanced.
+        reference_seed: the seed of that choice.
+        label_filter: also score each shifted set on the images that keep their label (the ensemble's
+            prediction on the shifted image equals that on its source, Mukhoti et al.'s condition); needs
+            ``ensemble``.
+        on_bad_image: unreadable images of the image folders (real OOD, real shifted; the ID datamodule's when it
+            has the option and ``data_args`` do not set it): ``"fail"`` names the file and stops; ``"skip"`` decodes
+            every folder image once before the passes and leaves the unreadable ones out, counted in a warning.
         batch_size, num_workers: of the passes.
         random_weights: timm/torchvision models without pretrained weights (tests).
         output_dir: the tables and grids.
@@ -538,18 +841,27 @@ class GeneratedEvaluation(Evaluation):
     def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
                  kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
                  data_args: dict[str, Any] | None = None, near_ood: Sequence[str] = (), shift: Sequence[str] = (),
-                 real_ood: Sequence[str] = (), ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
-                 lpips_random_backbone: bool = False, reference: int = 128, batch_size: int = 256, num_workers: int = 0,
-                 random_weights: bool = False, output_dir: str = "runs/generated", cache_dir: str | None = None,
-                 plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+                 real_ood: Sequence[str] = (), real_shift: Sequence[str] = (),
+                 ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
+                 lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
+                 label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
+                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
+                 cache_dir: str | None = None, plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
         self.data, self.data_args = data, dict(data_args or {})
         self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
+        self.real_shift = list(real_shift)
         self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
         self.lpips_net, self.lpips_random_backbone, self.reference = lpips_net, lpips_random_backbone, reference
+        self.reference_seed = reference_seed
+        if label_filter and not self.ensemble:
+            raise ValueError("label_filter needs --ensemble (the ensemble whose predictions on each shifted image and "
+                             "its source are compared)")
+        self.label_filter = label_filter
+        self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
         self.batch_size, self.num_workers = batch_size, num_workers
         self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
@@ -563,8 +875,10 @@ class GeneratedEvaluation(Evaluation):
                       if self.lpips_net else None)
         check_output_dir(self.output_dir)
         benchmark = GeneratedBenchmark(data, self.kappa, models=models, kappa_args=self.kappa_args, describer=describer,
-                                       perceptual=perceptual, reference=self.reference, output_dir=self.output_dir,
-                                       plots=self.plots, passes=ScoringPasses(self.cache_dir))
+                                       perceptual=perceptual, reference=self.reference,
+                                       reference_seed=self.reference_seed, label_filter=self.label_filter,
+                                       output_dir=self.output_dir, plots=self.plots,
+                                       passes=ScoringPasses(self.cache_dir))
         logger = make_logger(self.options, name="generated-benchmark")
         trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
         trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
@@ -577,14 +891,24 @@ class GeneratedEvaluation(Evaluation):
 
     def _data(self, models: list[ScoringModel]) -> GeneratedBenchmarkData:
         datamodule = id_datamodule(self.data, self.data_args, models=models)
+        if hasattr(datamodule, "on_bad_image") and "on_bad_image" not in self.data_args:
+            datamodule.on_bad_image = self.on_bad_image
         real = {}
         for pair in self.real_ood:
             name, sep, spec = pair.partition("=")
-            real[name if sep else pair] = real_ood_set(spec if sep else pair, **fashion_arguments(datamodule))
+            dataset = real_ood_set(spec if sep else pair, **fashion_arguments(datamodule))
+            if isinstance(dataset, ImageFileDataset) and self.on_bad_image == "skip":
+                dataset = without_unreadable(dataset, what=f"real OOD set {spec if sep else pair}")
+            real[name if sep else pair] = dataset
+        classes = list(datamodule.class_names)
+        shifted = {}
+        for pair in self.real_shift:
+            name, sep, folder = pair.partition("=")
+            folder = folder if sep else pair
+            shifted[name if sep else Path(folder).name] = real_shift_set(folder, classes, on_bad_image=self.on_bad_image)
         return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),
-                                      near_ood=self.near_ood, shift=self.shift, real_ood=real,
-                                      classes=datamodule.class_names, batch_size=self.batch_size,
-                                      num_workers=self.num_workers)
+                                      near_ood=self.near_ood, shift=self.shift, real_ood=real, real_shift=shifted,
+                                      classes=classes, batch_size=self.batch_size, num_workers=self.num_workers)
 
 
 def id_datamodule(data: str | None, data_args: dict[str, Any], *, models: Sequence[ScoringModel]) -> Any:

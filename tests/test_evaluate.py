@@ -203,8 +203,8 @@ def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
                             "--near-ood", str(sets["near_ood"]), "--shift", str(sets["shift"]), "--ensemble", members,
                             "--reference", "4", "--output-dir", str(tmp_path / "report"), *CLI])
     kinds = {row["set"]: row["kind"] for row in result["detectors"]}
-    assert kinds == {"near_ood:near_ood": "near_ood", "shift:shift": "shift", "real:unknown": "real_ood",
-                     "real:digits": "real_ood"}
+    assert kinds == {"id_test": "id", "near_ood:near_ood": "near_ood", "shift:shift": "shift",
+                     "shift:shift (label kept)": "shift", "real:unknown": "real_ood", "real:digits": "real_ood"}
     assert {row["confidence function"] for row in result["detectors"]} == {
         "softmax", "max_logit", "entropy", "ensemble_mi", "ensemble_softmax"}
     assert [row["real"] for row in result["agreement"]] == ["real:unknown", "real:digits"]

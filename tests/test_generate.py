@@ -97,11 +97,26 @@ def load_images(folder: Path) -> torch.Tensor:
     return torch.load(folder / "images.pt", weights_only=True)
 
 
-def known_test_images(count: int, size: int = 32) -> tuple[np.ndarray, torch.Tensor, list[int]]:
-    """The first ``count`` in-distribution Fashion-MNIST test images read from the IDX files: their test-set
+def chosen_test_indices(count: int, seed: int) -> np.ndarray:
+    """The test-set indices of the ``count`` in-distribution test images ``generate`` chooses with ``seed``,
+    in the order of the choice: ``balanced_choice`` over the known test images' labels read from the IDX file."""
+    from datamodules.images import balanced_choice
+
+    _, classes = load_fashion_mnist(FashionMNISTOpenSetDataModule()._folder(), "test")
+    known = np.flatnonzero(np.isin(classes, DEMO_KNOWN))
+    labels = [DEMO_KNOWN.index(int(c)) for c in classes[known]]
+    return known[balanced_choice(labels, count, seed).numpy()]
+
+
+def known_test_images(count: int, size: int = 32, *, seed: int | None = None, indices: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, torch.Tensor, list[int]]:
+    """In-distribution Fashion-MNIST test images read from the IDX files: the first ``count`` (or those
+    ``generate`` chooses with ``seed``, in test-set order; or the test-set ``indices`` given), their test-set
     indices, the images in [0, 1] at ``size`` px and their labels (position in the known classes)."""
     images, classes = load_fashion_mnist(FashionMNISTOpenSetDataModule()._folder(), "test")
-    indices = np.flatnonzero(np.isin(classes, DEMO_KNOWN))[:count]
+    if indices is None:
+        indices = (np.flatnonzero(np.isin(classes, DEMO_KNOWN))[:count] if seed is None
+                   else np.sort(chosen_test_indices(count, seed)))
     pixels = torch.from_numpy(images[indices].copy()).float().div(255).unsqueeze(1)
     if size != 28:
         pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
@@ -152,15 +167,37 @@ def test_same_seed_same_bytes_other_seed_other_near_ood_images(generators: dict,
     assert json.loads((other / "info.json").read_text())["seed"] == 4
 
 
-def test_shift_does_not_depend_on_the_seed(generators: dict, tmp_path: Path) -> None:
-    # the U-Net runs in eval mode (dropout off): each shifted image is a function of its source alone
+def test_shift_sources_are_a_seeded_class_balanced_choice(generators: dict, tmp_path: Path) -> None:
+    from datamodules.images import BALANCED_RULE
+
     shift = generators["shift"]
-    zero = generate(shift, tmp_path / "zero", "--num", "5", "--batch-size", "2", "--seed", "0")
-    seven = generate(shift, tmp_path / "seven", "--num", "5", "--batch-size", "2", "--seed", "7")
-    assert (zero / "images.pt").read_bytes() == (seven / "images.pt").read_bytes()
-    assert (zero / "manifest.csv").read_bytes() == (seven / "manifest.csv").read_bytes()
-    assert pngs(zero) == pngs(seven)
-    assert column(manifest(zero), "seed") == [-1] * 5
+    zero = generate(shift, tmp_path / "zero", "--num", "6", "--batch-size", "2", "--seed", "0")
+    again = generate(shift, tmp_path / "again", "--num", "6", "--batch-size", "4", "--seed", "0")
+    seven = generate(shift, tmp_path / "seven", "--num", "6", "--batch-size", "2", "--seed", "7")
+    # eval mode (dropout off, running statistics): each shifted image is a function of its source alone, so
+    # another batch size writes the same bytes
+    assert (zero / "images.pt").read_bytes() == (again / "images.pt").read_bytes()
+    assert (zero / "manifest.csv").read_bytes() == (again / "manifest.csv").read_bytes()
+    assert pngs(zero) == pngs(again)
+    assert column(manifest(zero), "seed") == [-1] * 6
+    _, classes = load_fashion_mnist(FashionMNISTOpenSetDataModule()._folder(), "test")
+    for folder, seed in ((zero, 0), (seven, 7)):
+        rows = manifest(folder)
+        sources = column(rows, "source_index")
+        assert sources == sorted(chosen_test_indices(6, seed).tolist())  # written in test-set order
+        # class-balanced over the 4 known classes: 6 images are 2, 2, 1, 1 -- never the first rows of a class
+        labels = column(rows, "source_label")
+        assert sorted(np.bincount(labels, minlength=4).tolist()) == [1, 1, 2, 2]
+        assert labels == [DEMO_KNOWN.index(int(classes[i])) for i in sources]
+        info = json.loads((folder / "info.json").read_text())
+        assert info["source_choice"] == {"rule": BALANCED_RULE, "seed": seed} and info["reference_choice"] is None
+    assert column(manifest(zero), "source_index") != column(manifest(seven), "source_index")
+    # a source both seeds chose gets the same shifted image
+    common = set(column(manifest(zero), "source_index")) & set(column(manifest(seven), "source_index"))
+    for source in common:
+        a = column(manifest(zero), "source_index").index(source)
+        b = column(manifest(seven), "source_index").index(source)
+        assert torch.equal(load_images(zero)[a], load_images(seven)[b])
 
 
 # -- the manifest against independent recomputation -------------------------------------------------------
@@ -181,8 +218,8 @@ def test_shift_manifest_matches_sources_sha256_lpips_and_mi(generators: dict, tm
     info = json.loads((folder / "info.json").read_text())
     assert info["generator_sha256"] == sha256 and info["kind"] == "shift" and info["count"] == 6
 
-    indices, sources, labels = known_test_images(6)
-    assert column(rows, "source_index") == indices.tolist()  # the ID test images, in test-set order
+    indices, sources, labels = known_test_images(6, seed=0)
+    assert column(rows, "source_index") == indices.tolist()  # the chosen ID test images, in test-set order
     assert column(rows, "source_label") == labels
     module = load_module(checkpoint).eval()
     with torch.no_grad():
@@ -216,7 +253,7 @@ def test_near_ood_manifest_matches_seeds_nearest_lpips_and_mi(generators: dict, 
 
     module = load_module(checkpoint).eval()
     latents = torch.stack([torch.randn(module.latent_dim, generator=torch.Generator().manual_seed(s)) for s in seeds])
-    _, references, _ = known_test_images(6)
+    _, references, _ = known_test_images(6, seed=2)  # the reference images: the seeded class-balanced choice
     lpips = seeded_random_lpips()
     with torch.no_grad():
         generated = module.generator(latents)
@@ -231,6 +268,7 @@ def test_near_ood_manifest_matches_seeds_nearest_lpips_and_mi(generators: dict, 
     assert_pngs_are_the_tensor(folder, images)
     info = json.loads((folder / "info.json").read_text())
     assert info["kind"] == "near_ood" and info["reference_images"] == 6
+    assert info["reference_choice"]["seed"] == 2 and info["source_choice"] is None
     assert info["ensemble"] == [str(p) for p in generators["members"]]
     assert GeneratedDataset(folder).labels.tolist() == [-2] * 5
 
@@ -336,3 +374,85 @@ def test_every_output_folder_is_checked_before_anything_is_generated(generators:
         evaluate.main(["generate", "--model", str(generators["near_ood"]), str(generators["shift"]), "--output-dir",
                        str(tmp_path / "first"), "--num", "2", *CLI])
     assert not (tmp_path / "set").exists()
+
+
+# -- exact integers, provenance, generation mode --------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [17, 2**40 + 5])
+def test_manifest_integers_round_trip_exactly(generators: dict, tmp_path: Path, seed: int) -> None:
+    # float32 would write 17000052 for each of 17000051 ... 17000054; 2**40 * 1_000_003 needs all 64 bits
+    from lightning_modules.checkpoint import load_module
+
+    folder = generate(generators["near_ood"], tmp_path / "near", "--num", "4", "--batch-size", "3", "--reference", "2",
+                      "--seed", str(seed))
+    seeds = [seed * 1_000_003 + i for i in range(4)]
+    assert [row["seed"] for row in manifest(folder)] == [str(s) for s in seeds]
+    assert [row["seed"] for row in GeneratedDataset(folder).rows] == [str(s) for s in seeds]
+    assert json.loads((folder / "info.json").read_text())["seed"] == seed
+    module = load_module(generators["near_ood"]).eval()
+    latents = torch.stack([torch.randn(module.latent_dim, generator=torch.Generator().manual_seed(s)) for s in seeds])
+    with torch.no_grad():
+        assert (as_uint8(module.generator(latents)).int() - load_images(folder).int()).abs().max() <= 1
+
+
+def test_a_seed_whose_image_seeds_overflow_64_bits_is_refused(generators: dict, tmp_path: Path) -> None:
+    largest = (2**63 - 4) // 1_000_003
+    with pytest.raises(SystemExit, match=f"seed {largest + 1}: .*0 <= seed <= {largest}"):
+        generate(generators["near_ood"], tmp_path / "near", "--num", "4", "--seed", str(largest + 1))
+    assert not (tmp_path / "near").exists()
+
+
+def test_info_records_the_generators_training_and_the_generation(generators: dict, tmp_path: Path) -> None:
+    for kind in ("shift", "near_ood"):
+        checkpoint = torch.load(generators[kind], map_location="cpu", weights_only=False)
+        hparams = checkpoint["hyper_parameters"]
+        folder = generate(generators[kind], tmp_path / kind, "--num", "3", "--reference", "2")
+        info = json.loads((folder / "info.json").read_text())
+        assert info["classes"] == ["T-shirt/top", "Trouser", "Sneaker", "Bag"] and info["mode"] == "eval"
+        training = info["training"]
+        assert training["image_size"] == 32 == hparams["image_size"] and training["channels"] == 1
+        for key in ("lambda_adversarial", "lambda_perceptual", "lambda_semantic", "regularise_every",
+                    "adversarial_loss", "lpips_net"):
+            assert training[key] == hparams[key], (kind, key)
+        # 4 optimiser steps of Lightning's counter: 2 training steps of a D and a G update each
+        assert training["optimizer_steps"] == checkpoint["global_step"] == 4 and training["training_steps"] == 2
+        if kind == "shift":
+            assert (training["lambda_l1"], training["discriminator"], training["pairing"]) == (10.0, "unconditional", None)
+        else:
+            assert (training["lambda_l1"], training["discriminator"], training["pairing"]) == (None, None, "random")
+        members = generators["members"]
+        assert [r["resolved"] for r in info["training_ensemble"]] == [str(Path(p).resolve()) for p in members]
+        assert [r["sha256"] for r in info["training_ensemble"]] == [hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                                                                    for p in members]
+
+
+def test_pix2pix_mode_is_the_training_forward_with_the_batch_seed(generators: dict, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    import copy
+
+    from callbacks.generated import mode_seed
+    from lightning_modules.checkpoint import load_module
+
+    checkpoint = generators["shift"]
+    folder = generate(checkpoint, tmp_path / "pix2pix", "--num", "6", "--batch-size", "6", "--seed", "3",
+                      "--mode", "pix2pix")
+    plain = generate(checkpoint, tmp_path / "eval", "--num", "6", "--batch-size", "6", "--seed", "3")
+    assert json.loads((folder / "info.json").read_text())["mode"] == "pix2pix"
+    order = chosen_test_indices(6, 3)  # the batch: the sources in the order of the choice
+    _, sources, _ = known_test_images(6, indices=order)
+    generator = copy.deepcopy(load_module(checkpoint).generator).train()  # the training forward, by hand
+    torch.manual_seed(mode_seed(3, int(order[0])))
+    with torch.no_grad():
+        shifted = generator(sources)
+    written = as_uint8(shifted)[np.argsort(order)]  # the set is written in test-set order
+    assert (written.int() - load_images(folder).int()).abs().max() <= 1
+    assert not torch.equal(load_images(folder), load_images(plain))  # dropout and batch statistics do matter
+    again = generate(checkpoint, tmp_path / "again", "--num", "6", "--batch-size", "6", "--seed", "3", "--mode",
+                     "pix2pix")
+    assert (again / "images.pt").read_bytes() == (folder / "images.pt").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # jsonargparse names the option and its choices
+        generate(checkpoint, tmp_path / "bad", "--num", "2", "--mode", "train")
+    error = capsys.readouterr().err
+    assert 'key "mode"' in error and "Got value: train" in error and "'pix2pix'" in error

@@ -81,12 +81,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for i in range(12):
         write_jpeg(root / "ood" / "misc" / f"{i}.JPEG", rng, size=20)
     mine = make_imagenet_folder(root / "my-images", ANIMALS, train=6, val=2, seed=3)
+    for animal in ("cat", "dog"):  # a real shift set of the known classes (laid out as ImageNet-R)
+        for i in range(3):
+            write_jpeg(root / "my-shift" / animal / f"{i}.jpg", rng, size=24)
     work = root / "work"
     work.mkdir()
     for name in ("train.py", "evaluate.py", "configs", "datamodules"):
         (work / name).symlink_to(ROOT / name)
     return {"work": work, "/data/ILSVRC2012": imagenet, "/data/imagenet21k": root / "imagenet21k",
-            "/data/ood": root / "ood", "/data/my-images": mine}
+            "/data/ood": root / "ood", "/data/my-images": mine, "/data/my-shift": root / "my-shift"}
 
 
 def run(world: dict[str, Path], command: str, extra: list[str]) -> str:
@@ -158,9 +161,16 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
     assert_finite(list(report["scalars"].values()), "oscr of class folders")
     run(world, commands["severity"].replace("runs/p1-eos", "runs/mine-eos"), [*EVALUATE, "--data-arg", "estimation=3"])
     assert_finite(numbers(work / "runs/mine-eos/severity/severity.csv", ("ood-auroc",)), "severity of class folders")
+    refused = subprocess.run([sys.executable, "evaluate.py", "generated", "--model", "runs/mine-eos/checkpoints/best.ckpt",
+                              "--near-ood", "data/p1-near-ood", "--output-dir", "runs/mine-refused", *EVALUATE],
+                             cwd=work, env=child_env(WANDB_MODE="offline"), capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "classes" in refused.stderr  # a set generated for P1's classes
     run(world, "python evaluate.py generated --model runs/mine-eos/checkpoints/best.ckpt --kappa softmax energy "
-        "--near-ood data/p1-near-ood --real-ood ood=/data/ood --output-dir runs/mine-generated", EVALUATE)
+        "--real-shift sketches=/data/my-shift --real-ood ood=/data/ood --output-dir runs/mine-generated", EVALUATE)
     assert_finite(numbers(work / "runs/mine-generated/detectors.csv", ("auroc",)), "generated of class folders")
+    with open(work / "runs/mine-generated/detectors.csv", newline="") as handle:
+        sets = {row["set"] for row in csv.DictReader(handle)}
+    assert {"id_test", "real_shift:sketches", "real:ood"} <= sets, sets
     run(world, "python evaluate.py evg --model runs/mine-eos/checkpoints/best.ckpt --kappa softmax "
         "--ood /data/ood --variation affine colour --output-dir runs/mine-evg", SHRINK["evg"])
     assert_finite(numbers(work / "runs/mine-evg/results.csv", ("worst-case auroc",)), "evg of class folders")
@@ -179,3 +189,49 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
     assert {row["detector"].split("/")[0] for row in rows} == {
         "p1-eos-best", "p1-resnet-best", "p1-convnext-best", "p1-mobilenetv3-best"}
     assert_finite([float(row["worst-case auroc"]) for row in rows], "evg with timm backbones")
+
+
+TWO_PROCESSES = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--no-progress-bar"]
+
+
+def test_generate_and_evg_on_two_processes_and_resumed(world: dict[str, Path]) -> None:
+    """The journey's ``generate`` and ``evg`` on 2 CPU processes (gloo) give the 1-process files; EvG's chains
+    split into fewer batches than processes (a fresh run with one batch, a resumed run with one left)."""
+    commands, work = journey_commands(), world["work"]
+    assert (work / "runs/p1-generators/shift/last.ckpt").is_file(), "the README journey runs first"
+    generate = commands["generate"].replace("data/p1-shift data/p1-near-ood", "data/p1-shift-2 data/p1-near-ood-2")
+    run(world, generate, [*SHRINK["generate"][len(EVALUATE):], *TWO_PROCESSES])
+    for name in ("p1-shift", "p1-near-ood"):
+        with open(work / "data" / name / "manifest.csv", newline="") as one, \
+                open(work / "data" / f"{name}-2" / "manifest.csv", newline="") as two:
+            first, second = list(csv.DictReader(one)), list(csv.DictReader(two))
+        assert [r["file"] for r in first] == [r["file"] for r in second] and len(first) == 4, name
+        for a, b in zip(first, second, strict=True):
+            for key in ("mi", "lpips"):
+                if a.get(key):
+                    assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), (name, key)
+
+    evg = ("python evaluate.py evg --model runs/p1-eos/checkpoints/best.ckpt --kappa softmax energy --ood /data/ood "
+           "--variation affineV2 colorV2 --chains 6 --steps 3 --trace-every 1 --seed 2")  # the 224 px presets
+    run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-one", EVALUATE)
+    run(world, f"{evg} --chains-per-batch 6 --output-dir runs/evg-two-fresh", TWO_PROCESSES)  # 1 batch, 2 processes
+    run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-two", TWO_PROCESSES)
+    files = sorted((work / "runs/evg-two/chains").glob("*/chains-*.pt"))
+    assert [p.name for p in files] == ["chains-0000000-0000003.pt", "chains-0000004-0000005.pt"]
+    files[1].unlink()  # interrupted: one batch left for two processes
+    (work / "runs/evg-two/report.json").unlink()
+    output = run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-two", TWO_PROCESSES)
+    assert "chains 0-3 have results" in output and files[1].is_file()
+    # the same batches on 2 processes: the same bytes; other batches: the same to float32 tolerance (the
+    # convolution's blocking may move the last bit of an energy between batch sizes)
+    assert (work / "runs/evg-two/results.csv").read_text() == (work / "runs/evg-one/results.csv").read_text()
+    for one, fresh in zip(numbers(work / "runs/evg-one/results.csv", ("worst-case auroc", "min rank", "seed auroc")),
+                          numbers(work / "runs/evg-two-fresh/results.csv", ("worst-case auroc", "min rank", "seed auroc")),
+                          strict=True):
+        assert fresh == pytest.approx(one, abs=1e-4)
+    assert (work / "runs/evg-two-fresh/report.json").is_file() and (work / "runs/evg-two/report.json").is_file()
+    assert_finite(numbers(work / "runs/evg-two/results.csv", ("worst-case auroc", "seed auroc")), "evg on 2 processes")
+    with open(work / "runs/evg-two/results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["sampler"] for row in rows} == {"mh", "random", "eV1"}
+    assert {row["preset"] for row in rows} == {"affineV2", "colorV2"}
