@@ -56,7 +56,9 @@ demo: setup
 	@echo "  W&B offline runs: runs/demo/wandb/ (upload with: wandb sync runs/demo/wandb/offline-run-*)"
 
 # Generated shifted and near-OOD sets (Mukhoti et al.): a 5-member ensemble, the regularised generators and the
-# plain ones (lambda = 0, the same budget), 500 images of each, evaluated next to the real unknowns and digits.
+# plain ones (lambda = 0, the same budget), 500 images of each (the regularised ones also in pix2pix mode:
+# dropout on, batch statistics), evaluated next to the real unknowns and digits; described and scored with a
+# second, independently seeded ensemble, and described once more with the generators' own ensemble.
 PLAIN := --model.init_args.lambda_perceptual=0 --model.init_args.lambda_semantic=0
 GENERATE := --num 500 --overwrite --accelerator cpu --devices 1 --no-progress-bar
 SETS := shift shift_plain near_ood near_ood_plain
@@ -68,8 +70,14 @@ demo-generated: setup
 	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood
 	$(PY) train.py fit --config configs/generators/fashion_near_ood.yaml --checkpoint_dir runs/demo/generators/near_ood_plain \
 		$(PLAIN) --trainer.logger.init_args.name=near-ood-generator-plain
+	$(PY) train.py ensemble --members 5 --seed 100 --out-dir runs/demo/ensemble_independent --config configs/ensemble/fashion_mnist.yaml
 	$(PY) evaluate.py generate $(GENERATE) --model $(SETS:%=runs/demo/generators/%/last.ckpt) --output-dir $(SETS:%=runs/demo/generated/%)
+	$(PY) evaluate.py generate $(GENERATE) --mode pix2pix --model runs/demo/generators/shift/last.ckpt \
+		runs/demo/generators/near_ood/last.ckpt --output-dir runs/demo/generated/shift_pix2pix runs/demo/generated/near_ood_pix2pix
 	$(PY) evaluate.py generated --config configs/evaluate/fashion_generated.yaml --accelerator cpu --devices 1 --no-progress-bar
+	$(PY) evaluate.py generated --config configs/evaluate/fashion_generated.yaml --accelerator cpu --devices 1 --no-progress-bar \
+		--model ensemble:runs/demo/ensemble/ensemble.txt --kappa ensemble_mi --ensemble runs/demo/ensemble/ensemble.txt \
+		--output-dir runs/demo/generated/report_training_ensemble
 
 # EvG (Yoon et al.), the adversarial generation of outliers: the plain GAN on the digits (the GAN-latent variation model), then
 # MH and random search over affine, colour and GAN-latent variations of the digits against the demo's model

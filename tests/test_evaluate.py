@@ -193,7 +193,9 @@ def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
 
     config = str(ROOT / "configs/evaluate/fashion_generated.yaml")
     _, parsed = evaluate.parse(["generated", "--config", config])
-    assert parsed.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt"]
+    assert parsed.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt",
+                            "ensemble:runs/demo/ensemble_independent/ensemble.txt"]
+    assert parsed.ensemble == ["runs/demo/ensemble_independent/ensemble.txt"] and parsed.label_filter is True
     assert parsed.real_ood == ["unknown=fashion:unknown", "digits=digits"] and parsed.data == "fashion"
     assert parsed.lpips_random_backbone is True  # the demo's random LPIPS backbone, asked for by name
     paths = train_generators(str(tmp_path / "generators"))
