@@ -149,3 +149,35 @@ def test_evg_sampler_tiny_reports_both_samplers() -> None:
         assert row["batched"]["kept_bytes"] == evg_sampler.batched_kept_bytes(chains, 5, row["steps"])
     toy = [row for row in table if row["energy"] == "toy"]
     assert toy[1]["reference"]["kept_bytes"] > toy[1]["batched"]["kept_bytes"]  # 11 steps: 3 states per chain traced
+
+
+def test_generator_defaults_tiny_runs_the_grid_and_measures_the_spread_as_documented() -> None:
+    import itertools
+
+    import torch
+
+    from benchmarks import generator_defaults
+
+    result = generator_defaults.main(["--tiny"])
+
+    rows, judge = result["rows"], result["judge"]
+    assert [(row["pairing"], row["k"], row["regularised"]) for row in rows] == [
+        ("random", 1, True), ("nearest", 1, True), ("random", 4, True), ("nearest", 4, True), ("random", 1, False)]
+    for row in rows:  # k = 4 regularises steps 0, 4, ...: ceil(steps / 4) of them
+        assert row["regularised_steps"] == (math.ceil(result["steps"] / row["k"]) if row["regularised"] else 0)
+        assert 0 <= row["mi"] <= math.log(4) and row["lpips_nearest"] >= 0
+    # the spread: the mean of LPIPS's own forward over the ordered pairs of distinct images
+    for images, reported in [(row["samples"], row["spread"]) for row in rows] + [(result["real"], result["real_spread"])]:
+        pairs = list(itertools.permutations(range(images.shape[0]), 2))
+        with torch.no_grad():
+            by_hand = judge.perceptual(images[[i for i, _ in pairs]], images[[j for _, j in pairs]]).mean()
+        assert reported == pytest.approx(float(by_hand), abs=1e-5)
+    assert result["real_spread"] > 0.01  # distinct real images are apart: the check above can fail
+
+
+def test_generator_defaults_tiny_never_writes_results(capsys) -> None:
+    from benchmarks import generator_defaults
+
+    with pytest.raises(SystemExit):
+        generator_defaults.main(["--tiny", "--write"])
+    assert "--write records a full run" in capsys.readouterr().err

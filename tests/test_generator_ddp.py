@@ -1,5 +1,7 @@
 """The generators under 2-process CPU DDP (tests/generator_scenarios.py): the ranks end with identical
-networks, and a resume from ``last.ckpt`` continues from the saved step and weights."""
+networks, and a resume from ``last.ckpt`` continues from the saved step and weights; the ranks draw their own
+randomness (latent noise, dropout masks: real data parallelism, not N copies of one batch of fakes), and the
+frozen ensemble and LPIPS are neither broadcast at start-up nor re-broadcast every step."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -61,11 +64,35 @@ def assert_trained(after: dict[str, torch.Tensor], before: dict[str, torch.Tenso
     assert changed == {"generator", "discriminator"}
 
 
+def expected_latents(seed: int, rank: int, step: int, count: int, dim: int) -> torch.Tensor:
+    """The z of a training step from the documented seed: 64 bits of ``SeedSequence([seed, rank, step])``."""
+    state = int(np.random.SeedSequence([seed, rank, step]).generate_state(1, dtype=np.uint64)[0])
+    return torch.randn(count, dim, generator=torch.Generator().manual_seed(state))
+
+
+def assert_own_randomness(ranks: list[dict[str, Any]], kind: str, steps: list[int]) -> None:
+    """Each rank drew its own randomness at every step; the frozen scorers were kept out of DDP's broadcasts."""
+    for rank, saved in enumerate(ranks):
+        assert saved["steps"] == steps and len(saved["draws"]) == len(steps)
+        if kind == "near_ood":  # z of rank r at step t: from the seed (seed_everything(0), r, t), nothing else
+            for step, z in zip(steps, saved["draws"], strict=True):
+                expected = expected_latents(0, rank, step, saved["batch_size"], saved["latent_dim"])
+                torch.testing.assert_close(z, expected, rtol=0, atol=0)
+        # DDP ignores every parameter and buffer of the ensemble and LPIPS, and broadcasts only the networks'
+        assert saved["frozen"] and set(saved["frozen"]) <= set(saved["ddp_ignored"])
+        assert any(name.startswith("ensemble.") for name in saved["frozen"])
+        assert saved["ddp_broadcast_buffers"] and saved["ddp_broadcast"]  # the networks' batch-norm statistics
+        assert all(name.startswith(("generator.", "discriminator.")) for name in saved["ddp_broadcast"])
+    for first, second in zip(ranks[0]["draws"], ranks[1]["draws"], strict=True):
+        assert first.shape == second.shape and not torch.equal(first, second)  # other z / other dropout masks
+
+
 def train_on_two_ranks(kind: str, members: list[str], directory: Path) -> dict[str, torch.Tensor]:
     """2 training steps on 2 ranks: the ranks agree; returns rank 0's final weights (those checkpointed)."""
     first = run_scenario(kind, members, directory / "result.pt", steps=2)
     for rank in first:  # 2 training steps, each a D and a G optimiser step
         assert (rank["start_global_step"], rank["global_step"]) == (0, 4)
+    assert_own_randomness(first, kind, steps=[0, 1])
     # the same initial networks on both ranks, and the same trained parameters
     assert_equal(first[0]["start_weights"], first[1]["start_weights"])
     trained = parameters(first[0]["weights"])
@@ -75,7 +102,7 @@ def train_on_two_ranks(kind: str, members: list[str], directory: Path) -> dict[s
 
 
 # the same Lightning machinery as the shift generator's run below; two more process start-ups (about 40 s)
-def test_near_ood_ranks_agree(members: list[str], tmp_path: Path) -> None:
+def test_near_ood_ranks_draw_their_own_noise_and_agree(members: list[str], tmp_path: Path) -> None:
     train_on_two_ranks("near_ood", members, tmp_path)
 
 
@@ -91,5 +118,6 @@ def test_shift_ranks_agree_and_a_resume_continues_from_the_checkpoint(members: l
     for rank in resumed:  # one more training step from the saved one, starting from the saved weights
         assert (rank["start_global_step"], rank["global_step"]) == (4, 6)
         assert_equal(rank["start_weights"], saved["state_dict"])
+    assert_own_randomness(resumed, "shift", steps=[2])  # the resumed step draws as step 2, not as step 0
     assert_equal(parameters(resumed[0]["weights"]), parameters(resumed[1]["weights"]))
     assert_trained(parameters(resumed[0]["weights"]), saved["state_dict"])

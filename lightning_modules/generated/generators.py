@@ -15,23 +15,45 @@ noise ``z`` to ``G(z)``, perceptually close to the data but semantically new:
 
 The discriminator losses are the unregularised ones. MI is the mutual information of a frozen deep
 ensemble (:class:`lightning_modules.nets.ensemble.DeepEnsemble`) on the generated images, resized to the
-members' input size; LPIPS is :class:`lightning_modules.nets.lpips.PerceptualDistance` (VGG by default).
+members' input size and normalised as the members' own datamodule normalised their training images
+(:meth:`DeepEnsemble.unit_logits`); LPIPS is :class:`lightning_modules.nets.lpips.PerceptualDistance` (VGG by
+default), which takes images in [0, 1]. The generators' networks and LPIPS work in [0, 1]: a datamodule that
+serves normalised images (``normalize: true``) is refused at setup, naming its mean and std.
 With ``lambda_perceptual = lambda_semantic = 0`` neither is loaded and the modules are the plain Pix2Pix
 and the plain GAN (the latter is EvG's GAN variation model).
 
+The Mukhoti et al. text this project works from has lost its equations, tables and hyper-parameters: every
+λ, image size, step count and learning rate here and in ``configs/generators/`` is this project's own choice.
 Choices the paper leaves open (documented options; the README says why the defaults):
 
 - Pix2Pix has no paired target here. ``discriminator="unconditional"`` (default): D judges realism, real
   ID images against ``G(x)``; ``"conditional"``: Pix2Pix's ``D(x, y)`` with ``(x, x)`` as the real pair.
   ``l1_target="source"`` (default): L1 pulls ``G(x)`` towards ``x`` (the only target there is), which with
   the LPIPS push keeps the shift bounded; ``"none"`` drops it.
-- ``pairing`` of ``G(z)`` with ``x_real``: ``"random"`` (default: a random real image of the batch, an
-  unbiased estimate of the expected perceptual distance to the data) or ``"nearest"`` (the perceptually
-  nearest real image of the batch, chosen without gradients: B² distances per step).
-- ``regularise_every = k`` applies the LPIPS and MI terms on every k-th generator step only, with their weights
-  multiplied by k (lazy regularisation, Karras et al., *Analyzing and Improving the Image Quality of
-  StyleGAN*, CVPR 2020): the same expected gradient at 1/k of the regularisers' cost. The default, 1, is
-  the paper's objective at every step.
+- ``pairing`` of ``G(z)`` with ``x_real``: ``"random"`` (a random real image of the batch: an unbiased
+  estimate of the expected distance to the data, which is minimised by one image close to all of them, so
+  it pulls every sample towards one average image) or ``"nearest"`` (the perceptually nearest real image of
+  the batch, chosen without gradients from the B x B distances of :meth:`PerceptualDistance.pairwise`: each
+  sample is pulled to the data point it already resembles, which should keep the samples spread). Measured
+  on the demo (``benchmarks/generator_defaults.py``, ``benchmarks/RESULTS.md``: 4 seeds), ``random`` did
+  not pull the samples together: at k = 1 its samples were as spread as ``nearest``'s (mean pairwise LPIPS
+  0.079 both; real images 0.088), so the default stays ``random``, which needs no B x B distances a step.
+- ``regularise_every = k`` applies the LPIPS and MI terms on every k-th training step only, with their
+  weights multiplied by k (lazy regularisation, Karras et al., *Analyzing and Improving the Image Quality of
+  StyleGAN*, CVPR 2020). That is the same expected gradient at 1/k of the regularisers' cost under plain SGD,
+  but not under Adam, whose normalised step sees k-times larger, k-times rarer regulariser gradients: k > 1
+  is another objective, not a cheaper k = 1. Measured on the near-OOD demo (same benchmark), k = 4 gave
+  less spread samples (0.066 vs 0.079), further from the data (LPIPS 0.046 vs 0.042), with a higher MI
+  (0.069 vs 0.055) than k = 1, at about half the training time. The default, 1, applies the objective at
+  every step. The schedule counts training steps over the whole run (``global_step // 2``), not batches
+  within an epoch.
+
+Under DDP every rank draws its own randomness: the latent noise, the fake labels, the random pairing and the
+dropout masks of a training step come from the seed :func:`step_seed` ``(seed, rank, step)``, so N processes
+train on N times the fakes, not on N copies of one batch, and a resumed run draws what the uninterrupted run
+would have drawn. The frozen ensemble and LPIPS (and the fixed-sample buffers, identical on every rank by
+construction) are kept out of DDP's start-up broadcast and its per-step buffer broadcast
+(``_ddp_params_and_buffers_to_ignore``); the two trained networks are synchronised as usual.
 
 Every step computes ``G(·)`` once and shares it between the adversarial, L1, LPIPS and MI terms; the
 discriminator's fake pass uses the detached output; the ensemble and LPIPS get neither gradients nor
@@ -41,9 +63,12 @@ hyper-parameters).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
@@ -58,6 +83,50 @@ from metrics.ensemble import mutual_information_from_logits
 
 AdversarialLoss = Literal["non_saturating", "hinge"]
 FIXED_SAMPLES = 64
+
+
+# attributes whose parameters and buffers DDP must neither broadcast at start-up nor re-broadcast every step:
+# frozen scorers, and non-persistent buffers that every rank builds identically
+FROZEN_PREFIXES = ("ensemble.", "perceptual.", "reference_images", "fixed_")
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of training step ``step`` on process ``rank``: 64 bits of numpy's ``SeedSequence([seed, rank,
+    step])``, so that no two (rank, step) pairs share a random stream and a resumed run draws what the
+    uninterrupted one would have drawn."""
+    for name, value in (("seed", seed), ("rank", rank), ("step", step)):
+        if int(value) < 0:
+            raise ValueError(f"{name} must be >= 0 for the training noise's seed, got {value}")
+    return int(np.random.SeedSequence([int(seed), int(rank), int(step)]).generate_state(1, dtype=np.uint64)[0])
+
+
+@contextmanager
+def seeded_randomness(seed: int, device: torch.device) -> Iterator[None]:
+    """Run a block with the global CPU generator (and, on a GPU, the current device's) seeded with ``seed``,
+    restoring their states afterwards: the block's random draws (``randn``, ``randperm``, dropout masks) are
+    a function of ``seed`` alone and leave the rest of the run's randomness as it was."""
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else [], device_type="cuda"):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
+def refuse_normalised_data(datamodule: Any) -> None:
+    """Raise if a datamodule serves normalised images: the generators' networks and LPIPS take ``[0, 1]``.
+
+    Raises:
+        ValueError: naming the datamodule and its mean and std.
+    """
+    hparams = getattr(datamodule, "hparams", None) or {}
+    if hparams.get("normalize", False):
+        raise ValueError(
+            f"{type(datamodule).__name__} serves normalised images (normalize=True, mean={hparams.get('mean')}, "
+            f"std={hparams.get('std')}), but the generators' networks and LPIPS take images in [0, 1]: set the "
+            "datamodule's normalize: false (the ensemble applies its members' own normalisation to generated images)"
+        )
 
 
 def discriminator_loss(real: Tensor, fake: Tensor, kind: AdversarialLoss) -> Tensor:
@@ -94,12 +163,16 @@ class RegularisedGenerator(pl.LightningModule):
         betas: tuple[float, float],
         adversarial_loss: AdversarialLoss,
         regularise_every: int = 1,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
         if regularise_every < 1:
             raise ValueError(f"regularise_every must be >= 1, got {regularise_every}")
+        if seed is not None and seed < 0:
+            raise ValueError(f"seed must be >= 0 (or None: the run's seed_everything seed), got {seed}")
         self.regularise_every = regularise_every
+        self.seed = seed
         if lambda_adversarial < 0 or lambda_perceptual < 0 or lambda_semantic < 0:
             raise ValueError(f"the loss weights must be >= 0, got lambda_adversarial={lambda_adversarial}, "
                              f"lambda_perceptual={lambda_perceptual}, lambda_semantic={lambda_semantic} (the signs "
@@ -114,17 +187,48 @@ class RegularisedGenerator(pl.LightningModule):
         self.ensemble = DeepEnsemble.from_checkpoints(ensemble) if ensemble else None
         self.perceptual = (PerceptualDistance(lpips_net, random_backbone=lpips_random_backbone)
                            if lambda_perceptual > 0 else None)
+        self._ddp_params_and_buffers_to_ignore = self.frozen_names()
+
+    # -- the run: data in [0, 1], per-rank randomness, frozen scorers kept out of DDP's broadcasts ----------
+
+    def frozen_names(self) -> list[str]:
+        """The parameters and buffers DDP must leave alone (see ``FROZEN_PREFIXES``)."""
+        named = [*self.named_parameters(), *self.named_buffers()]
+        return sorted({name for name, _ in named if name.startswith(FROZEN_PREFIXES)})
+
+    def setup(self, stage: str) -> None:
+        """Refuse a datamodule of normalised images; list the frozen tensors for DDP (which wraps the module
+        after this hook)."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            refuse_normalised_data(datamodule)
+        self._ddp_params_and_buffers_to_ignore = self.frozen_names()
+
+    @property
+    def noise_seed(self) -> int:
+        """The seed of the training noise: ``seed``, else the run's ``seed_everything`` seed, else 0."""
+        if self.seed is not None:
+            return self.seed
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    def training_step_index(self, batch_idx: int) -> int:
+        """The training step over the whole run (``global_step`` counts 2 optimiser steps per training step);
+        ``batch_idx`` without a trainer."""
+        return self.trainer.global_step // 2 if self._trainer is not None else batch_idx
+
+    def step_randomness(self, step: int) -> Any:
+        """The context of training step ``step``'s random draws on this process (see :func:`step_seed`)."""
+        rank = self.global_rank if self._trainer is not None else 0
+        return seeded_randomness(step_seed(self.noise_seed, rank, step), self.device)
 
     # -- regularisers --------------------------------------------------------------------------------
 
     def ensemble_logits(self, images: Tensor) -> Tensor:
-        """``(M, N, C)`` logits of the ensemble on generated images, resized to the members' input size."""
+        """``(M, N, C)`` logits of the ensemble on generated images in [0, 1], resized to the members' input
+        size and normalised with the members' own normalisation (:meth:`DeepEnsemble.unit_logits`)."""
         if self.ensemble is None:
             raise RuntimeError("this generator has no ensemble (give `ensemble` member checkpoints)")
-        size = self.ensemble.input_size
-        if size is not None and tuple(images.shape[-2:]) != (size, size):
-            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
-        return self.ensemble(images)
+        return self.ensemble.unit_logits(images)
 
     def mutual_information(self, images: Tensor) -> Tensor:
         """``(N,)`` MI of the ensemble (differentiable in the images)."""
@@ -138,9 +242,9 @@ class RegularisedGenerator(pl.LightningModule):
         return [torch.optim.Adam(self.generator.parameters(), lr=self.lr, betas=self.betas),
                 torch.optim.Adam(self.discriminator.parameters(), lr=self.lr, betas=self.betas)]
 
-    def regularisation_weight(self, batch_idx: int) -> float:
-        """``k`` on every k-th step (lazy regularisation), 0 on the others."""
-        return float(self.regularise_every) if batch_idx % self.regularise_every == 0 else 0.0
+    def regularisation_weight(self, step: int) -> float:
+        """``k`` on every k-th training step (lazy regularisation), 0 on the others."""
+        return float(self.regularise_every) if step % self.regularise_every == 0 else 0.0
 
     def _step(self, optimizer: Any, loss: Tensor) -> None:
         self.toggle_optimizer(optimizer)
@@ -177,6 +281,7 @@ class RegularisedGenerator(pl.LightningModule):
         self.perceptual = perceptual.to(self.device) if perceptual is not None else None
         if reference is not None:
             self.register_buffer("reference_images", reference.to(self.device), persistent=False)
+        self._ddp_params_and_buffers_to_ignore = self.frozen_names()
 
     def _describe(self, images: Tensor, out: dict[str, Tensor], *, sources: Tensor | None) -> dict[str, Tensor]:
         """Per-image ensemble prediction and MI, and LPIPS to the source (shift) or nearest reference image."""
@@ -210,9 +315,12 @@ class ShiftGenerator(RegularisedGenerator):
         l1_target: ``"source"`` or ``"none"``.
         lpips_net, lpips_random_backbone: the LPIPS backbone (a random one only when asked for by name).
         base_width, dropout: of the U-Net; the PatchGAN's depth follows the image size.
-        lr, betas: Adam for both networks (Pix2Pix: 2e-4, (0.5, 0.999)).
+        lr, betas: Adam for both networks (Pix2Pix's 2e-4, (0.5, 0.999); Mukhoti et al.'s are lost, this is
+            this project's choice).
         adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
         regularise_every: apply LPIPS and MI on every k-th step with k-times the weights (see the module docstring).
+        seed: the seed of the training randomness (dropout masks; see :func:`step_seed`); ``None``: the run's
+            ``seed_everything`` seed.
     """
 
     def __init__(
@@ -234,11 +342,12 @@ class ShiftGenerator(RegularisedGenerator):
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
+        seed: int | None = None,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every)
+                         regularise_every=regularise_every, seed=seed)
         self.save_hyperparameters()
         if discriminator not in ("unconditional", "conditional"):
             raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
@@ -286,11 +395,13 @@ class ShiftGenerator(RegularisedGenerator):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         images, _, _, _ = unpack_batch(batch)
         optimizer_g, optimizer_d = self.optimizers()
-        fake = self.generator(images)  # once per step, shared by every term below
-        loss_d = self.discriminator_step_loss(images, fake)
-        self._step(optimizer_d, loss_d)
-        loss_g, terms = self.generator_step_loss(images, fake, self.regularisation_weight(batch_idx))
-        self._step(optimizer_g, loss_g)
+        step = self.training_step_index(batch_idx)
+        with self.step_randomness(step):  # this rank's own dropout masks
+            fake = self.generator(images)  # once per step, shared by every term below
+            loss_d = self.discriminator_step_loss(images, fake)
+            self._step(optimizer_d, loss_d)
+            loss_g, terms = self.generator_step_loss(images, fake, self.regularisation_weight(step))
+            self._step(optimizer_g, loss_g)
         self._log_terms({"d_loss": loss_d, **terms, "g_loss": loss_g}, images.shape[0])
 
     def on_fit_start(self) -> None:
@@ -340,7 +451,8 @@ class NearOODGenerator(RegularisedGenerator):
         lambda_adversarial, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
             ``+LPIPS(G(z), x_real)`` and of ``-MI(G(z))``.
         pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
-        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every: as :class:`ShiftGenerator`.
+        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, seed: as
+            :class:`ShiftGenerator` (``seed``: of the latent noise, the fake labels and the random pairing).
     """
 
     def __init__(
@@ -363,11 +475,12 @@ class NearOODGenerator(RegularisedGenerator):
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
+        seed: int | None = None,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every)
+                         regularise_every=regularise_every, seed=seed)
         self.save_hyperparameters()
         if pairing not in ("random", "nearest"):
             raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")
@@ -391,8 +504,8 @@ class NearOODGenerator(RegularisedGenerator):
         """The real image of the batch each generated image is compared with by the LPIPS term."""
         if self.pairing == "random":
             return real[torch.randperm(real.shape[0], device=real.device)[: fake.shape[0]]]
-        with torch.no_grad():  # the choice itself is not differentiated
-            distances = torch.stack([self.perceptual(fake, r.expand_as(fake)) for r in real], dim=1)
+        with torch.no_grad():  # the choice itself is not differentiated; one backbone pass per image
+            distances = self.perceptual.pairwise(fake, real)
         return real[distances.argmin(dim=1)]
 
     def discriminator_step_loss(self, real: Tensor, real_labels: Tensor | None, fake: Tensor,
@@ -418,14 +531,16 @@ class NearOODGenerator(RegularisedGenerator):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         real, labels, _, _ = unpack_batch(batch)
         optimizer_g, optimizer_d = self.optimizers()
-        z = torch.randn(real.shape[0], self.latent_dim, device=real.device)
-        fake_labels = (torch.randint(0, self.num_classes, (real.shape[0],), device=real.device)
-                       if self.num_classes else None)
-        fake = self(z, fake_labels)  # once per step, shared by every term below
-        loss_d = self.discriminator_step_loss(real, labels if self.num_classes else None, fake, fake_labels)
-        self._step(optimizer_d, loss_d)
-        loss_g, terms = self.generator_step_loss(real, fake, fake_labels, self.regularisation_weight(batch_idx))
-        self._step(optimizer_g, loss_g)
+        step = self.training_step_index(batch_idx)
+        with self.step_randomness(step):  # this rank's own z, fake labels, pairing (and dropout masks)
+            z = torch.randn(real.shape[0], self.latent_dim, device=real.device)
+            fake_labels = (torch.randint(0, self.num_classes, (real.shape[0],), device=real.device)
+                           if self.num_classes else None)
+            fake = self(z, fake_labels)  # once per step, shared by every term below
+            loss_d = self.discriminator_step_loss(real, labels if self.num_classes else None, fake, fake_labels)
+            self._step(optimizer_d, loss_d)
+            loss_g, terms = self.generator_step_loss(real, fake, fake_labels, self.regularisation_weight(step))
+            self._step(optimizer_g, loss_g)
         self._log_terms({"d_loss": loss_d, **terms, "g_loss": loss_g}, real.shape[0])
 
     def latent(self, seeds: Tensor) -> Tensor:

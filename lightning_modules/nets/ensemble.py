@@ -10,6 +10,14 @@ logits in one call: members of identical architecture run as one batched forward
 CNNs, ``benchmarks/RESULTS.md``), so ``batched=None`` (the default) takes ``vmap`` on accelerators and
 the member loop on the CPU; ``batched=True`` / ``False`` forces one. Both give the same logits.
 
+Inputs. :meth:`DeepEnsemble.forward` takes the members' own input, already normalised as their datamodule
+normalised it: the evaluation engine (:class:`lightning_modules.scoring.ScoringModel`) applies the members'
+:class:`~datamodules.transforms.ModelInput` first. :meth:`DeepEnsemble.unit_logits` takes images in
+``[0, 1]`` (what a generator makes), resizes them to the members' input size and applies the members'
+normalisation (``normalize``, ``mean``, ``std`` of their datamodule, recorded by :meth:`from_checkpoints`),
+so the members see generated images as they saw their training images. Both give the same logits for the
+same image; neither normalises twice.
+
 The ensemble is a fixed scorer: its weights are non-persistent buffers (they never get gradients or
 optimiser state and do not enter the checkpoint of a module that holds it; that module records the member
 paths instead), and it stays in eval mode whatever ``train()`` is called with. Gradients flow to the
@@ -24,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
@@ -69,6 +78,19 @@ def _member_signature(checkpoint: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def member_normalisation(data: dict[str, Any], path: str | Path
+                         ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """``(mean, std)`` a member's datamodule normalised its ``[0, 1]`` images with (``(None, None)``: none),
+    from the ``datamodule_hyper_parameters`` of its checkpoint (``normalize``, ``mean``, ``std``; the
+    ImageNet-shaped datamodules subtract ``mean`` and divide by ``std`` after ``ToTensor``)."""
+    if not data.get("normalize", False):
+        return None, None
+    if data.get("mean") is None or data.get("std") is None:
+        raise CheckpointError(f"ensemble member {path}: its datamodule normalised its images (normalize: true) but "
+                              f"the checkpoint records no mean/std (mean={data.get('mean')}, std={data.get('std')})")
+    return tuple(float(m) for m in data["mean"]), tuple(float(s) for s in data["std"])
+
+
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (tuple, list)) else value
 
@@ -95,19 +117,33 @@ class DeepEnsemble(nn.Module):
         paths: the checkpoints the members came from (recorded for reports and for rebuilding).
         input_size: the side of the images the members were trained on (``None``: unknown), so that
             callers can resize other images to it.
+        mean, std: the per-channel normalisation the members' datamodule applied to images in ``[0, 1]``
+            (``None``: none), applied by :meth:`unit_logits`, never by :meth:`forward`.
+        batched: ``True`` vmap, ``False`` the member loop, ``None`` vmap on accelerators, the loop on the CPU.
 
     Raises:
-        ValueError: members of different architecture (parameter names or shapes differ).
+        ValueError: members of different architecture (parameter names or shapes differ); ``mean`` without
+            ``std`` (or the reverse), of other lengths, or a ``std`` that is not positive.
     """
 
     def __init__(
         self, members: Sequence[nn.Module], *, background: bool = False, num_classes: int | None = None,
-        paths: Sequence[str] = (), input_size: int | None = None, batched: bool | None = None,
+        paths: Sequence[str] = (), input_size: int | None = None, mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None, batched: bool | None = None,
     ) -> None:
         super().__init__()
         self.batched = batched
         if not members:
             raise ValueError("an ensemble needs at least one member")
+        if (mean is None) != (std is None):
+            raise ValueError(f"give the members' normalisation as both mean and std, got mean={mean}, std={std}")
+        if mean is not None and std is not None:
+            mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+            if len(mean) != len(std) or not mean or any(not s > 0 for s in std):
+                raise ValueError(f"the members' normalisation needs one mean and one positive std per channel, got "
+                                 f"mean={mean}, std={std}")
+        self.mean: tuple[float, ...] | None = mean
+        self.std: tuple[float, ...] | None = std
         wrapped = [_Logits(copy.deepcopy(m)).eval() for m in members]
         reference = {k: tuple(v.shape) for k, v in wrapped[0].state_dict().items()}
         for index, member in enumerate(wrapped[1:], start=1):
@@ -157,16 +193,19 @@ class DeepEnsemble(nn.Module):
         modules = [load_module(p, c, expected=OpenSetClassifier) for p, c in zip(paths, checkpoints, strict=True)]
         data = checkpoints[0].get("datamodule_hyper_parameters", {})
         input_size = data.get("image_size", data.get("crop_size"))
+        mean, std = member_normalisation(data, paths[0])
         return cls([m.network for m in modules], background=bool(modules[0].background_class),
                    num_classes=modules[0].num_classes, paths=[str(p) for p in paths],
-                   input_size=int(input_size) if input_size is not None else None)
+                   input_size=int(input_size) if input_size is not None else None, mean=mean, std=std)
 
     def _stacked(self, kind: str) -> dict[str, Tensor]:
         return {name: getattr(self, self._slots[f"{kind}:{name}"]) for name in self._names[kind]}
 
     def forward(self, images: Tensor) -> Tensor:
         """``(N, ...)`` images -> ``(M, N, C)`` logits: all members in one vmapped call (or, on the CPU unless
-        ``batched=True``, one member after the other: faster there)."""
+        ``batched=True``, one member after the other: faster there). The images are the members' own input,
+        already normalised as their datamodule normalised it (the evaluation engine's ``ModelInput`` does it);
+        images in ``[0, 1]`` go through :meth:`unit_logits`."""
         if self.batched is False or (self.batched is None and images.device.type == "cpu"):
             return torch.stack([member(images) for member in self._member_modules(images.device)])
         base = self._base[0]
@@ -175,6 +214,30 @@ class DeepEnsemble(nn.Module):
             return functional_call(base, (params, buffers), (x,))
 
         return torch.vmap(member, in_dims=(0, 0, None))(self._stacked("params"), self._stacked("buffers"), images)
+
+    def unit_logits(self, images: Tensor) -> Tensor:
+        """``(N, C, H, W)`` images in ``[0, 1]`` -> ``(M, N, K)`` logits, the images seen as the members saw theirs.
+
+        The images are resized to :attr:`input_size` (bilinear, antialiased; when it is known and differs),
+        then normalised with the members' ``(x - mean) / std`` (when their datamodule normalised), then go
+        through :meth:`forward`. Differentiable in the images.
+
+        Raises:
+            ValueError: not a 4-d batch, or a channel count the members' normalisation has no entry for.
+        """
+        if images.dim() != 4:
+            raise ValueError(f"expected images (N, C, H, W) in [0, 1], got shape {tuple(images.shape)}")
+        size = self.input_size
+        if size is not None and tuple(images.shape[-2:]) != (size, size):
+            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        if self.mean is not None and self.std is not None:
+            if len(self.mean) not in (1, images.shape[1]):
+                raise ValueError(f"images with {images.shape[1]} channels, but the members' normalisation has "
+                                 f"{len(self.mean)} (mean={self.mean}, std={self.std})")
+            mean = torch.tensor(self.mean, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+            std = torch.tensor(self.std, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+            images = (images - mean) / std
+        return self(images)
 
     def _member_modules(self, device: torch.device) -> list[nn.Module]:
         """The members as frozen modules with their own weights (channels-last convolutions: oneDNN runs the
@@ -204,4 +267,5 @@ class DeepEnsemble(nn.Module):
         return super().train(False)
 
     def extra_repr(self) -> str:
-        return f"members={self.num_members}, num_classes={self.num_classes}, background={self.background}"
+        normalisation = f", mean={self.mean}, std={self.std}" if self.mean is not None else ""
+        return f"members={self.num_members}, num_classes={self.num_classes}, background={self.background}{normalisation}"

@@ -150,7 +150,7 @@ class UNetGenerator(nn.Module):
     encoder blocks are ``LeakyReLU(0.2) -> conv -> BatchNorm`` with no activation before the first conv and no
     BatchNorm after the first and the innermost (1x1, where BatchNorm of a single image fails); decoder
     blocks are ``ReLU -> transposed conv -> BatchNorm``, with dropout in the first
-    ``min(3, L - 1)`` decoder blocks (the paper's ``CD512-CD512-CD512``; Pix2Pix's only noise source);
+    ``min(3, L - 1)`` decoder blocks (the Pix2Pix paper's ``CD512-CD512-CD512``; Pix2Pix's only noise source);
     the last decoder block maps to ``out_channels`` and the output nonlinearity.
 
     Levels per size: 32 px -> 5, 64 -> 6, 128 -> 7, 256 -> 8.
@@ -241,7 +241,7 @@ class PatchGANDiscriminator(nn.Module):
     ``C64 -> C128 -> ... `` 4x4 convolutions, ``n_layers`` of them with stride 2 (widths
     ``base_width * min(2**i, 8)``, BatchNorm on all but the first, LeakyReLU 0.2), then one stride-1
     ``4x4`` convolution with BatchNorm and a stride-1 ``4x4`` convolution to one logit per patch. Each logit
-    sees a receptive field of 70 px for ``n_layers=3`` (the paper's 70x70 PatchGAN), 34 px for 2, 16 px for 1.
+    sees a receptive field of 70 px for ``n_layers=3`` (the Pix2Pix paper's 70x70 PatchGAN), 34 px for 2, 16 px for 1.
     The logit grid is ``S / 2**n_layers - 2`` on each side: 30x30 at 256 px, 14x14 at 128, 64 and 32 px with
     the default ``n_layers``.
 
@@ -333,7 +333,7 @@ class DCGANGenerator(NoiseGenerator):
         base_width: width of the last hidden layer (64 in DCGAN).
         num_classes: > 0 makes the generator class-conditional: a learned ``latent_dim``-dimensional
             class embedding is concatenated to ``z``.
-        init_weights: apply :func:`dcgan_weights_init` (the paper's ``N(0, 0.02)``).
+        init_weights: apply :func:`dcgan_weights_init` (the DCGAN paper's ``N(0, 0.02)``).
 
     Shapes:
         ``forward(z, labels=None)``: ``(N, latent_dim)`` (and ``(N,)`` labels) -> ``(N, out_channels, S, S)``
@@ -402,7 +402,7 @@ class DCGANDiscriminator(nn.Module):
         base_width: width of the first layer (64 in DCGAN).
         spectral_norm: spectral normalisation of every layer (and no BatchNorm).
         num_classes: > 0 adds the class projection term.
-        init_weights: apply :func:`dcgan_weights_init` (the paper's ``N(0, 0.02)``).
+        init_weights: apply :func:`dcgan_weights_init` (the DCGAN paper's ``N(0, 0.02)``).
 
     Shapes:
         ``forward(x, labels=None)``: ``(N, in_channels, S, S)`` in ``[0, 1]`` (and ``(N,)`` labels) ->

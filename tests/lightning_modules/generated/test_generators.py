@@ -9,13 +9,16 @@ perceptual one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from datamodules import FashionMNISTOpenSetDataModule
@@ -26,6 +29,7 @@ from lightning_modules.generated.generators import (
     ShiftGenerator,
 )
 from tests.conftest import train_demo_checkpoint
+from tests.lightning_modules.nets.test_ensemble import MEAN, SIZE, STD, by_hand, train_normalising_member
 
 # the random LPIPS backbone is asked for by name in every test: its warning says nothing new here
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:LPIPS\\(alex, RANDOM backbone")]
@@ -377,3 +381,130 @@ def test_near_ood_fixed_samples_are_the_same_noise_every_time() -> None:
     assert module.generator.training
     copy_networks(module, other)
     assert torch.equal(other.fixed_samples(), first)
+
+
+# -- 6. the data the networks and the ensemble see ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def normalising_members(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two classifiers whose datamodule normalised their 16 px RGB images (mean/std unlike ImageNet's)."""
+    root = tmp_path_factory.mktemp("normalising")
+    return [train_normalising_member(root / f"m{seed}", seed=seed) for seed in range(2)]
+
+
+def mutual_information_by_hand(logits: np.ndarray) -> np.ndarray:
+    """``H(mean_m p_m) - mean_m H(p_m)`` in float64 NumPy, from ``(M, N, C)`` logits."""
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    entropy = lambda p: -(p * np.log(np.clip(p, 1e-300, None))).sum(axis=-1)  # noqa: E731
+    return entropy(probs.mean(axis=0)) - entropy(probs).mean(axis=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_mi_sees_generated_images_as_the_members_saw_theirs(kind: str, normalising_members: list[Path]) -> None:
+    """32 px generated RGB images in [0, 1] reach the members resized to their 16 px and normalised with their
+    datamodule's mean and std, as :meth:`DeepEnsemble.unit_logits` documents: checked against the members'
+    own networks on images prepared by hand."""
+    module = make(kind, [str(p) for p in normalising_members], channels=3, lambda_perceptual=0.0)
+    torch.manual_seed(0)
+    images = torch.rand(6, 3, 32, 32)
+    resized = F.interpolate(images, size=(SIZE, SIZE), mode="bilinear", align_corners=False, antialias=True)
+    expected_logits = by_hand(normalising_members, resized)
+    with torch.no_grad():
+        torch.testing.assert_close(module.ensemble_logits(images), expected_logits, rtol=1e-5, atol=1e-5)
+        mi = module.mutual_information(images)
+        unnormalised = mutual_information_by_hand(module.ensemble(resized).double().numpy())
+    np.testing.assert_allclose(mi.numpy(), mutual_information_by_hand(expected_logits.double().numpy()),
+                               rtol=1e-4, atol=1e-6)
+    assert not np.allclose(mi.numpy(), unnormalised, rtol=1e-2)  # without the normalisation MI would differ
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_datamodule_of_normalised_images_is_refused(kind: str, tmp_path: Path) -> None:
+    from datamodules import ClassFolderDataModule
+    from tests.conftest import make_imagenet_folder
+
+    classes = ["n01440764", "n01443537", "n01484850"]
+    make_imagenet_folder(tmp_path / "folders", classes, train=5, val=1)
+    data = ClassFolderDataModule(root=str(tmp_path / "folders"), known=classes[:2], negative=classes[2:],
+                                 protocol_dir=str(tmp_path / "protocols"), train_negatives="exclude", batch_size=4,
+                                 num_workers=0, resize_size=32, crop_size=32, normalize=True, mean=MEAN, std=STD,
+                                 pin_memory=False)
+    module = make(kind, channels=3, lambda_perceptual=0.0, lambda_semantic=0.0)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    with pytest.raises(ValueError, match=r"ClassFolderDataModule serves normalised images \(normalize=True, "
+                                         r"mean=\(0.2, 0.5, 0.7\), std=\(0.25, 0.5, 0.125\)\).*take images in \[0, 1\]"):
+        trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 0  # refused at setup, before any step
+
+
+# -- 7. each step's own randomness; the schedule over the run; the nearest pairing ---------------------------
+
+def expected_latents(seed: int, rank: int, step: int, count: int, dim: int) -> Tensor:
+    """The z of a training step, from the documented seed: 64 bits of ``SeedSequence([seed, rank, step])``."""
+    state = int(np.random.SeedSequence([seed, rank, step]).generate_state(1, dtype=np.uint64)[0])
+    return torch.randn(count, dim, generator=torch.Generator().manual_seed(state))
+
+
+class GeneratorInputs(pl.Callback):
+    """Records the generator's first input at every training step."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Tensor] = []
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.handle = pl_module.generator.register_forward_pre_hook(
+            lambda module, args: self.inputs.append(args[0].detach().clone()))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.handle.remove()
+
+
+def test_training_noise_comes_from_seed_rank_and_step_and_leaves_the_global_generator_alone() -> None:
+    module = make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, seed=7)
+    recorder = GeneratorInputs()
+    pl.seed_everything(0)
+    fit(module, steps=3, callbacks=[recorder])
+    assert len(recorder.inputs) == 3
+    for step, z in enumerate(recorder.inputs):
+        torch.testing.assert_close(z, expected_latents(7, 0, step, BATCH, module.latent_dim), rtol=0, atol=0)
+    # the step's draws come from the run's seed (PL_GLOBAL_SEED when no seed is given) and leave the global
+    # generator where it was: after the block, its next draw is the one a fresh seed_everything(123) gives
+    unseeded = make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0)
+    pl.seed_everything(123)
+    with unseeded.step_randomness(2):
+        assert os.environ["PL_GLOBAL_SEED"] == "123"
+        drawn = torch.randn(BATCH, unseeded.latent_dim)
+    torch.testing.assert_close(drawn, expected_latents(123, 0, 2, BATCH, unseeded.latent_dim), rtol=0, atol=0)
+    after = torch.rand(3)
+    pl.seed_everything(123)
+    torch.testing.assert_close(after, torch.rand(3), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="seed must be >= 0 .* got -1"):
+        make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, seed=-1)
+
+
+def test_lazy_regularisation_counts_training_steps_over_the_run() -> None:
+    """k = 3 over 6 steps of 4-batch epochs regularises steps 0 and 3: the schedule does not restart with each
+    epoch (by batch index it would regularise steps 0, 3 and 4)."""
+    module = make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, regularise_every=3)
+    weights: list[float] = []
+    schedule = module.regularisation_weight
+    module.regularisation_weight = lambda step: weights.append(schedule(step)) or weights[-1]  # type: ignore[method-assign]
+    trainer = fit(module, steps=6)
+    assert trainer.num_training_batches == 4  # so the 6 steps span two epochs
+    assert weights == [3.0, 0.0, 0.0, 3.0, 0.0, 0.0]
+
+
+def test_nearest_pairing_takes_each_samples_perceptually_nearest_real_image(real: Tensor) -> None:
+    torch.manual_seed(0)
+    module = make("near_ood", pairing="nearest", lambda_semantic=0.0)
+    # "samples" that each resemble one real image: blends of a real image with noise
+    sources = torch.tensor([5, 0, 3, 7, 2])
+    fake = 0.7 * real[sources] + 0.3 * torch.rand(5, *real.shape[1:])
+    with torch.no_grad():
+        paired = module.paired_real(fake, real)
+        # brute force: every (sample, real image) pair through LPIPS's own forward
+        distances = torch.stack([module.perceptual(fake, r.expand_as(fake)) for r in real], dim=1)
+    assert torch.equal(paired, real[distances.argmin(dim=1)])
+    assert len({int(i) for i in distances.argmin(dim=1)}) > 1  # not one image for all: the test can fail

@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -118,3 +119,112 @@ def test_members_files_resolve_relative_to_themselves_and_refuse_emptiness(tmp_p
         member_paths(tmp_path / "empty.txt")
     with pytest.raises(FileNotFoundError, match="members file .*none.txt does not exist"):
         member_paths(tmp_path / "none.txt")
+
+
+# -- the members' input normalisation ----------------------------------------------------------------------
+
+# a datamodule normalisation unlike ImageNet's, so that a test finding ImageNet's numbers proves nothing
+MEAN, STD = (0.2, 0.5, 0.7), (0.25, 0.5, 0.125)
+SIZE = 16
+
+
+def train_normalising_member(directory: Path, seed: int) -> Path:
+    """A classifier checkpoint of ``train.py``'s kind whose datamodule normalises (``ClassFolderDataModule``
+    with ``normalize=True``, 16 px RGB, 2 known classes and a negative one, which the validation split's γ
+    needs), 2 training steps."""
+    from datamodules import ClassFolderDataModule
+    from tests.conftest import make_imagenet_folder
+
+    root = directory.parent / "folders"
+    if not (root / "train").is_dir():
+        make_imagenet_folder(root, ["n01440764", "n01443537", "n01484850"], train=5, val=1)
+    pl.seed_everything(seed)
+    data = ClassFolderDataModule(root=str(root), known=["n01440764", "n01443537"], negative=["n01484850"],
+                                 protocol_dir=str(directory / "protocols"), train_negatives="exclude",
+                                 batch_size=4, num_workers=0, resize_size=SIZE, crop_size=SIZE, normalize=True,
+                                 mean=MEAN, std=STD, pin_memory=False)
+    model = OpenSetClassifier(num_classes=2, loss="softmax", backbone="small_cnn", in_channels=3)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, limit_val_batches=0, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=data)
+    path = directory / "checkpoints" / "best.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def normalising_members(tmp_path_factory):
+    root = tmp_path_factory.mktemp("normalising")
+    return [train_normalising_member(root / f"m{i}", seed=i) for i in range(2)]
+
+
+def by_hand(checkpoints, images):
+    """``(M, N, C)`` logits of each member's own network on ``(images - MEAN) / STD`` (no ensemble code)."""
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    networks = [OpenSetClassifier.load_from_checkpoint(p).network.eval() for p in checkpoints]
+    with torch.no_grad():
+        return torch.stack([network((images - mean) / std)[0] for network in networks])
+
+
+def test_unit_logits_apply_the_members_normalisation_and_forward_does_not(normalising_members):
+    ensemble = DeepEnsemble.from_checkpoints(normalising_members)
+    assert (ensemble.mean, ensemble.std, ensemble.input_size) == (MEAN, STD, SIZE)
+    torch.manual_seed(0)
+    images = torch.rand(5, 3, SIZE, SIZE)
+    expected = by_hand(normalising_members, images)
+    with torch.no_grad():
+        torch.testing.assert_close(ensemble.unit_logits(images), expected, rtol=1e-5, atol=1e-5)
+        # forward takes the members' own (already normalised) input: it does not normalise a second time
+        torch.testing.assert_close(ensemble(images), by_hand(normalising_members, images * torch.tensor(STD).view(
+            1, 3, 1, 1) + torch.tensor(MEAN).view(1, 3, 1, 1)), rtol=1e-5, atol=1e-5)
+        assert (ensemble(images) - expected).abs().max() > 1e-2  # the normalisation matters: the test can fail
+        # images of another size are resized to the members' (bilinear, antialiased), then normalised
+        larger = torch.rand(3, 3, 2 * SIZE, 2 * SIZE)
+        resized = torch.nn.functional.interpolate(larger, size=(SIZE, SIZE), mode="bilinear", align_corners=False,
+                                                  antialias=True)
+        torch.testing.assert_close(ensemble.unit_logits(larger), by_hand(normalising_members, resized),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_the_scoring_engine_and_unit_logits_give_the_same_logits(normalising_members):
+    """The evaluation path (the members' ModelInput, then ``forward``) and the generators' path
+    (``unit_logits`` on [0, 1] images) see one image alike: the normalisation is applied exactly once."""
+    from PIL import Image
+
+    from lightning_modules.scoring import ScoringModel
+
+    spec = "ensemble:" + ",".join(str(p) for p in normalising_members)
+    scoring = ScoringModel(spec)
+    # the engine's ModelInput splits the Normalize off the eval transform (float32 numbers)
+    assert scoring.model_input.mean == pytest.approx(MEAN) and scoring.model_input.std == pytest.approx(STD)
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(4, SIZE, SIZE, 3), dtype=np.uint8)
+    unit = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255  # what ToTensor makes of them
+    transform = scoring.model_input.transform()
+    with torch.no_grad():
+        engine = scoring(torch.stack([transform(Image.fromarray(p)) for p in pixels]))  # PIL -> pipeline -> Normalize
+        engine_tensors = scoring(scoring.model_input.normalise(unit))  # EvG's path for tensors in [0, 1]
+        generators = scoring.network.unit_logits(unit)
+    torch.testing.assert_close(engine, generators, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(engine_tensors, generators, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(generators, by_hand(normalising_members, unit), rtol=1e-5, atol=1e-5)
+
+
+def test_a_bad_normalisation_is_refused(normalising_members, tmp_path):
+    networks = [m.network for m in members(1)]
+    with pytest.raises(ValueError, match=r"both mean and std, got mean=\(0.5,\), std=None"):
+        DeepEnsemble(networks, mean=(0.5,))
+    with pytest.raises(ValueError, match=r"positive std per channel, got mean=\(0.5, 0.5\), std=\(0.5, 0.0\)"):
+        DeepEnsemble(networks, mean=(0.5, 0.5), std=(0.5, 0.0))
+    grey = DeepEnsemble(networks, mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))
+    with pytest.raises(ValueError, match=r"images with 1 channels, but the members' normalisation has 3"):
+        grey.unit_logits(torch.rand(2, 1, 28, 28))
+    with pytest.raises(ValueError, match=r"expected images \(N, C, H, W\) in \[0, 1\], got shape \(1, 28, 28\)"):
+        grey.unit_logits(torch.rand(1, 28, 28))
+    # a checkpoint that says it normalised but not with what
+    for index, path in enumerate(normalising_members):
+        saved = torch.load(path, weights_only=False)
+        saved["datamodule_hyper_parameters"]["std"] = None
+        torch.save(saved, tmp_path / f"m{index}.ckpt")
+    with pytest.raises(CheckpointError, match=r"normalize: true\) but the checkpoint records no mean/std"):
+        DeepEnsemble.from_checkpoints([tmp_path / "m0.ckpt", tmp_path / "m1.ckpt"])
