@@ -653,7 +653,7 @@ def _float(value: Any) -> float | None:
 TRAINING_RECORD = ("channels", "image_size", "lambda_adversarial", "lambda_l1", "l1_target", "lambda_perceptual",
                    "lambda_semantic", "discriminator", "pairing", "regularise_every", "adversarial_loss", "lr", "betas",
                    "dropout", "base_width", "latent_dim", "architecture", "conditional_classes", "lpips_net",
-                   "lpips_random_backbone", "seed")
+                   "lpips_random_backbone", "training_seed")
 
 
 def member_records(members: str | Sequence[str] | None) -> list[dict[str, Any]]:

@@ -163,16 +163,16 @@ class RegularisedGenerator(pl.LightningModule):
         betas: tuple[float, float],
         adversarial_loss: AdversarialLoss,
         regularise_every: int = 1,
-        seed: int | None = None,
+        training_seed: int | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
         if regularise_every < 1:
             raise ValueError(f"regularise_every must be >= 1, got {regularise_every}")
-        if seed is not None and seed < 0:
-            raise ValueError(f"seed must be >= 0 (or None: the run's seed_everything seed), got {seed}")
+        if training_seed is not None and training_seed < 0:
+            raise ValueError(f"training_seed must be >= 0 (or None: the run's seed_everything seed), got {training_seed}")
         self.regularise_every = regularise_every
-        self.seed = seed
+        self.training_seed = training_seed  # not `seed`: a datamodule's `seed` hyper-parameter would clash
         if lambda_adversarial < 0 or lambda_perceptual < 0 or lambda_semantic < 0:
             raise ValueError(f"the loss weights must be >= 0, got lambda_adversarial={lambda_adversarial}, "
                              f"lambda_perceptual={lambda_perceptual}, lambda_semantic={lambda_semantic} (the signs "
@@ -206,9 +206,9 @@ class RegularisedGenerator(pl.LightningModule):
 
     @property
     def noise_seed(self) -> int:
-        """The seed of the training noise: ``seed``, else the run's ``seed_everything`` seed, else 0."""
-        if self.seed is not None:
-            return self.seed
+        """The seed of the training noise: ``training_seed``, else the run's ``seed_everything`` seed, else 0."""
+        if self.training_seed is not None:
+            return self.training_seed
         return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def training_step_index(self, batch_idx: int) -> int:
@@ -319,8 +319,9 @@ class ShiftGenerator(RegularisedGenerator):
             this project's choice).
         adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
         regularise_every: apply LPIPS and MI on every k-th step with k-times the weights (see the module docstring).
-        seed: the seed of the training randomness (dropout masks; see :func:`step_seed`); ``None``: the run's
-            ``seed_everything`` seed.
+        training_seed: the seed of the training randomness (dropout masks; see :func:`step_seed`); ``None``:
+            the run's ``seed_everything`` seed. (Not ``seed``: the datamodules' ``seed`` hyper-parameter would
+            clash with it in the logger's merged hyper-parameters.)
     """
 
     def __init__(
@@ -342,12 +343,12 @@ class ShiftGenerator(RegularisedGenerator):
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
-        seed: int | None = None,
+        training_seed: int | None = None,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, seed=seed)
+                         regularise_every=regularise_every, training_seed=training_seed)
         self.save_hyperparameters()
         if discriminator not in ("unconditional", "conditional"):
             raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
@@ -451,8 +452,8 @@ class NearOODGenerator(RegularisedGenerator):
         lambda_adversarial, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
             ``+LPIPS(G(z), x_real)`` and of ``-MI(G(z))``.
         pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
-        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, seed: as
-            :class:`ShiftGenerator` (``seed``: of the latent noise, the fake labels and the random pairing).
+        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, training_seed: as
+            :class:`ShiftGenerator` (``training_seed``: of the latent noise, the fake labels and the random pairing).
     """
 
     def __init__(
@@ -475,12 +476,12 @@ class NearOODGenerator(RegularisedGenerator):
         betas: tuple[float, float] = (0.5, 0.999),
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
-        seed: int | None = None,
+        training_seed: int | None = None,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, seed=seed)
+                         regularise_every=regularise_every, training_seed=training_seed)
         self.save_hyperparameters()
         if pairing not in ("random", "nearest"):
             raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")

@@ -462,7 +462,7 @@ class GeneratorInputs(pl.Callback):
 
 
 def test_training_noise_comes_from_seed_rank_and_step_and_leaves_the_global_generator_alone() -> None:
-    module = make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, seed=7)
+    module = make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, training_seed=7)
     recorder = GeneratorInputs()
     pl.seed_everything(0)
     fit(module, steps=3, callbacks=[recorder])
@@ -481,7 +481,7 @@ def test_training_noise_comes_from_seed_rank_and_step_and_leaves_the_global_gene
     pl.seed_everything(123)
     torch.testing.assert_close(after, torch.rand(3), rtol=0, atol=0)
     with pytest.raises(ValueError, match="seed must be >= 0 .* got -1"):
-        make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, seed=-1)
+        make("near_ood", lambda_perceptual=0.0, lambda_semantic=0.0, training_seed=-1)
 
 
 def test_lazy_regularisation_counts_training_steps_over_the_run() -> None:
@@ -508,3 +508,21 @@ def test_nearest_pairing_takes_each_samples_perceptually_nearest_real_image(real
         distances = torch.stack([module.perceptual(fake, r.expand_as(fake)) for r in real], dim=1)
     assert torch.equal(paired, real[distances.argmin(dim=1)])
     assert len({int(i) for i in distances.argmin(dim=1)}) > 1  # not one image for all: the test can fail
+
+
+@pytest.mark.parametrize("kind", ["shift", "near_ood"])
+def test_hyper_parameters_merge_with_the_datamodules_under_a_logger(kind: str, tmp_path: Path) -> None:
+    """With a logger, Lightning merges the module's and the datamodule's hyper-parameters and refuses a key
+    both hold with different values: the training noise's seed is ``training_seed``, not the datamodules'
+    ``seed`` (which a demo run once failed on)."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    module = make(kind, lambda_perceptual=0.0, lambda_semantic=0.0, training_seed=11)
+    data = FashionMNISTOpenSetDataModule(train_negatives="exclude", image_size=32, max_train_per_class=8,
+                                         batch_size=BATCH, seed=5)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=CSVLogger(tmp_path), enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, datamodule=data)
+    assert module.noise_seed == 11 and data.hparams["seed"] == 5
+    logged = (Path(trainer.logger.log_dir) / "hparams.yaml").read_text()
+    assert "training_seed: 11" in logged and "seed: 5" in logged
