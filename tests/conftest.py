@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -86,6 +87,13 @@ def train_demo_checkpoint(directory: Path, loss: str, steps: int = 5, seed: int 
     pl.seed_everything(seed)
     data = FashionMNISTOpenSetDataModule(max_train_per_class=40, batch_size=32, train_negatives=train_negatives_for_loss(loss))
     model = OpenSetClassifier(num_classes=4, loss=loss, backbone="small_cnn", in_channels=1)
+    return fit_and_save(model, data, directory, steps)
+
+
+def fit_and_save(model: Any, data: Any, directory: Path, steps: int) -> Path:
+    """``steps`` CPU training steps of ``model`` on ``data``; the checkpoint ``<directory>/checkpoints/best.ckpt``."""
+    import pytorch_lightning as pl
+
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=data)

@@ -145,8 +145,10 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
             detectors = work / "runs/p1-generated/detectors.csv"
             assert_finite(numbers(detectors, ("auroc",)), "generated")
             with open(detectors, newline="") as handle:
-                models = {row["model"] for row in csv.DictReader(handle)}
-            assert models == {"p1-eos-best", "resnet50", "ensemble2-member_0-best"}
+                rows = list(csv.DictReader(handle))
+            assert {row["model"] for row in rows} == {"p1-eos-best", "resnet50", "ensemble2-member_0-best"}
+            sets = {row["set"] for row in rows}  # the ID baseline and the label filter's rows
+            assert {"id_test", "shift:p1-shift", "shift:p1-shift (label kept)"} <= sets, sets
             assert_finite(numbers(work / "runs/p1-generated/sets.csv", ("mean MI",)), "sets")
         elif step == "evg":
             assert_finite(numbers(work / "runs/p1-evg/results.csv", ("clean auroc", "worst-case auroc", "min rank")),

@@ -131,6 +131,15 @@ def _linear(unit: Tensor, bounds: tuple[float, float]) -> Tensor:
     return bounds[0] + unit * (bounds[1] - bounds[0])
 
 
+def _preset_bounds(kind: str, presets: dict[str, dict[str, tuple[float, float]]], preset: str,
+                   **given: tuple[float, float] | None) -> dict[str, tuple[float, float]]:
+    """The bounds of ``preset``, each replaced by the one ``given`` where that is not ``None``, checked."""
+    if preset not in presets:
+        raise ValueError(f"unknown {kind} preset {preset!r}; choose from {sorted(presets)}")
+    return {name: _check_bounds(name, presets[preset][name] if value is None else value)
+            for name, value in given.items()}
+
+
 def _check_bounds(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
     low, high = (float(b) for b in bounds)
     if not low <= high:
@@ -187,13 +196,10 @@ class AffineVariation(nn.Module):
         preset: str = "affineV1",
     ) -> None:
         super().__init__()
-        if preset not in AFFINE_PRESETS:
-            raise ValueError(f"unknown affine preset {preset!r}; choose from {sorted(AFFINE_PRESETS)}")
-        bounds = AFFINE_PRESETS[preset]
-        self.angle = _check_bounds("angle", bounds["angle"] if angle is None else angle)
-        self.translation = _check_bounds("translation", bounds["translation"] if translation is None else translation)
-        self.scale = _check_bounds("scale", bounds["scale"] if scale is None else scale)
-        self.shear = _check_bounds("shear", bounds["shear"] if shear is None else shear)
+        chosen = _preset_bounds("affine", AFFINE_PRESETS, preset, angle=angle, translation=translation, scale=scale,
+                                shear=shear)
+        self.angle, self.translation, self.scale, self.shear = (chosen[k] for k in ("angle", "translation", "scale",
+                                                                                  "shear"))
         if self.scale[0] <= 0:
             raise ValueError(f"scale bounds must be positive, got {self.scale}")
         if max(abs(s) for s in self.shear) >= math.pi / 2:
@@ -342,13 +348,10 @@ class ColourVariation(nn.Module):
         luma: tuple[float, float, float] | None = None,
     ) -> None:
         super().__init__()
-        if preset not in COLOUR_PRESETS:
-            raise ValueError(f"unknown colour preset {preset!r}; choose from {sorted(COLOUR_PRESETS)}")
-        chosen = COLOUR_PRESETS[preset]
-        self.brightness = _check_bounds("brightness", chosen["brightness"] if brightness is None else brightness)
-        self.contrast = _check_bounds("contrast", chosen["contrast"] if contrast is None else contrast)
-        self.saturation = _check_bounds("saturation", chosen["saturation"] if saturation is None else saturation)
-        self.hue = _check_bounds("hue", chosen["hue"] if hue is None else hue)
+        chosen = _preset_bounds("colour", COLOUR_PRESETS, preset, brightness=brightness, contrast=contrast,
+                                saturation=saturation, hue=hue)
+        self.brightness, self.contrast, self.saturation, self.hue = (chosen[k] for k in ("brightness", "contrast",
+                                                                                       "saturation", "hue"))
         for name, bounds in (("brightness", self.brightness), ("contrast", self.contrast),
                              ("saturation", self.saturation)):
             if bounds[0] < 0:
@@ -357,7 +360,7 @@ class ColourVariation(nn.Module):
             raise ValueError(f"hue bounds must lie within [-0.5, 0.5] (a fraction of the hue circle), got {self.hue}")
         if channels not in (1, 3):
             raise ValueError(f"ColourVariation works on 1- or 3-channel images, got {channels} channels")
-        weights = tuple(float(w) for w in (chosen["luma"] if luma is None else luma))
+        weights = tuple(float(w) for w in (COLOUR_PRESETS[preset]["luma"] if luma is None else luma))
         if len(weights) != 3:
             raise ValueError(f"luma takes 3 grayscale weights (r, g, b), got {luma}")
         self.luma: tuple[float, float, float] = weights  # type: ignore[assignment]

@@ -133,7 +133,7 @@ def train_normalising_member(directory: Path, seed: int) -> Path:
     with ``normalize=True``, 16 px RGB, 2 known classes and a negative one, which the validation split's γ
     needs), 2 training steps."""
     from datamodules import ClassFolderDataModule
-    from tests.conftest import make_imagenet_folder
+    from tests.conftest import fit_and_save, make_imagenet_folder
 
     root = directory.parent / "folders"
     if not (root / "train").is_dir():
@@ -144,12 +144,7 @@ def train_normalising_member(directory: Path, seed: int) -> Path:
                                  batch_size=4, num_workers=0, resize_size=SIZE, crop_size=SIZE, normalize=True,
                                  mean=MEAN, std=STD, pin_memory=False)
     model = OpenSetClassifier(num_classes=2, loss="softmax", backbone="small_cnn", in_channels=3)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, limit_val_batches=0, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(model, datamodule=data)
-    path = directory / "checkpoints" / "best.ckpt"
-    trainer.save_checkpoint(path)
-    return path
+    return fit_and_save(model, data, directory, steps=2)
 
 
 @pytest.fixture(scope="module")
