@@ -82,7 +82,11 @@ def load_scoring_network(
         ensemble = DeepEnsemble.from_checkpoints(model.removeprefix("ensemble:"))
         checkpoint = read_checkpoint(ensemble.paths[0])
         model_input, classes = checkpoint_input(checkpoint, ensemble.paths[0])
-        name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
+        spec = model.removeprefix("ensemble:")
+        if "," not in spec and not spec.endswith(".ckpt"):  # a members file: named by its folder (two ensembles
+            name = f"ensemble{ensemble.num_members}-{Path(spec).parent.name or Path(spec).stem}"  # stay apart)
+        else:
+            name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
         return ensemble, model_input, name, ensemble.background, classes
     if model.endswith(".ckpt"):
         if model_args:

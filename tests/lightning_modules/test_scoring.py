@@ -80,3 +80,15 @@ def test_test_step_does_nothing():
     scoring = ScoringModel("timm:test_resnet", pretrained=False)
     assert scoring.test_step((torch.rand(1, 3, 32, 32), torch.zeros(1, dtype=torch.long)), 0) is None
     assert scoring.forward_calls == 0
+
+
+def test_ensembles_of_members_files_are_named_by_their_folders(demo_checkpoint, tmp_path):
+    """Two ensembles whose first members share a file name (``member_0/best.ckpt``) stay apart in the tables."""
+    names = []
+    for folder in ("ensemble", "ensemble_independent"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "ensemble.txt").write_text(f"{demo_checkpoint}\n{demo_checkpoint}\n")
+        names.append(ScoringModel(f"ensemble:{tmp_path / folder / 'ensemble.txt'}").display_name)
+    assert names == ["ensemble2-ensemble", "ensemble2-ensemble_independent"]
+    listed = ScoringModel(f"ensemble:{demo_checkpoint},{demo_checkpoint}").display_name
+    assert listed == f"ensemble2-{demo_checkpoint.parent.parent.name}-best"  # listed members: the first's name
