@@ -286,6 +286,7 @@ def test_timm_detector_normalises_inside() -> None:
     assert detector.name == "resnet10t/max_logit"
 
 
+@pytest.mark.slow  # three more EvG runs: in make test-all
 def test_a_finished_or_half_written_report_is_written_whole_again(run: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = evaluate.main(options(run["checkpoint"], out) + CLI)
@@ -302,6 +303,7 @@ def test_a_finished_or_half_written_report_is_written_whole_again(run: dict, tmp
     assert json.loads((out / "report.json").read_text())["run_key"] == marker["run_key"]
 
 
+@pytest.mark.slow  # three more EvG runs: in make test-all
 def test_resume_with_other_batches_or_precision(run: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
     shutil.copytree(run["out"], out)
@@ -317,6 +319,7 @@ def test_resume_with_other_batches_or_precision(run: dict, tmp_path: Path) -> No
         evaluate.main(options(run["checkpoint"], out)[:-2] + ["--chains", "0", "--output-dir", str(out), *CLI])
 
 
+@pytest.mark.slow  # three more EvG runs: in make test-all
 def test_standardisation_on_id_test_as_the_authors_code(run: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = evaluate.main(options(run["checkpoint"], out) + [*CLI, "--standardise-on", "id_test"])
