@@ -98,12 +98,13 @@ def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]]) -> 
         choice = torch.nan_to_num(energies, nan=float("inf")).argmin(dim=0)  # first minimum: the earlier sampler
         chains = torch.arange(choice.numel())
         merged: dict[str, Tensor] = {}
-        for key in ("points", "energy", "best_step", "start_energy", "nan_proposals",
-                    *(k for k in parts[0] if k.startswith("kappa/"))):
+        for key in ("points", "energy", "best_step", "start_energy", *(k for k in parts[0] if k.startswith("kappa/"))):
             if all(key in p for p in parts):
                 merged[key] = torch.stack([p[key] for p in parts])[choice, chains]
         merged["acceptance"] = torch.full((choice.numel(),), float("nan"))
-        merged["calls"] = torch.tensor(sum(int(p["calls"]) for p in parts))
+        merged["calls"] = torch.tensor(sum(int(p["calls"]) for p in parts))  # every sampler's calls, and NaNs
+        if all("nan_proposals" in p for p in parts):
+            merged["nan_proposals"] = torch.stack([p["nan_proposals"] for p in parts]).sum(dim=0)
         merged["sampler_choice"] = choice
         merged["trace_steps"] = torch.zeros(0, dtype=torch.long)
         combined[(detector, variation, ENSEMBLE_SAMPLER)] = merged
