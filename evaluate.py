@@ -7,6 +7,7 @@
     python evaluate.py generate --model runs/p1-generators/near_ood/last.ckpt --num 10000 --output-dir data/p1-near-ood
     python evaluate.py generated --config configs/evaluate/fashion_generated.yaml
     python evaluate.py evg --config configs/evaluate/fashion_evg.yaml          # `adversarial` is an alias
+    python evaluate.py report --config configs/evaluate/fashion_report.yaml    # all four, with intervals
 
 Each command is the typed class of its method (:mod:`callbacks`): its options are the class's arguments,
 checked by type; ``--config`` takes a YAML file of the same keys (``class_path`` where a component is
@@ -20,6 +21,7 @@ This file only translates that vocabulary for jsonargparse, parses, builds and r
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import json
 import re
 import sys
@@ -39,10 +41,11 @@ from callbacks import (
     SeverityPlot,
     TrainerOptions,
 )
+from callbacks.report_card import ReportCard, report
 from datamodules.images import UnreadableImageError
 
 COMMANDS = {cls.command: cls for cls in (OSCREvaluation, SeverityEvaluation, SeverityPlot, GenerateSets,
-                                         GeneratedEvaluation, EvGEvaluation)}
+                                         GeneratedEvaluation, EvGEvaluation, ReportCard)}
 ALIASES = {"adversarial": "evg"}
 # options given as repeated KEY=VALUE (or KIND.KEY=VALUE), collected into one typed dictionary
 KEY_VALUE = {"data_arg": "data_args", "model_arg": "model_args", "kappa_arg": "kappa_args",
@@ -167,6 +170,19 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def dataclass_options(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Options typed as a dataclass (``intervals``), which the parser gives as dotted keys
+    (``intervals.level``), built into that dataclass (``None`` stays ``None``)."""
+    hints = typing.get_type_hints(cls.__init__)
+    for name, hint in hints.items():
+        kinds = [t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
+        prefix = f"{name}."
+        fields = {k[len(prefix):]: values.pop(k) for k in list(values) if k.startswith(prefix)}
+        if kinds and fields:
+            values[name] = kinds[0](**fields)
+    return values
+
+
 def parse(argv: list[str]) -> tuple[str, Any]:
     """``(command, its typed evaluation)`` of a command line."""
     command = ALIASES.get(argv[0], argv[0]) if argv else ""
@@ -174,7 +190,8 @@ def parse(argv: list[str]) -> tuple[str, Any]:
         build_parser().parse_args(argv)  # the usage and the list of commands
         raise SystemExit(2)
     config = build_parser().parse_args([command, *normalise(command, argv[1:])])[command]
-    values = {k: v for k, v in dict(config).items() if k != "config" and not k.startswith("__")}
+    values = dataclass_options(COMMANDS[command], {k: v for k, v in dict(config).items()
+                                                   if k != "config" and not k.startswith("__")})
     fields = set(TrainerOptions.__dataclass_fields__)
     options = TrainerOptions(**{k: v for k, v in values.items() if k in fields}) if command != "severity-plot" else None
     return command, COMMANDS[command](**{k: v for k, v in values.items() if k not in fields}, trainer=options)
@@ -187,6 +204,9 @@ def main(argv: list[str] | None = None) -> Any:
         return evaluation.run()
     except (ValueError, OSError, UnreadableImageError) as error:
         raise SystemExit(f"evaluate.py {argv[0] if argv else ''}: {error}") from None
+
+
+__all__ = ["COMMANDS", "main", "parse", "report"]
 
 
 if __name__ == "__main__":

@@ -37,15 +37,19 @@ from torch import Tensor
 from callbacks.generated import fashion_arguments, id_datamodule
 from callbacks.plots import plot_energy_traces, plot_heatmap, save_image_grid
 from callbacks.report import (
+    Intervals,
     check_output_dir,
+    interval_columns,
     log_images,
     log_scalars,
     log_table,
     markdown_table,
     metric_key,
     slug,
+    with_bounds,
     write_csv,
     write_markdown,
+    write_replicates,
     write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
@@ -59,11 +63,12 @@ from lightning_modules.checkpoint import check_classes
 from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
 from lightning_modules.scoring import ScoringModel
 from metrics import auroc, get_kappa, min_rank
+from metrics.intervals import resample_weights, weighted_auroc, weighted_min_rank
 
 RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
                   "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images", "ood test images",
                   "seed images", "acceptance", "nan proposals", "mean step of minimum", "mean start energy",
-                  "mean lowest energy", "varied")
+                  "mean lowest energy", "varied", *interval_columns("clean auroc", "worst-case auroc", "min rank"))
 SPLITS = ("id_val", "id_test", "ood")
 ENSEMBLE_SAMPLER = "eV1"  # the authors' released tables: per chain, the lowest energy over the samplers run
 StandardiseOn = Literal["id_val", "id_test"]
@@ -134,13 +139,18 @@ class EvGReport(pl.Callback):
         seed_choice: the seed of that choice (recorded in the report).
         standardise_on: the ID set whose κ standardise the energy (recorded in the report and the run key).
         precision: the trainer's precision (chains of another precision are another run).
+        intervals: level, bootstrap resamples and seed of the intervals: the clean AUROC gets DeLong's (images),
+            the worst-case AUROC and MinRank a percentile bootstrap whose units are the chains (each gives one
+            worst case, an independent search) and the ID test images, resampled separately.
     """
 
     def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
                  plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None,
                  seed_indices: Tensor | None = None, seed_choice: int = 0, standardise_on: StandardiseOn = "id_val",
-                 precision: str = "32-true") -> None:
+                 precision: str = "32-true", intervals: Intervals | None = None) -> None:
         self.data, self.chains = data, chains
+        self.intervals = intervals or Intervals()
+        self.replicates: dict[str, Tensor] = {}
         self.seed_indices = (torch.arange(len(data["ood"])) if seed_indices is None else seed_indices).long().cpu()
         self.seed_choice, self.standardise_on, self.precision = seed_choice, standardise_on, str(precision)
         self.output_dir = Path(output_dir)
@@ -235,6 +245,11 @@ class EvGReport(pl.Callback):
             self._report(trainer, pl_module)
         trainer.strategy.barrier()
 
+    def write(self, trainer: pl.Trainer, module: Any) -> None:
+        """The report from the chain files alone, on global rank zero, when no chain is left to run."""
+        self.chain_dir(module).mkdir(parents=True, exist_ok=True)
+        self._report(trainer, module)
+
     # -- the report -------------------------------------------------------------------------------
 
     def assemble(self, module: Any) -> dict[tuple[str, str, str], dict[str, Tensor]]:
@@ -297,18 +312,22 @@ class EvGReport(pl.Callback):
                 "mean lowest energy": float(result["energy"].double().mean()),
                 "varied": ", ".join(module.variations[variation].active_parameters),
             })
+            self._intervals(self.rows[-1], scores, worst, f"{detector}|{variation}|{sampler}")
             matrix = self.transfer.setdefault((variation, sampler), {})
             matrix[detector] = {other: auroc(self.scores[other]["id_test"], finite_worst(result[f"kappa/{other}"]))
                                 for other in module.detectors}
         fitted = module.standardisation()
         write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
+        write_replicates(out, self.replicates, self.intervals)
         standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
         on = STANDARDISATION_SETS[self.standardise_on]
         samplers = sorted({s for _, _, s in results if s != ENSEMBLE_SAMPLER})
         write_markdown(out / "results.md", self.rows, RESULT_COLUMNS, preamble=(
             f"Energy standardisation on {on} (-κ): {standardisation}. Seeds: {self.seed_rule()}. "
             f"{ENSEMBLE_SAMPLER}: per chain, the lowest energy over the samplers {', '.join(samplers)} "
-            "(the authors' released tables); seed auroc / seed min rank: the clean scores of exactly the seed images"))
+            "(the authors' released tables); seed auroc / seed min rank: the clean scores of exactly the seed images. "
+            f"{self.intervals.describe()}: clean AUROC DeLong (images); worst-case AUROC and MinRank percentile "
+            "bootstrap over the chains and the ID test images"))
         ood = self.data["ood"].dataset
         groups = getattr(ood, "source_classes", None)
         write_tables(out, "seeds", [{"seed": i, "ood index": int(index), "source class":
@@ -350,6 +369,18 @@ class EvGReport(pl.Callback):
                                               "standardise_on": self.standardise_on, "seeds": self.seed_rule()},
                                              indent=1, default=float) + "\n")
         rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
+
+    def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, key: str) -> None:
+        """The intervals of one results row; the worst-case AUROC's and MinRank's replicates under ``key``."""
+        options = self.intervals
+        with_bounds(row, "clean auroc", options.delong(scores["id_test"], scores["ood"]))
+        # the same resamples for every detector, variation and sampler: their differences are paired
+        id_weights = resample_weights(scores["id_test"].numel(), options.resamples, options.seed, stratum=0)
+        chain_weights = resample_weights(worst.numel(), options.resamples, options.seed, stratum=1)
+        for metric, statistic in (("worst-case auroc", weighted_auroc), ("min rank", weighted_min_rank)):
+            replicates = statistic(scores["id_test"], worst, id_weights, chain_weights).double()
+            with_bounds(row, metric, options.bounds(replicates))
+            self.replicates[f"{key}|{'worst_auroc' if metric == 'worst-case auroc' else 'min_rank'}"] = replicates
 
     def seed_rule(self) -> str:
         repeats = -(-self.chains // len(self.seed_indices))
@@ -430,6 +461,7 @@ class EvGEvaluation(Evaluation):
         output_dir: tables, figures and chain results.
         cache_dir: cached passes (default: ``<output_dir>/cache``).
         plots: write and log the figures.
+        intervals: level, bootstrap resamples and seed of the intervals (:class:`EvGReport`).
     """
 
     command = "evg"
@@ -443,8 +475,10 @@ class EvGEvaluation(Evaluation):
                  chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
                  trace_every: int = 10, batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
-                 cache_dir: str | None = None, plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None, *,
+                 trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.intervals = intervals or Intervals()
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
@@ -517,7 +551,8 @@ class EvGEvaluation(Evaluation):
         check_output_dir(self.output_dir)
         report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
                            plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed,
-                           standardise_on=self.standardise_on, precision=self.options.precision)
+                           standardise_on=self.standardise_on, precision=self.options.precision,
+                           passes=self.shared_passes, intervals=self.intervals)
         logger = make_logger(self.options, name="evg")
         # inference mode off: model-based κ such as ODIN take input gradients inside the detector
         trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
@@ -528,5 +563,9 @@ class EvGEvaluation(Evaluation):
         skipped = [b for b in batches.all_bounds if b not in batches.bounds]
         if skipped and trainer.is_global_zero:
             print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
-        trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
+        if batches.bounds:
+            trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
+        elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
+            print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
+            report.write(trainer, module)
         return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(self.output_dir)}

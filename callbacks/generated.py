@@ -28,6 +28,12 @@ torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metri
   trained against is flagged in every table (``shares generator ensemble``, ``describer shares generator
   ensemble``, ``detectors sharing generator ensemble``): its numbers report the optimisation target back.
 
+Intervals (:class:`callbacks.report.Intervals`): the AUROC gets DeLong's interval (the images of the ID test
+set and of the set are independent draws: the resampling unit is the image, ID and OOD separately), accuracy
+and ECE a percentile bootstrap over the set's images; columns ``<metric> low`` / ``<metric> high``. The
+bootstrap replicates of every number (``replicates.pt``) use the same resamples for every detector on a set,
+so the report card's differences between detectors are paired.
+
 Passes are sharded over the devices (every rank joins every gather). Global rank zero writes
 ``detectors.csv`` / ``.md``, ``sets.csv`` / ``.md``, ``agreement.csv`` / ``.md`` and a grid of each set; the
 same go to W&B.
@@ -56,7 +62,9 @@ from torchmetrics.functional.classification import multiclass_calibration_error
 
 from callbacks.plots import save_image_grid
 from callbacks.report import (
+    Intervals,
     check_output_dir,
+    interval_columns,
     log_images,
     log_scalars,
     log_table,
@@ -64,8 +72,10 @@ from callbacks.report import (
     metric_key,
     slug,
     training_report_dir,
+    with_bounds,
     write_csv,
     write_markdown,
+    write_replicates,
     write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
@@ -104,6 +114,7 @@ from metrics import (
     mutual_information_from_logits,
     rank_agreement,
 )
+from metrics.intervals import bootstrap_accuracy_ece, bootstrap_auroc
 
 PER_IMAGE = ("images", "source_index", "source_label", "seed", "ensemble_prediction", "mi", "lpips")
 
@@ -306,7 +317,7 @@ class SampleGrids(pl.Callback):
 
 
 DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images",
-                    "shares generator ensemble")
+                    "shares generator ensemble", *interval_columns("auroc", "accuracy", "ece"))
 SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
                "keeps source label", "keeps ensemble label", "lambda_perceptual", "lambda_semantic", "mode",
                "generator", "describer shares generator ensemble")
@@ -333,6 +344,7 @@ class GeneratedBenchmark(pl.Callback):
             ``<set> (label kept)``; needs the describer.
         output_dir: where files go.
         passes: the run's scoring passes (shared with every other evaluation of the run).
+        intervals: level, bootstrap resamples and seed of the intervals.
 
     Every table flags a detector or describer that shares a member with the ensemble a generated set's
     generator was trained against (``info.json``'s ``training_ensemble``, compared by resolved path and by
@@ -354,9 +366,12 @@ class GeneratedBenchmark(pl.Callback):
         output_dir: str | Path = "runs/generated",
         plots: bool = True,
         passes: ScoringPasses | None = None,
+        intervals: Intervals | None = None,
     ) -> None:
         super().__init__()
         self.data = data
+        self.intervals = intervals or Intervals()
+        self.replicates: dict[str, Tensor] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -461,15 +476,32 @@ class GeneratedBenchmark(pl.Callback):
             targets = columns[targets]
         return probs, targets
 
-    @staticmethod
-    def _accuracy_ece(probs: Tensor, targets: Tensor) -> dict[str, float | None]:
+    def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "") -> dict[str, float | None]:
+        """Accuracy and ECE with their bootstrap intervals (the set's images resampled); replicates under
+        ``<key>|accuracy`` and ``<key>|ece``."""
         if targets.numel() == 0:
             return {"accuracy": None, "ece": None}
         # calibration of the known-class prediction; with a background column the row does not sum to 1, and
         # the ECE uses the confidence of the predicted known class as it is
-        return {"accuracy": float((probs.argmax(dim=1) == targets).double().mean()),
-                "ece": float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1], n_bins=15,
-                                                          norm="l1"))}
+        row: dict[str, float | None] = {
+            "accuracy": float((probs.argmax(dim=1) == targets).double().mean()),
+            "ece": float(multiclass_calibration_error(probs, targets, num_classes=probs.shape[1], n_bins=15,
+                                                      norm="l1"))}
+        replicates = bootstrap_accuracy_ece(probs, targets, bins=15, resamples=self.intervals.resamples,
+                                            seed=self.intervals.seed)
+        for metric in ("accuracy", "ece"):
+            with_bounds(row, metric, self.intervals.bounds(replicates[metric]))
+            if key:
+                self.replicates[f"{key}|{metric}"] = replicates[metric]
+        return row
+
+    def _auroc(self, id_scores: Tensor, ood_scores: Tensor, key: str) -> dict[str, float | None]:
+        """AUROC with DeLong's interval; its bootstrap replicates under ``<key>|auroc``."""
+        row: dict[str, float | None] = {"auroc": auroc(id_scores, ood_scores)}
+        with_bounds(row, "auroc", self.intervals.delong(id_scores, ood_scores))
+        self.replicates[f"{key}|auroc"] = bootstrap_auroc(id_scores, ood_scores, self.intervals.resamples,
+                                                         self.intervals.seed)
+        return row
 
     def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
                        kappa: Kappa) -> list[dict[str, Any]]:
@@ -482,24 +514,26 @@ class GeneratedBenchmark(pl.Callback):
                   "shares generator ensemble": self._shared_sets(model)}
         rows = []
         for name, kind in self.data.kinds.items():
+            key = f"{common['model']}|{kappa.name}|{name}"
             if kind == "id":  # the baseline every shift result is read against
                 probs, targets = self._classification(trainer, model, name, background, batch)
-                rows.append({**common, "set": name, "kind": kind, "auroc": None, **self._accuracy_ece(probs, targets),
-                             "images": int(targets.numel())})
+                rows.append({**common, "set": name, "kind": kind, "auroc": None,
+                             **self._accuracy_ece(probs, targets, key), "images": int(targets.numel())})
                 continue
-            row = {**common, "set": name, "kind": kind, "auroc": auroc(scores["id_test"], scores[name]),
+            row = {**common, "set": name, "kind": kind, **self._auroc(scores["id_test"], scores[name], key),
                    "images": int(scores[name].numel())}
             rows.append(row)
             if kind not in ("shift", "real_shift"):
                 continue
             probs, targets = self._classification(trainer, model, name, background, batch)
-            row.update(self._accuracy_ece(probs, targets))
+            row.update(self._accuracy_ece(probs, targets, key))
             if self.label_filter and kind == "shift":
                 kept = self.kept[name].to(probs.device)
+                kept_key = f"{common['model']}|{kappa.name}|{name}{LABEL_KEPT}"
                 rows.append({**common, "set": f"{name}{LABEL_KEPT}", "kind": kind,
-                             "auroc": auroc(scores["id_test"], scores[name][kept.to(scores[name].device)])
-                             if bool(kept.any()) else None,
-                             **self._accuracy_ece(probs[kept], targets[kept]), "images": int(kept.sum())})
+                             **(self._auroc(scores["id_test"], scores[name][kept.to(scores[name].device)], kept_key)
+                                if bool(kept.any()) else {"auroc": None}),
+                             **self._accuracy_ece(probs[kept], targets[kept], kept_key), "images": int(kept.sum())})
         return rows
 
     # -- the label condition -----------------------------------------------------------------------
@@ -609,7 +643,10 @@ class GeneratedBenchmark(pl.Callback):
         for model in dict.fromkeys(row["model"] for row in self.detectors):
             write_tables(out, f"detectors_{slug(model)}", [r for r in self.detectors if r["model"] == model],
                          DETECTOR_COLUMNS)
-        write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS)
+        write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS, preamble=(
+            f"{self.intervals.describe()}: AUROC DeLong (images, ID and set separately), accuracy and ECE "
+            "percentile bootstrap (the set's images)."))
+        write_replicates(out, self.replicates, self.intervals)
         if self.agreement:
             write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)
         if self.sets:
@@ -834,6 +871,7 @@ class GeneratedEvaluation(Evaluation):
         output_dir: the tables and grids.
         cache_dir: cached passes (``None``: none).
         plots: write and log the grids.
+        intervals: level, bootstrap resamples and seed of the intervals.
     """
 
     command = "generated"
@@ -846,10 +884,12 @@ class GeneratedEvaluation(Evaluation):
                  lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
                  label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
-                 cache_dir: str | None = None, plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None, *,
+                 trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
+        self.intervals = intervals or Intervals()
         self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
         self.data, self.data_args = data, dict(data_args or {})
         self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
@@ -878,7 +918,8 @@ class GeneratedEvaluation(Evaluation):
                                        perceptual=perceptual, reference=self.reference,
                                        reference_seed=self.reference_seed, label_filter=self.label_filter,
                                        output_dir=self.output_dir, plots=self.plots,
-                                       passes=ScoringPasses(self.cache_dir))
+                                       passes=self.shared_passes or ScoringPasses(self.cache_dir),
+                                       intervals=self.intervals)
         logger = make_logger(self.options, name="generated-benchmark")
         trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
         trainer.test(models[0], dataloaders=launch_loader(), verbose=False)

@@ -15,13 +15,20 @@ During training (every ``every_n_epochs`` validation epochs) the scalars are log
 On ``trainer.test`` it logs ``test/...`` and writes everything next to the checkpoint:
 
     <checkpoint dir>/<checkpoint name>-oscr/
-        metrics.json   every number, the sample counts, the checkpoint, the CCR convention(s), skipped images
-        metrics.csv    one ``name,value`` row per scalar
+        metrics.json   every number, its interval, the sample counts, the checkpoint, the CCR convention(s),
+                       skipped images
+        metrics.csv    one ``metric,value,low,high`` row per scalar
+        replicates.pt  the bootstrap replicates of every scalar (what the report card compares models with)
         oscr_<group>.csv         the OSCR curve: fpr, ccr, threshold
         oscr_curves.png          CCR against FPR on a log axis
         score_histograms.png     known true-class score vs. negative/unknown max score
 
 Every file is written atomically by global rank zero.
+
+Intervals at test (:class:`callbacks.report.Intervals`): the AUROC of knowns vs each group gets DeLong's
+interval; CCR@FPR (each convention; NaN replicates of the authors' "—" are left out), closed-set accuracy
+and γ a percentile bootstrap in which the resampling unit is the test image, stratified: knowns, negatives
+and unknowns are resampled separately (each group's size is fixed by the protocol, not drawn).
 """
 
 from __future__ import annotations
@@ -39,17 +46,20 @@ from pytorch_lightning.utilities import rank_zero_info
 
 from callbacks.plots import plot_oscr_curves, plot_score_histograms
 from callbacks.report import (
+    Intervals,
     check_output_dir,
     default_report_dir,
     log_images,
     training_report_dir,
     write_csv,
     write_json,
+    write_replicates,
 )
 from callbacks.run import Evaluation, TrainerOptions, make_logger, make_trainer
 from common import atomic_write_text
 from lightning_modules.checkpoint import load_run
-from metrics import DEFAULT_FPR_TARGETS, IndexedPredictions, fpr_key, open_set_report
+from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
+from metrics.intervals import bootstrap_open_set
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:
@@ -57,11 +67,15 @@ def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path
     return Path(output_dir) if output_dir is not None else default_report_dir(trainer, suffix)
 
 
-def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, Any]) -> None:
-    """``metrics.json`` (scalars plus ``extra``) and ``metrics.csv``, both atomically."""
-    write_json(directory / "metrics.json", {**extra, "scalars": scalars})
-    write_csv(directory / "metrics.csv", [{"metric": k, "value": v} for k, v in sorted(scalars.items())],
-              ("metric", "value"))
+def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, Any],
+                  intervals: dict[str, tuple[float | None, float | None]] | None = None) -> None:
+    """``metrics.json`` (scalars, their intervals, plus ``extra``) and ``metrics.csv``, both atomically."""
+    intervals = intervals or {}
+    write_json(directory / "metrics.json", {**extra, "scalars": scalars,
+                                            "intervals": {k: list(v) for k, v in sorted(intervals.items())}})
+    write_csv(directory / "metrics.csv", [{"metric": k, "value": v, "low": intervals.get(k, (None, None))[0],
+                                           "high": intervals.get(k, (None, None))[1]}
+                                          for k, v in sorted(scalars.items())], ("metric", "value", "low", "high"))
 
 
 def num_dataloaders(trainer: pl.Trainer, stage: str) -> int:
@@ -85,6 +99,7 @@ class OpenSetEvaluation(pl.Callback):
         plot_every_n_epochs: log the validation OSCR curve image every n-th epoch (0: never).
         conventions: CCR@FPR conventions to report: ``"exact"`` (DESIGN.md §5.1) and/or ``"authors"`` (the
             procedure of the published tables, keys ``authors_ccr@fpr=...``, NaN where they print "—").
+        intervals: level, bootstrap resamples and seed of the test report's intervals.
     """
 
     def __init__(
@@ -96,8 +111,10 @@ class OpenSetEvaluation(pl.Callback):
         every_n_epochs: int = 1,
         plot_every_n_epochs: int = 10,
         conventions: Sequence[str] = ("exact",),
+        intervals: Intervals | None = None,
     ) -> None:
         super().__init__()
+        self.intervals = intervals or Intervals()
         self.fpr_targets = tuple(float(t) for t in fpr_targets)
         for convention in conventions:
             fpr_key(1.0, convention)  # fail at construction on an unknown convention
@@ -153,7 +170,22 @@ class OpenSetEvaluation(pl.Callback):
             reports[dataloader_idx] = open_set_report(probs, targets, fpr_targets=self.fpr_targets,
                                                       background=background, conventions=self.conventions,
                                                       num_classes=num_classes)
+            if stage == "test":
+                self._intervals(reports[dataloader_idx], probs, targets, background)
         return reports
+
+    def _intervals(self, report: dict[str, Any], probs: torch.Tensor, targets: torch.Tensor, background: bool) -> None:
+        """``report["intervals"]`` of every scalar and ``report["replicates"]`` (see the module docstring)."""
+        options = self.intervals
+        replicates = bootstrap_open_set(probs, targets, fpr_targets=self.fpr_targets, background=background,
+                                        conventions=self.conventions, resamples=options.resamples, seed=options.seed)
+        intervals = {name: options.bounds(values) for name, values in replicates.items()}
+        confidence = max_known_score(probs.float(), background)
+        known = targets >= 0
+        for group, label in GROUPS.items():
+            if f"{group}/auroc" in report["scalars"]:
+                intervals[f"{group}/auroc"] = options.delong(confidence[known], confidence[targets == label])
+        report["intervals"], report["replicates"] = intervals, replicates
 
     @staticmethod
     def _log(pl_module: pl.LightningModule, stage: str, reports: dict[int, dict[str, Any]]) -> None:
@@ -255,8 +287,13 @@ class OpenSetEvaluation(pl.Callback):
                 "ccr_conventions": list(self.conventions),
                 "counts": report["counts"],
                 "files": files,
+                "interval_level": self.intervals.level,
+                "bootstrap": {"resamples": self.intervals.resamples, "seed": self.intervals.seed},
             },
+            report.get("intervals"),
         )
+        if "replicates" in report:
+            write_replicates(directory, report["replicates"], self.intervals)
         rank_zero_info(f"Open-set evaluation report: {directory}")
         return directory
 
@@ -278,15 +315,17 @@ class OSCREvaluation(Evaluation):
         plots: write and log the figures.
         ccr_convention: ``exact`` (the largest CCR with FPR <= target) and/or ``authors`` (the published
             tables' procedure, keys ``authors_ccr@fpr=...``).
+        intervals: level, bootstrap resamples and seed of the intervals.
     """
 
     command = "oscr"
 
     def __init__(self, model: str, data_args: dict[str, Any] | None = None,
                  fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,
-                 ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",), *,
-                 trainer: TrainerOptions | None = None) -> None:
+                 ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
+                 intervals: Intervals | None = None, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.intervals = intervals or Intervals()
         self.model, self.data_args = model, dict(data_args or {})
         self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
         self.conventions = list(ccr_convention)
@@ -296,7 +335,7 @@ class OSCREvaluation(Evaluation):
         if self.output_dir is not None:
             check_output_dir(self.output_dir)
         evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
-                                       conventions=self.conventions)
+                                       conventions=self.conventions, intervals=self.intervals)
         logger = make_logger(self.options, name=f"oscr-{Path(self.model).stem}", version=checkpoint.get("logger_version"))
         trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
         trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
@@ -306,6 +345,8 @@ class OSCREvaluation(Evaluation):
         print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
               + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
               + "; nan = the authors' '—')")
+        intervals = report.get("intervals", {})
         for name, value in sorted(report["scalars"].items()):
-            print(f"  {name:40s} {value:.4f}")
+            low, high = intervals.get(name, (None, None))
+            print(f"  {name:40s} {value:.4f}" + (f"  [{low:.4f}, {high:.4f}]" if low is not None else ""))
         return report

@@ -72,10 +72,15 @@ def plot_score_histograms(scores: Mapping[str, Tensor], path: str | Path, *, bin
 
 
 def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str | Path, *, title: str = "") -> Path:
-    """OOD AUROC against severity level, one line per (model, κ) table."""
+    """OOD AUROC against severity level, one line per (model, κ) table; rows with ``ood-auroc low`` and
+    ``ood-auroc high`` get their interval as a band."""
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, rows in tables.items():
-        axis.plot([r["severity level"] for r in rows], [r["ood-auroc"] for r in rows], marker="o", label=label)
+        levels = [r["severity level"] for r in rows]
+        (line,) = axis.plot(levels, [r["ood-auroc"] for r in rows], marker="o", label=label)
+        if rows and all(r.get("ood-auroc low") is not None and r.get("ood-auroc high") is not None for r in rows):
+            axis.fill_between(levels, [r["ood-auroc low"] for r in rows], [r["ood-auroc high"] for r in rows],
+                              color=line.get_color(), alpha=0.15, linewidth=0)
     axis.set_xlabel("severity level (0 = easiest)")
     axis.set_ylabel("OOD AUROC")
     axis.set_title(title or "C-OOD detection by severity")

@@ -11,7 +11,11 @@ Every evaluation writes through these, so every table of the project is made one
   on global rank zero;
 - :func:`metric_key`: stage-prefixed keys with one spelling per metric: ``val/…`` (during training),
   ``test/severity/…``, ``test/generated/…``, ``predict/evg/…``; metric names ``auroc``, ``worst_auroc``,
-  ``min_rank``, ``accuracy``, ``ece``.
+  ``min_rank``, ``accuracy``, ``ece``;
+- :class:`Intervals`: the confidence level, bootstrap resamples and seed of every interval a method reports,
+  the ``<metric> low`` / ``<metric> high`` columns (:func:`interval_columns`), and the bootstrap replicates
+  every method keeps next to its tables (``replicates.pt``, :func:`write_replicates`), from which the report
+  card compares detectors.
 """
 
 from __future__ import annotations
@@ -23,13 +27,17 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.loggers import WandbLogger
+from torch import Tensor
 
-from common import atomic_write_text
+from common import atomic_write_bytes, atomic_write_text
+from metrics import auroc_interval, percentile_interval
 
 METHODS = ("open_set", "severity", "generated", "evg")
 
@@ -44,6 +52,82 @@ def metric_key(stage: str, method: str, *parts: str) -> str:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     return "/".join((stage, method, *parts))
+
+
+# -- intervals --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Intervals:
+    """The confidence intervals of every reported number.
+
+    Attributes:
+        level: the confidence level (0.95: 95% intervals).
+        resamples: bootstrap resamples ``B`` (percentile intervals; the replicates are also what the report card
+            compares detectors with).
+        seed: the bootstrap's seed. Resamples depend on (seed, resampling unit, size) only, so two detectors scored
+            on the same images are resampled alike: their differences are paired.
+
+    AUROC over independent images has DeLong's interval (:func:`metrics.auroc_interval`); every other number a
+    percentile bootstrap over its own resampling unit (said in each method's docstring and table preamble).
+    Computed from gathered data on every rank, so equal on 1 and N processes.
+    """
+
+    level: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.level) < 1.0:
+            raise ValueError(f"the confidence level must lie in (0, 1), got {self.level}")
+        if self.resamples < 10:
+            raise ValueError(f"bootstrap intervals need at least 10 resamples, got {self.resamples}")
+
+    def bounds(self, replicates: Tensor) -> tuple[float | None, float | None]:
+        """The percentile interval of bootstrap replicates (None, None where every replicate is NaN)."""
+        low, high = percentile_interval(replicates, self.level)
+        return (None if math.isnan(low) else low), (None if math.isnan(high) else high)
+
+    def delong(self, id_scores: Tensor, ood_scores: Tensor) -> tuple[float | None, float | None]:
+        """DeLong's Wald interval of the AUROC of ID (positive) vs OOD scores, clipped to [0, 1]; ``(None, None)``
+        with fewer than two scores on a side (no variance to estimate)."""
+        if min(id_scores.numel(), ood_scores.numel()) < 2:
+            return None, None
+        return auroc_interval(id_scores, ood_scores, level=self.level, method="delong")
+
+    def describe(self) -> str:
+        return f"{self.level:.0%} intervals ({self.resamples} bootstrap resamples, seed {self.seed})"
+
+
+def interval_columns(*metrics: str) -> tuple[str, ...]:
+    """``("auroc low", "auroc high", ...)``: the interval columns of the given metric columns."""
+    return tuple(f"{metric} {side}" for metric in metrics for side in ("low", "high"))
+
+
+def with_bounds(row: dict[str, Any], metric: str, bounds: tuple[float | None, float | None]) -> dict[str, Any]:
+    """``row`` with ``<metric> low`` and ``<metric> high`` set (in place; returned for chaining)."""
+    row[f"{metric} low"], row[f"{metric} high"] = bounds
+    return row
+
+
+REPLICATES_FILE = "replicates.pt"
+
+
+def write_replicates(folder: str | Path, replicates: Mapping[str, Tensor], intervals: Intervals) -> Path:
+    """``<folder>/replicates.pt``: per reported number its ``(B,)`` bootstrap replicates, with the options."""
+    buffer = io.BytesIO()
+    torch.save({"level": intervals.level, "resamples": intervals.resamples, "seed": intervals.seed,
+                "replicates": {key: value.detach().double().cpu() for key, value in replicates.items()}}, buffer)
+    return atomic_write_bytes(Path(folder) / REPLICATES_FILE, buffer.getvalue())
+
+
+def read_replicates(folder: str | Path) -> dict[str, Tensor]:
+    """The replicates a method wrote in ``folder`` (empty when it wrote none)."""
+    path = Path(folder) / REPLICATES_FILE
+    if not path.is_file():
+        return {}
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    return dict(payload["replicates"])
 
 
 # -- folders ----------------------------------------------------------------------------------------------

@@ -94,6 +94,9 @@ class Evaluation:
     """
 
     command: str = ""
+    # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
+    # each evaluation keeps its own (callbacks.scoring.ScoringPasses)
+    shared_passes: Any = None
 
     def __init__(self, *, trainer: TrainerOptions | None = None) -> None:
         self.options = trainer or TrainerOptions()

@@ -219,7 +219,9 @@ class ScoringPasses:
     model-based κ (ODIN, MC dropout) gets its own pass per parameter set. Each pass is computed once per run
     (kept in memory, whichever method asks for it) and, with ``cache_dir``, cached on disk under one key:
     the weights, the data set's fingerprint, the input transform, the precision, the memory format (and the
-    κ and its parameters for a model-based pass). ``passes`` counts what was actually run.
+    κ and its parameters for a model-based pass). ``passes`` counts what was actually run; ``log`` holds one
+    entry per request (model, set, role, fingerprint, samples, pass kind, and whether it was ``run``, found in
+    ``memory`` or in the ``cache``): what a report states about its data, and what a test counts.
 
     Args:
         cache_dir: the on-disk cache (``None``: none; during training the weights change every epoch).
@@ -233,6 +235,7 @@ class ScoringPasses:
         self._fingerprints: dict[int, tuple[tuple, str]] = {}
         self.passes = 0  # passes run (neither in memory nor in the cache)
         self.requests = 0
+        self.log: list[dict[str, Any]] = []
 
     def clear(self) -> None:
         self._kept.clear()
@@ -270,9 +273,14 @@ class ScoringPasses:
         self.requests += 1
         model_input = model_input or model_input_of(trainer, pl_module)
         key = self._key(trainer, pl_module, evaluation_set, model_input, part)
+        entry = {"model": getattr(pl_module, "display_name", type(pl_module).__name__), "set": evaluation_set.name,
+                 "role": evaluation_set.role, "fingerprint": evaluation_set.fingerprint(),
+                 "samples": len(evaluation_set), "pass": name, "key": key, "source": "memory"}
+        self.log.append(entry)
         kept = self._kept.get(key) if self.memo else None
         if kept is not None and (covers is None or covers(kept)):
             return kept
+        entry["source"] = "cache"
         outputs = None
         if self.cache is not None:
             outputs = self.cache.load_on_rank_zero(trainer, name, key if trainer.is_global_zero else "",
@@ -284,6 +292,7 @@ class ScoringPasses:
             outputs = sharded_outputs(trainer, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
                                       device=module_device(pl_module), name=evaluation_set.name)
             self.passes += 1
+            entry["source"] = "run"
             if not torch.equal(outputs["targets"], evaluation_set.labels()):
                 raise RuntimeError(f"gathered targets of {evaluation_set.name} do not match the data set order")
             bad = [k for k in keys if not torch.isfinite(outputs[k]).all()]

@@ -20,6 +20,14 @@ the ID test images, and the OOD pool's estimation and test images.
    tables of the paper (``<model>_<κ>_n<levels>.csv``), ``levels_<model>_<κ>.csv`` (the classes of each
    level and whether the model saw them in training as negatives), ``severity.csv`` and
    ``severity_auroc.png``.
+5. intervals (at test): every level's AUROC, the mean over the levels and the hardest level's AUROC get a
+   percentile-bootstrap interval (:class:`callbacks.report.Intervals`) whose resampling unit is the class:
+   a level is a group of G classes, and a benchmark of other classes would be another draw of that group,
+   so each resample draws the level's classes with replacement (every test image of a drawn class counts
+   as often as its class is drawn) and the ID test images with replacement (one ID resample shared by all
+   levels, so the mean over levels is computed per resample). Images of one class are not independent
+   draws, and an image-level interval would be too narrow. Columns ``ood-auroc low``/``ood-auroc high`` after
+   the paper's; ``summary.csv`` (mean and hardest level with intervals) and ``replicates.pt``.
 """
 
 from __future__ import annotations
@@ -36,15 +44,20 @@ from torch import Tensor
 
 from callbacks.plots import plot_severity
 from callbacks.report import (
+    Intervals,
     check_output_dir,
     default_report_dir,
+    interval_columns,
     log_images,
     log_table,
     metric_key,
     slug,
     training_report_dir,
     wandb_loggers,
+    with_bounds,
     write_csv,
+    write_replicates,
+    write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, model_input_of
@@ -63,9 +76,15 @@ from metrics import (
     severity_levels,
     severity_table,
 )
+from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")
+# the paper's columns, then the interval of the level's AUROC (classes within the level + ID images resampled)
+INTERVAL_TABLE_COLUMNS = (*TABLE_COLUMNS, *interval_columns("ood-auroc"))
+SUMMARY_COLUMNS = ("model name", "confidence function", "mean auroc", *interval_columns("mean auroc"),
+                   "hardest auroc", *interval_columns("hardest auroc"), "levels")
+CLASS_UNIT = "classes within each level + ID images"
 
 
 def model_name(pl_module: pl.LightningModule) -> str:
@@ -95,6 +114,7 @@ class SeverityAUROC(pl.Callback):
             ``severity-val/`` during training).
         plots: write and log figures.
         passes: the run's scoring passes (shared with other evaluations of the run); default: its own.
+        intervals: level, resamples and seed of the intervals at test (default :class:`Intervals`' defaults).
     """
 
     def __init__(
@@ -112,8 +132,10 @@ class SeverityAUROC(pl.Callback):
         output_dir: str | None = None,
         plots: bool = True,
         passes: ScoringPasses | None = None,
+        intervals: Intervals | None = None,
     ) -> None:
         super().__init__()
+        self.intervals = intervals or Intervals()
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -138,6 +160,8 @@ class SeverityAUROC(pl.Callback):
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.plots = plots
         self.tables: dict[str, list[dict[str, Any]]] = {}
+        self.summary: list[dict[str, Any]] = []
+        self.replicates: dict[str, Tensor] = {}
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
 
@@ -260,6 +284,8 @@ class SeverityAUROC(pl.Callback):
                 id_scores=scores["id_test"], id_correct=id_correct, ood_scores=scores["ood_test"],
                 ood_classes=test_classes, groups=groups, model_name=name, kappa_name=kappa.name,
             )
+            if stage == "test":
+                self._intervals(kappa.name, tables[kappa.name], scores, test_classes, groups)
             levels[kappa.name] = [
                 {"severity level": level, "level score": float(level_scores[level]), "class index": int(c),
                  "class": data.ood_class_name(int(c)), "class score": float(class_scores[c]),
@@ -274,6 +300,29 @@ class SeverityAUROC(pl.Callback):
             else:
                 self._write_history(trainer, tables)
         return tables
+
+    def _intervals(self, kappa_name: str, rows: list[dict[str, Any]], scores: dict[str, Tensor],
+                   test_classes: Tensor, groups: Tensor) -> None:
+        """Per level the class-resampled bootstrap interval of its AUROC; the mean and hardest level's."""
+        options = self.intervals
+        id_scores = scores["id_test"]
+        id_weights = resample_weights(id_scores.numel(), options.resamples, options.seed, stratum=0)
+        per_level = []
+        for level, (row, group) in enumerate(zip(rows, groups, strict=True)):
+            members = torch.isin(test_classes, group.to(test_classes.device))
+            ood_weights = cluster_weights(test_classes[members], options.resamples, options.seed, stratum=1 + level)
+            replicates = weighted_auroc(id_scores, scores["ood_test"][members], id_weights, ood_weights)
+            with_bounds(row, "ood-auroc", options.bounds(replicates))
+            self.replicates[f"{kappa_name}/level_{level:02d}"] = replicates
+            per_level.append(replicates)
+        mean = torch.stack(per_level).mean(dim=0)
+        self.replicates[f"{kappa_name}/mean"], self.replicates[f"{kappa_name}/hardest"] = mean, per_level[-1]
+        aurocs = [row["ood-auroc"] for row in rows]
+        summary = {"model name": rows[0]["model name"], "confidence function": kappa_name,
+                   "mean auroc": sum(aurocs) / len(aurocs), "hardest auroc": aurocs[-1], "levels": len(rows)}
+        with_bounds(summary, "mean auroc", options.bounds(mean))
+        with_bounds(summary, "hardest auroc", options.bounds(per_level[-1]))
+        self.summary = [r for r in self.summary if r["confidence function"] != kappa_name] + [summary]
 
     # -- log, plot ---------------------------------------------------------------------------------
 
@@ -327,9 +376,13 @@ class SeverityAUROC(pl.Callback):
         out = self.output_dir if self.output_dir is not None else default_report_dir(trainer, "severity")
         for kappa_name, rows in tables.items():
             stem = slug(f"{name}_{kappa_name}")
-            write_csv(out / f"{stem}_n{self.num_levels}.csv", rows, TABLE_COLUMNS)
+            write_csv(out / f"{stem}_n{self.num_levels}.csv", rows, INTERVAL_TABLE_COLUMNS)
             write_csv(out / f"levels_{stem}.csv", levels[kappa_name], LEVEL_COLUMNS)
-        write_csv(out / "severity.csv", [row for rows in tables.values() for row in rows], TABLE_COLUMNS)
+        write_csv(out / "severity.csv", [row for rows in tables.values() for row in rows], INTERVAL_TABLE_COLUMNS)
+        write_tables(out, "summary", self.summary, SUMMARY_COLUMNS, preamble=(
+            f"Mean OOD AUROC over the {self.num_levels} severity levels and the hardest level's, with "
+            f"{self.intervals.describe()}; resampling unit: {CLASS_UNIT}."))
+        write_replicates(out, self.replicates, self.intervals)
         if self.plots:
             figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},
                                    out / "severity_auroc.png", title=f"C-OOD severity: {name}")
@@ -362,6 +415,7 @@ class SeverityEvaluation(Evaluation):
         plots: write and log the figure.
         pretrained_file: an explicit weights file (timm).
         random_weights: timm/torchvision models without pretrained weights (tests).
+        intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
     """
 
     command = "severity"
@@ -370,9 +424,10 @@ class SeverityEvaluation(Evaluation):
                  model_args: dict[str, Any] | None = None, data: str | None = None, data_args: dict[str, Any] | None = None,
                  num_levels: int = 11, batch_size: int | None = None, num_workers: int | None = None,
                  cache_dir: str | None = "runs/cache", output_dir: str | None = None, plots: bool = True,
-                 pretrained_file: str | None = None, random_weights: bool = False, *,
-                 trainer: TrainerOptions | None = None) -> None:
+                 pretrained_file: str | None = None, random_weights: bool = False, intervals: Intervals | None = None,
+                 *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.intervals = intervals or Intervals()
         self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
         self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
         self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers
@@ -389,7 +444,8 @@ class SeverityEvaluation(Evaluation):
         check_output_dir(output_dir)
         severity = SeverityAUROC(data=data, kappas=self.kappa, kappa_args=self.kappa_args, every_n_epochs=0,
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
-                                 cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots)
+                                 cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
+                                 passes=self.shared_passes, intervals=self.intervals)
         data.setup()  # every class folder and the pool file, before the trainer starts
         severity.check(scoring)
         logger = make_logger(self.options, name=f"severity-{scoring.display_name}")

@@ -99,9 +99,10 @@ class ChainBatches(Dataset):
     def loader(self, processes: int = 1) -> DataLoader:
         """One batch of chains per step, in order (Lightning shards them over the processes without padding).
 
-        Every process gets a batch: with fewer batches left than processes (a resumed run, a small one) or
-        none at all (a finished run whose report is written again), finished batches are run again; a chain
-        gives the same result in any batch and process, so their files are written with the same bytes.
+        Every process gets a batch: with fewer batches left than processes (a resumed run, a small one)
+        finished batches are run again; a chain gives the same result in any batch and process, so their
+        files are written with the same bytes. (With none left, ``evaluate.py evg`` runs no search at all and
+        only writes the report again.)
         """
         bounds = self.bounds or self.all_bounds[-1:]
         padded = [bounds[i % len(bounds)] for i in range(max(processes, len(bounds)))]

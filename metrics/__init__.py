@@ -15,6 +15,21 @@ from metrics.ensemble import (
 )
 from metrics.evg import energy_standardisation, min_rank, standardised_energy
 from metrics.gamma import Gamma, gamma
+from metrics.intervals import (
+    auroc_interval,
+    bootstrap_accuracy_ece,
+    bootstrap_auroc,
+    bootstrap_min_rank,
+    bootstrap_open_set,
+    cluster_weights,
+    delong,
+    paired_difference,
+    percentile_interval,
+    probability_first,
+    resample_weights,
+    weighted_auroc,
+    weighted_min_rank,
+)
 from metrics.kappa import KAPPAS, Kappa, check_kappa, from_pytorch_ood, get_kappa, kappa_scores, pairs_with
 from metrics.open_set import GROUPS, fpr_key, open_set_report
 from metrics.oscr import (
@@ -81,4 +96,17 @@ __all__ = [
     "max_known_score",
     "open_set_report",
     "oscr_curve",
+    "auroc_interval",
+    "bootstrap_accuracy_ece",
+    "bootstrap_auroc",
+    "bootstrap_min_rank",
+    "bootstrap_open_set",
+    "cluster_weights",
+    "delong",
+    "paired_difference",
+    "percentile_interval",
+    "probability_first",
+    "resample_weights",
+    "weighted_auroc",
+    "weighted_min_rank",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from metrics._validation import NEGATIVE_LABEL, check_probs_and_target
@@ -47,21 +48,31 @@ def gamma(
     if negative_label >= 0:
         raise ValueError(f"negative_label must be negative, got {negative_label}")
     probs, target, num_known = check_probs_and_target(probs, target, background=background, num_classes=num_classes)
-    probs = probs.double()
+    return _gamma_checked(probs, target, num_known=num_known, negative_label=negative_label, background=background)
+
+
+def _gamma_checked(
+    probs: Tensor, target: Tensor, *, num_known: int, negative_label: int = NEGATIVE_LABEL, background: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`gamma` of validated input: ``probs`` over the ``num_known`` known columns (background already
+    dropped; ``background`` only picks the γ- formula) and int64 ``target``, as :func:`check_probs_and_target`
+    returns them. Rows of other labels are ignored, so callers need not select the known and negative rows."""
     known = target >= 0
     negative = target == negative_label
-    nan = probs.new_tensor(float("nan"))
+    nan = torch.tensor(float("nan"), dtype=torch.float64, device=probs.device)
     if known.any():
-        gamma_plus = probs[known].gather(1, target[known][:, None]).mean()
+        # gather then select: no copy of the known rows, no float64 copy of the table
+        target_score = probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)
+        gamma_plus = target_score[known].double().mean()
     else:
-        warnings.warn("gamma: no known samples, gamma_plus is NaN", RuntimeWarning, stacklevel=2)
+        warnings.warn("gamma: no known samples, gamma_plus is NaN", RuntimeWarning, stacklevel=3)
         gamma_plus = nan
     if negative.any():
         offset = 1.0 if background else 1.0 + 1.0 / num_known
-        gamma_minus = (offset - probs[negative].max(dim=1).values).mean()
+        gamma_minus = (offset - probs.amax(dim=1)[negative].double()).mean()
     else:
         warnings.warn(
-            f"gamma: no negative samples (label {negative_label}), gamma_minus is NaN", RuntimeWarning, stacklevel=2
+            f"gamma: no negative samples (label {negative_label}), gamma_minus is NaN", RuntimeWarning, stacklevel=3
         )
         gamma_minus = nan
     return gamma_plus, gamma_minus, (gamma_plus + gamma_minus) / 2

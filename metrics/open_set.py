@@ -5,20 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from metrics._validation import NEGATIVE_LABEL, UNKNOWN_LABEL, check_probs_and_target
 from metrics.auroc import auroc
-from metrics.gamma import gamma
+from metrics.gamma import _gamma_checked
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
-    authors_oscr_curve,
+    _authors_oscr_curve_checked,
+    _closed_set_accuracy_checked,
+    _oscr_curve_checked,
+    _row_scores,
     ccr_from_authors_curve,
     ccr_from_curve,
-    closed_set_accuracy,
-    max_known_score,
-    oscr_curve,
 )
 
 GROUPS = {"negatives": NEGATIVE_LABEL, "unknowns": UNKNOWN_LABEL}
@@ -56,34 +55,36 @@ def open_set_report(
     """
     for convention in conventions:
         fpr_key(1.0, convention)  # validates the name
-    probs_k, target, _ = check_probs_and_target(probs, target, background=background, num_classes=num_classes)
-    probs = torch.as_tensor(probs)
+    # validated once here; the metrics below are the unvalidated helpers behind the public functions, and
+    # they share one pass over the (N, K) table (S_y, max_c S_c and the argmax of every row)
+    probs, target, num_known = check_probs_and_target(probs, target, background=background, num_classes=num_classes)
+    rows = _row_scores(probs, target)
+    target_score, confidence, _ = rows
     known = target >= 0
-    confidence = max_known_score(probs_k)
-    scalars: dict[str, float] = {"closed_set_accuracy": float(closed_set_accuracy(probs, target, background=background))}
+    scalars: dict[str, float] = {"closed_set_accuracy": float(_closed_set_accuracy_checked(probs, target, rows=rows))}
     curves: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
-    scores = {"known_target": probs_k[known].gather(1, target[known][:, None]).squeeze(1)}
+    scores = {"known_target": target_score[known]}
     counts = {"known": int(known.sum())}
     for group, label in GROUPS.items():
         members = target == label
         counts[group] = int(members.sum())
         if not members.any():
             continue
-        fpr, ccr, thresholds = oscr_curve(probs, target, unknown_label=label, background=background)
+        fpr, ccr, thresholds = _oscr_curve_checked(probs, target, unknown_label=label, rows=rows)
         curves[group] = (fpr, ccr, thresholds)
         for convention in conventions:
             if convention == "exact":
                 values = ccr_from_curve(fpr, ccr, fpr_targets)
             else:
-                authors_fpr, authors_ccr, _ = authors_oscr_curve(probs, target, unknown_label=label,
-                                                                 background=background)
+                authors_fpr, authors_ccr, _ = _authors_oscr_curve_checked(probs, target, unknown_label=label, rows=rows)
                 values = ccr_from_authors_curve(authors_fpr, authors_ccr, fpr_targets)
             for fpr_target, value in zip(fpr_targets, values.tolist(), strict=True):
                 scalars[f"{group}/{fpr_key(fpr_target, convention)}"] = value
         scalars[f"{group}/auroc"] = auroc(confidence[known], confidence[members])
         scores[f"{group}_max"] = confidence[members]
     if counts["negatives"] and counts["known"]:
-        keep = target >= NEGATIVE_LABEL
-        gamma_plus, gamma_minus, gamma_value = gamma(probs[keep], target[keep], background=background)
+        # γ ignores the unknowns' rows itself: no copy of the known and negative rows
+        gamma_plus, gamma_minus, gamma_value = _gamma_checked(probs, target, num_known=num_known,
+                                                              negative_label=NEGATIVE_LABEL, background=background)
         scalars.update({"gamma": float(gamma_value), "gamma_plus": float(gamma_plus), "gamma_minus": float(gamma_minus)})
     return {"scalars": scalars, "curves": curves, "scores": scores, "counts": counts}

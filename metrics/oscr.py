@@ -11,9 +11,15 @@ with strict ``>`` for both and θ running over every distinct score, i.e. over t
 names: ``-1`` for the negatives seen in training, ``-2`` for the unknowns never seen. Samples with any
 other negative label are ignored.
 
-The curve is computed with a single sort of the ``N_K + N_U`` scores and two cumulative sums, so it
-costs about one ``torch.sort`` (see ``benchmarks/oscr_benchmark.py``) instead of the authors' one pass
-over the data per threshold.
+The curve is computed with a single sort of the ``N_K + N_U`` scores and two cumulative sums instead of
+the authors' one pass over the data per threshold. The sort is of integers (each score's bit pattern with
+a 2-bit tag, correct known / wrong known / unknown, attached: see ``_sort_keys``), which PyTorch radix-sorts
+on CUDA and, for large 1-D tensors, on the CPU; so the whole curve, input validation included, costs less
+than 1.5 ``torch.sort`` of N float32 values at N = 1e7 (``benchmarks/oscr_benchmark.py``).
+
+The public functions validate their input once (:func:`metrics._validation.check_probs_and_target`) and
+delegate to unvalidated ``_..._checked`` helpers, which :func:`metrics.open_set_report` calls directly
+after its own single validation.
 
 CCR at a fixed FPR comes in two conventions (DESIGN.md §5.1):
 
@@ -63,26 +69,134 @@ def _fpr_targets(fpr_targets: Sequence[float] | Tensor, *, convention: str, devi
     return targets
 
 
-def _known_and_unknown_scores(
-    probs: Tensor, target: Tensor, *, unknown_label: int, background: bool
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Split into ``S_y`` and correctness of the known samples, and ``max_c S_c`` of the unknowns."""
+def _check_unknown_label(unknown_label: int) -> None:
     if unknown_label >= 0:
         raise ValueError(f"unknown_label must be negative (-1 negatives, -2 unknowns), got {unknown_label}")
-    probs, target, _ = check_probs_and_target(probs, target, background=background)
+
+
+def _groups(target: Tensor, unknown_label: int) -> tuple[Tensor, Tensor, int, int]:
+    """Masks and counts of the known samples and of those labelled ``unknown_label`` (one host sync)."""
     known = target >= 0
     unknown = target == unknown_label
-    if not known.any():
+    num_known, num_unknown = torch.stack([known.count_nonzero(), unknown.count_nonzero()]).tolist()
+    if not num_known:
         raise ValueError("OSCR needs at least one known sample (label >= 0); none was given")
-    if not unknown.any():
+    if not num_unknown:
         raise ValueError(f"OSCR needs at least one sample with unknown_label={unknown_label}; none was given")
-    # one pass over (N, K) for all rows, then select: cheaper than copying the known and unknown rows
+    return known, unknown, num_known, num_unknown
+
+
+# (S_y, max_c S_c, argmax_c S_c == y) of every row, as _row_scores returns them
+Rows = tuple[Tensor, Tensor, Tensor]
+
+
+def _row_scores(probs: Tensor, target: Tensor) -> Rows:
+    """For every row: ``S_y`` (the label clamped to 0 for negatives), ``max_c S_c`` and ``argmax_c S_c = y``.
+
+    One pass over ``(N, K)`` for all rows, then cheap ``(N,)`` selections: cheaper than copying the known
+    and unknown rows first. ``max`` returns the first maximal index, as ``argmax`` does.
+    """
     max_score, prediction = probs.max(dim=1)
     labels = target.clamp(min=0)
-    target_score = probs.gather(1, labels[:, None]).squeeze(1)[known]
-    correct = (prediction == labels)[known]
-    unknown_score = max_score[unknown]
-    return target_score, correct, unknown_score
+    target_score = probs.gather(1, labels[:, None]).squeeze(1)
+    return target_score, max_score, prediction == labels
+
+
+def _known_and_unknown_scores_checked(
+    probs: Tensor, target: Tensor, *, unknown_label: int, rows: Rows | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``S_y`` and correctness of the known samples, ``max_c S_c`` of the unknowns, from validated input
+    (``probs`` over the known columns, ``target`` int64, as :func:`check_probs_and_target` returns them;
+    ``rows``: :func:`_row_scores` of them when the caller has it already)."""
+    _check_unknown_label(unknown_label)
+    known, unknown, _, _ = _groups(target, unknown_label)
+    target_score, max_score, correct = _row_scores(probs, target) if rows is None else rows
+    return target_score[known], correct[known], max_score[unknown]
+
+
+# The sort keys of the exact curve. A non-negative float's bit pattern, read as an integer, orders as the
+# float does, and a probability's pattern leaves the top two bits free (1.0 is 0x3F800000 in float32,
+# 0x3FF0... in float64). So with ``bits`` the pattern and ``code`` a 2-bit tag,
+#     key = ((bits << 2) | code) ^ FLIP,    FLIP = the largest signed value (all bits set but the sign),
+# is ``FLIP - 4·bits - code``, an integer whose ascending order is the descending order of the scores (XOR
+# with FLIP turns "ascending unsigned" into "descending signed"), with each score's samples adjacent and
+# ``key >> 2 == FLIP // 4 - bits`` (arithmetic shift) shared by exactly the samples of one score. The shift
+# maps -0.0 (the sign bit alone) onto +0.0. One integer sort (PyTorch radix-sorts large integer tensors) then
+# orders the scores with their tags attached: no float comparison sort, no gather of the tags by its order.
+_KEY_DTYPES = {torch.float32: (torch.int32, (1 << 31) - 1), torch.float64: (torch.int64, (1 << 63) - 1)}
+# the tag of each sample, and the low two bits of its key after the XOR (3 ^ tag), which index the weights
+_CODE_CORRECT, _CODE_WRONG, _CODE_UNKNOWN = 1, 0, 2
+_CORRECT_WEIGHTS = (0.0, 0.0, 1.0, 0.0)  # low bits 2: a correctly classified known sample
+_UNKNOWN_WEIGHTS = (0.0, 1.0, 0.0, 0.0)  # low bits 1: an unknown
+
+
+def _sort_keys(scores: Tensor, known: Tensor, correct: Tensor) -> Tensor:
+    """``(N,)`` integer keys whose ascending order is the descending order of ``scores`` (ties adjacent).
+
+    Overwrites ``scores`` (a temporary of the caller) with the keys: at N = 1e7 every fresh ``(N,)`` buffer
+    costs about as much as the operation that fills it, so the hot path works in place where it can.
+    """
+    key_dtype, flip = _KEY_DTYPES[scores.dtype]
+
+    def tag(code: int) -> Tensor:
+        return scores.new_tensor(flip ^ code, dtype=key_dtype)
+
+    tags = torch.where(correct, tag(_CODE_CORRECT), tag(_CODE_WRONG))
+    torch.where(known, tags, tag(_CODE_UNKNOWN), out=tags)
+    # (bits << 2) has two zero low bits, so (bits << 2) ^ (FLIP ^ code) == ((bits << 2) | code) ^ FLIP; the
+    # shift is a logical one in torch (it wraps, -0.0's sign bit drops out)
+    return scores.view(key_dtype).bitwise_left_shift_(2).bitwise_xor_(tags)
+
+
+def _curve_from_sorted_keys(
+    keys: Tensor, *, num_known: int, num_unknown: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(fpr, ccr, thresholds)`` from the sorted keys of :func:`_sort_keys` (overwritten)."""
+    float_dtype = {torch.int32: torch.float32, torch.int64: torch.float64}[keys.dtype]
+    flip = _KEY_DTYPES[float_dtype][1]
+    low = keys & 3
+    runs = keys.bitwise_right_shift_(2)  # arithmetic shift: one value per distinct score, FLIP // 4 - bits
+    # the distinct scores and where each run of them starts in the sorted keys
+    distinct, run_lengths = torch.unique_consecutive(runs, return_counts=True)
+    positions = torch.empty_like(run_lengths)
+    positions[0] = 0
+    torch.cumsum(run_lengths[:-1], dim=0, out=positions[1:])
+
+    # counts of samples strictly above each distinct score: exclusive cumulative sums of the tags'
+    # weights, read off at the first key of every run of equal scores (ties share that count). float64
+    # counts are exact up to 2**53 samples.
+    def rate_above(weights: tuple[float, ...], total: int) -> Tensor:
+        above = torch.empty(low.numel() + 1, dtype=torch.float64, device=low.device)
+        above[0] = 0
+        table = torch.tensor(weights, dtype=torch.float64, device=low.device)
+        torch.index_select(table, 0, low, out=above[1:])
+        above[1:].cumsum_(dim=0)
+        return above[positions].div_(total)
+
+    ccr, fpr = rate_above(_CORRECT_WEIGHTS, num_known), rate_above(_UNKNOWN_WEIGHTS, num_unknown)
+    thresholds = distinct.neg_().add_(flip // 4).view(float_dtype).to(dtype)
+    return fpr, ccr, thresholds
+
+
+def _oscr_curve_checked(
+    probs: Tensor, target: Tensor, *, unknown_label: int, rows: Rows | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`oscr_curve` of validated input (``probs`` over the known columns, ``target`` int64, as
+    :func:`check_probs_and_target` returns them; ``rows``: :func:`_row_scores` of them, left unchanged)."""
+    _check_unknown_label(unknown_label)
+    known, unknown, num_known, num_unknown = _groups(target, unknown_label)
+    own = rows is None
+    target_score, max_score, correct = _row_scores(probs, target) if own else rows
+    if target_score.dtype in _KEY_DTYPES:
+        # into our own temporary when there is one (the keys then overwrite it too)
+        scores = torch.where(known, target_score, max_score, out=target_score if own else None)
+    else:  # float16, bfloat16: float32 holds every value exactly
+        scores = torch.where(known, target_score, max_score).float()
+    keys = _sort_keys(scores, known, correct)
+    if num_known + num_unknown < keys.numel():  # samples of another negative label take no part
+        keys = keys[known | unknown]
+    keys = torch.sort(keys).values
+    return _curve_from_sorted_keys(keys, num_known=num_known, num_unknown=num_unknown, dtype=probs.dtype)
 
 
 def oscr_curve(
@@ -104,28 +218,9 @@ def oscr_curve(
         ``(fpr, ccr, thresholds)``, each ``(T,)`` for the ``T`` distinct thresholds in descending
         order, so ``fpr`` and ``ccr`` are non-decreasing. ``fpr`` and ``ccr`` are float64.
     """
-    target_score, correct, unknown_score = _known_and_unknown_scores(
-        probs, target, unknown_label=unknown_label, background=background
-    )
-    num_known, num_unknown = target_score.numel(), unknown_score.numel()
-    scores = torch.cat([target_score, unknown_score])
-    # One int64 code per sample: bit 0 marks a correct known, bit 32 an unknown, so a single cumulative
-    # sum counts both (counts stay far below 2**32).
-    codes = torch.cat([correct.long(), torch.full((num_unknown,), 1 << 32, dtype=torch.long, device=scores.device)])
-
-    sorted_scores, order = torch.sort(scores, descending=True)
-    # Counts of samples strictly above each position's score: a cumulative sum shifted by one,
-    # read off at the first occurrence of every distinct value (ties share that count).
-    above = torch.cumsum(codes[order], dim=0)
-    first = torch.ones_like(sorted_scores, dtype=torch.bool)
-    first[1:] = sorted_scores[1:] != sorted_scores[:-1]
-    positions = first.nonzero().squeeze(1)
-    above = torch.cat([above.new_zeros(1), above])[positions]
-    correct_above = above & 0xFFFFFFFF
-    unknown_above = above >> 32
-    ccr = correct_above.double() / num_known
-    fpr = unknown_above.double() / num_unknown
-    return fpr, ccr, sorted_scores[positions]
+    _check_unknown_label(unknown_label)
+    probs, target, _ = check_probs_and_target(probs, target, background=background)
+    return _oscr_curve_checked(probs, target, unknown_label=unknown_label)
 
 
 def ccr_from_curve(fpr: Tensor, ccr: Tensor, fpr_targets: Sequence[float] | Tensor) -> Tensor:
@@ -168,8 +263,17 @@ def authors_oscr_curve(
         minus one (``T = 0``: empty curve), thresholds in ascending order, so ``fpr`` and ``ccr`` are
         non-increasing. ``fpr`` and ``ccr`` are float64; ``thresholds`` have the dtype of ``probs``.
     """
-    target_score, correct, unknown_score = _known_and_unknown_scores(
-        probs, target, unknown_label=unknown_label, background=background
+    _check_unknown_label(unknown_label)
+    probs, target, _ = check_probs_and_target(probs, target, background=background)
+    return _authors_oscr_curve_checked(probs, target, unknown_label=unknown_label)
+
+
+def _authors_oscr_curve_checked(
+    probs: Tensor, target: Tensor, *, unknown_label: int, rows: Rows | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`authors_oscr_curve` of validated input, as :func:`_oscr_curve_checked`."""
+    target_score, correct, unknown_score = _known_and_unknown_scores_checked(
+        probs, target, unknown_label=unknown_label, rows=rows
     )
     num_known, num_unknown = target_score.numel(), unknown_score.numel()
     thresholds = torch.unique(target_score, sorted=True)[:-1].contiguous()
@@ -243,25 +347,34 @@ def ccr_at_fpr(
         ``(len(fpr_targets),)`` float64 tensor, one CCR per target (NaN possible only for "authors").
     """
     _check_convention(convention)
+    _check_unknown_label(unknown_label)
+    probs, target, _ = check_probs_and_target(probs, target, background=background)
     if convention == "authors":
-        fpr, ccr, _ = authors_oscr_curve(probs, target, unknown_label=unknown_label, background=background)
+        fpr, ccr, _ = _authors_oscr_curve_checked(probs, target, unknown_label=unknown_label)
         return ccr_from_authors_curve(fpr, ccr, fpr_targets)
-    fpr, ccr, _ = oscr_curve(probs, target, unknown_label=unknown_label, background=background)
+    fpr, ccr, _ = _oscr_curve_checked(probs, target, unknown_label=unknown_label)
     return ccr_from_curve(fpr, ccr, fpr_targets)
 
 
 def closed_set_accuracy(probs: Tensor, target: Tensor, background: bool = False) -> Tensor:
     """Top-1 accuracy over the known samples, argmax over the known classes only (float64, 0-dim)."""
     probs, target, _ = check_probs_and_target(probs, target, background=background)
+    return _closed_set_accuracy_checked(probs, target)
+
+
+def _closed_set_accuracy_checked(probs: Tensor, target: Tensor, *, rows: Rows | None = None) -> Tensor:
+    """:func:`closed_set_accuracy` of validated input, as :func:`_oscr_curve_checked`."""
     known = target >= 0
     if not known.any():
         raise ValueError("closed-set accuracy needs at least one known sample (label >= 0)")
+    if rows is not None:
+        return rows[2][known].double().mean()
     return (probs[known].argmax(dim=1) == target[known]).double().mean()
 
 
 def max_known_score(probs: Tensor, background: bool = False) -> Tensor:
     """``max_c S_c`` over the known classes, the open-set confidence of OSCR (``(N,)``)."""
-    return known_columns(probs, background).max(dim=1).values
+    return known_columns(probs, background).amax(dim=1)
 
 
 class OSCR(IndexedPredictions):

@@ -18,6 +18,7 @@ from benchmarks import (
     generators_benchmark,
     gpu_throughput,
     oscr_benchmark,
+    report_card,
     severity_benchmark,
     training_overhead,
 )
@@ -81,8 +82,16 @@ def test_generators_tiny_checks_the_ensemble_against_its_members() -> None:
         assert row["plain_s"] > 0 and row["regularised_s"] > 0
 
 
+def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:
+    row = report_card.main(["--tiny"])
+    # one model, OSCR (not a scoring pass) and severity: its ID test, estimation and test sets, once each
+    assert (row["requests"], row["run"]) == (3, 3)
+    assert row["sections"] == "oscr, severity" and row["models"] == 1
+    assert row["card_s"] > 0 and row["separately_s"] > 0
+
+
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
-                                    gpu_throughput, evg_sampler])
+                                    gpu_throughput, evg_sampler, report_card])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])

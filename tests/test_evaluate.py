@@ -146,7 +146,12 @@ def test_severity_tables_have_the_published_columns_and_plot_together(tmp_path, 
                             "--output-dir", str(tmp_path / "out"), "--accelerator", "cpu", "--devices", "1",
                             "--wandb-mode", "disabled", "--no-progress-bar"])
     ours = (tmp_path / "out" / "severity.csv").read_text().splitlines()
-    assert ours[0].split(",") == list(TABLE_COLUMNS) and len(ours) == 1 + 2 * 11
+    # the paper's columns as they are, then the interval of each level's AUROC (classes within the level resampled)
+    assert ours[0].split(",") == [*TABLE_COLUMNS, "ood-auroc low", "ood-auroc high"] and len(ours) == 1 + 2 * 11
+    for row in tables["softmax"]:
+        assert 0 <= row["ood-auroc low"] <= row["ood-auroc high"] <= 1
+    summary = (tmp_path / "out" / "summary.csv").read_text().splitlines()
+    assert len(summary) == 1 + 2 and summary[0].startswith("model name,confidence function,mean auroc,mean auroc low")
     assert [row["percentile"] for row in tables["softmax"]] == [
         float(line.split(",")[1]) for line in published.read_text().splitlines()[1:]]
     figure = evaluate.main(["severity-plot", str(tmp_path / "out" / "severity.csv"), str(published),

@@ -55,6 +55,8 @@ SHRINK = {
                 "32", "--model.init_args.architecture", "dcgan", "--model.init_args.base_width", "8",
                 "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8"],
     "evg": [*EVALUATE, "--chains", "4", "--steps", "3", "--chains-per-batch", "4", "--trace-every", "1"],
+    "report": [*EVALUATE, "--severity", '{"kappa": [softmax, energy], "data_args": {"estimation": 3}}',
+               "--intervals", '{"resamples": 100}'],
     "folders-train": CLASSIFIER,
 }
 TIMM_FAMILIES = {"resnet": "timm:resnet10t", "convnext": "timm:convnext_atto", "mobilenetv3": "timm:mobilenetv3_small_050"}
@@ -153,6 +155,18 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
         elif step == "evg":
             assert_finite(numbers(work / "runs/p1-evg/results.csv", ("clean auroc", "worst-case auroc", "min rank")),
                           "evg")
+        elif step == "report":
+            card = json.loads((work / "runs/p1-report/report.json").read_text())
+            rows = {(row["model"], row["kappa"]): row["cells"] for row in card["leaderboard"]["rows"]}
+            assert len(rows) == 3 and {s["method"] for s in card["sections"]} == {"open_set", "severity", "generated"}
+            model = next(m for m, k in rows if k == "softmax")
+            oscr = json.loads((work / "runs/p1-report/open_set" / model / "metrics.json").read_text())
+            assert rows[(model, "softmax")]["oscr_auroc"]["value"] == oscr["scalars"]["unknowns/auroc"]
+            cells = [c for found in rows.values() for c in found.values()]
+            assert cells and all(c["low"] is not None and c["low"] <= c["high"] for c in cells)
+            # the generated passes of step 5 and the severity passes of step 4 are reused from runs/cache
+            assert any(entry["source"] == "cache" for entry in card["passes"])
+            assert (work / "runs/p1-report/index.html").stat().st_size > 10_000
 
     # the same commands on the checkpoint of a user's own class folders
     mine = commands["oscr"].replace("runs/p1-eos", "runs/mine-eos")

@@ -296,7 +296,9 @@ def test_a_finished_or_half_written_report_is_written_whole_again(run: dict, tmp
     (out / "report.json").unlink()
     (out / "results.csv").write_text((out / "results.csv").read_text()[:50])
     (out / "transfer_affine_mh.csv").unlink()
+    chains = {p: p.stat().st_mtime_ns for p in out.glob("chains/*/chains-*.pt")}
     again = evaluate.main(options(run["checkpoint"], out) + CLI)  # every chain finished: only the report runs
+    assert chains and all(p.stat().st_mtime_ns == t for p, t in chains.items())  # no search ran again
     assert same_rows(again["rows"], first["rows"]) and again["rows"]
     assert read_rows(out / "results.csv") == read_rows(run["out"] / "results.csv")
     assert (out / "transfer_affine_mh.csv").read_bytes() == (run["out"] / "transfer_affine_mh.csv").read_bytes()

@@ -324,9 +324,24 @@ def test_files_hold_the_returned_numbers(run: dict) -> None:
     assert_csv_equals(out / "detectors.csv", result["detectors"], DETECTOR_COLUMNS)
     assert_csv_equals(out / "sets.csv", result["sets"], SET_COLUMNS)
     assert_csv_equals(out / "agreement.csv", result["agreement"], AGREEMENT_COLUMNS)
-    detectors_md = (out / "detectors.md").read_text()
+    preamble, table = (out / "detectors.md").read_text().split("\n\n", 1)
+    assert preamble.startswith("95% intervals (1000 bootstrap resamples, seed 0): AUROC DeLong")
+    detectors_md = table
     assert detectors_md.startswith("| model | confidence function | set |")
     assert detectors_md.count("\n") == 2 + len(result["detectors"])
+    # every number with its interval: DeLong's around the AUROC, the bootstrap's for accuracy and ECE
+    from callbacks.report import read_replicates
+
+    replicates = read_replicates(out)
+    for row in result["detectors"]:
+        key = f"{row['model']}|{row['confidence function']}|{row['set']}"
+        if row["auroc"] is not None:
+            assert row["auroc low"] <= row["auroc"] <= row["auroc high"]
+            assert replicates[f"{key}|auroc"].numel() == 1000
+        for metric in ("accuracy", "ece"):
+            if row.get(metric) is not None:
+                assert row[f"{metric} low"] <= row[f"{metric} high"]
+                assert replicates[f"{key}|{metric}"].numel() == 1000
     assert result["detectors"][0]["set"] == "id_test" and result["detectors"][0]["auroc"] is None  # the baseline first
     assert f"{result['detectors'][1]['auroc']:.4f}" in detectors_md
     sets_md = (out / "sets.md").read_text()
@@ -386,7 +401,7 @@ def test_independent_models_are_not_flagged_and_copies_are(run: dict, tmp_path: 
     assert (sets["near_ood:near"]["describer shares generator ensemble"],
             sets["shift:shift"]["describer shares generator ensemble"]) == ("no", "no")
     text = (tmp_path / "tables" / "detectors.md").read_text()
-    assert "| shares generator ensemble |" in text.splitlines()[0] and "copy-best" in text
+    assert "| shares generator ensemble |" in text.split("\n\n", 1)[1].splitlines()[0] and "copy-best" in text
 
 
 def test_on_bad_image_is_an_option_of_the_command_line(run: dict, logits: dict, tmp_path: Path) -> None:

@@ -5,7 +5,15 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from metrics import fpr_key, open_set_report
+from metrics import (
+    ccr_at_fpr,
+    closed_set_accuracy,
+    fpr_key,
+    gamma,
+    max_known_score,
+    open_set_report,
+    oscr_curve,
+)
 from tests.metrics.reference import (
     authors_ccr_at_fpr_reference,
     ccr_at_fpr_reference,
@@ -51,3 +59,24 @@ def test_fpr_key_and_bad_convention():
     assert fpr_key(1e-3) == "ccr@fpr=0.001" and fpr_key(0.1, "authors") == "authors_ccr@fpr=0.1"
     with pytest.raises(ValueError, match="convention must be one of"):
         open_set_report(torch.tensor([[1.0, 0.0]]), torch.tensor([0]), conventions=("paper",))
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_report_equals_the_public_functions(background):
+    # the report validates once and calls the unvalidated helpers: their results are the public ones, bit
+    # for bit (γ without selecting the known and negative rows first, the curves from one shared pass)
+    probs, target = map(torch.from_numpy, random_open_set_data(np.random.default_rng(8), n=500, k=5,
+                                                                background=background))
+    report = open_set_report(probs, target, background=background, conventions=("exact", "authors"))
+    for group, label in (("negatives", -1), ("unknowns", -2)):
+        for a, b in zip(report["curves"][group], oscr_curve(probs, target, label, background), strict=True):
+            assert torch.equal(a, b)
+        authors = [report["scalars"][f"{group}/{fpr_key(t, 'authors')}"] for t in TARGETS]
+        torch.testing.assert_close(torch.tensor(authors, dtype=torch.float64), ccr_at_fpr(
+            probs, target, TARGETS, label, background, convention="authors"), rtol=0, atol=0, equal_nan=True)
+        members = target == label
+        assert torch.equal(report["scores"][f"{group}_max"], max_known_score(probs, background)[members])
+    assert report["scalars"]["closed_set_accuracy"] == closed_set_accuracy(probs, target, background).item()
+    keep = target >= -1
+    expected = gamma(probs[keep], target[keep], background=background)
+    assert [report["scalars"][k] for k in ("gamma_plus", "gamma_minus", "gamma")] == [v.item() for v in expected]

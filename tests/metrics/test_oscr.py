@@ -136,6 +136,80 @@ def test_ddp_two_processes_equal_one_process():
         assert torch.equal(ccr, expected_ccr)
 
 
+# --- the integer sort keys of oscr_curve: every dtype, the whole [0, 1] range, ties of the argmax -------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("unknown_label", [-1, -2])
+def test_every_dtype_against_reference(dtype, unknown_label):
+    probs, target = random_open_set_data(np.random.default_rng(5), n=400, k=4, decimals=3)
+    probs = torch.from_numpy(probs).to(dtype)
+    # the reference sees exactly the values the metric sees
+    fpr, ccr, thresholds = oscr_curve(probs, torch.from_numpy(target), unknown_label)
+    ref_fpr, ref_ccr, ref_thresholds = oscr_reference(probs.double().numpy(), target, unknown_label)
+    assert thresholds.dtype == dtype and fpr.dtype == ccr.dtype == torch.float64
+    np.testing.assert_array_equal(thresholds.double().numpy(), ref_thresholds)
+    np.testing.assert_array_equal(fpr.numpy(), ref_fpr)
+    np.testing.assert_array_equal(ccr.numpy(), ref_ccr)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scores_over_the_whole_range(dtype):
+    # 0, -0.0, subnormals, tiny and large probabilities, 1: bit patterns on both sides of the keys' sign bit
+    values = [0.0, -0.0, 1e-40, 1e-30, 1e-19, 1e-10, 0.25, 0.5, 0.75, 1.0]
+    if dtype == torch.float64:
+        values += [1e-310, 1e-300, 1e-100]
+    values = torch.tensor(values, dtype=dtype)
+    n = values.numel()
+    # known rows: S_y = v (correct when it is the max); unknown rows: max = v
+    known_rows = torch.stack([values, 1 - values], dim=1)
+    unknown_rows = torch.stack([values.flip(0), 1 - values.flip(0)], dim=1).max(dim=1, keepdim=True).values
+    probs = torch.cat([known_rows, torch.cat([unknown_rows, 1 - unknown_rows], dim=1)])
+    target = torch.cat([torch.zeros(n, dtype=torch.long), torch.full((n,), -2)])
+    fpr, ccr, thresholds = oscr_curve(probs, target)
+    ref_fpr, ref_ccr, ref_thresholds = oscr_reference(probs.double().numpy(), target.numpy())
+    np.testing.assert_array_equal(thresholds.double().numpy(), ref_thresholds)  # -0.0 == 0.0: one threshold
+    np.testing.assert_array_equal(fpr.numpy(), ref_fpr)
+    np.testing.assert_array_equal(ccr.numpy(), ref_ccr)
+    assert thresholds[0] == 1.0 and thresholds[-1] == 0.0 and torch.all(thresholds[1:] < thresholds[:-1])
+
+
+def test_tied_maximum_counts_as_correct_only_for_the_first_column():
+    # argmax takes the first maximal column (as numpy and the authors' code do)
+    probs = torch.tensor([[0.4, 0.4, 0.2], [0.4, 0.4, 0.2], [0.3, 0.35, 0.35], [0.3, 0.35, 0.35], [0.6, 0.2, 0.2]])
+    target = torch.tensor([0, 1, 1, 2, -2])
+    fpr, ccr, thresholds = oscr_curve(probs, target)
+    # correct: rows 0 (S_y 0.4) and 2 (S_y 0.35); rows 1 and 3 are misclassified
+    torch.testing.assert_close(thresholds, torch.tensor([0.6, 0.4, 0.35]))
+    torch.testing.assert_close(ccr, torch.tensor([0.0, 0.0, 0.25], dtype=torch.float64))
+    torch.testing.assert_close(fpr, torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64))
+    assert closed_set_accuracy(probs, target).item() == 0.5
+
+
+def test_other_negative_labels_take_no_part_and_many_ties():
+    rng = np.random.default_rng(9)
+    probs, target = random_open_set_data(rng, n=20_000, k=3, decimals=2)  # about 100 distinct scores
+    for label, other in ((-2, -1), (-1, -2)):
+        fpr, ccr, thresholds = oscr_curve(torch.from_numpy(probs), torch.from_numpy(target), label)
+        keep = target != other
+        alone = oscr_curve(torch.from_numpy(probs[keep]), torch.from_numpy(target[keep]), label)
+        for a, b in zip((fpr, ccr, thresholds), alone, strict=True):
+            assert torch.equal(a, b)
+        ref_fpr, ref_ccr, ref_thresholds = oscr_reference(probs, target, label)
+        np.testing.assert_array_equal(thresholds.numpy(), ref_thresholds.astype(np.float32))
+        np.testing.assert_array_equal(fpr.numpy(), ref_fpr)
+        np.testing.assert_array_equal(ccr.numpy(), ref_ccr)
+
+
+def test_inputs_are_not_modified():
+    probs, target = map(torch.from_numpy, random_open_set_data(np.random.default_rng(2), n=300, k=4))
+    probs_before, target_before = probs.clone(), target.clone()
+    for convention in ("exact", "authors"):
+        ccr_at_fpr(probs, target, convention=convention)
+    oscr_curve(probs, target)
+    assert torch.equal(probs, probs_before) and torch.equal(target, target_before)
+
+
 # --- the authors' table convention (DESIGN.md §5.1) -------------------------------------------------
 
 

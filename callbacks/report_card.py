@@ -1,0 +1,601 @@
+"""The OOD report card: one page per run of one or several models across the four methods, with a confidence
+interval on every number (``evaluate.py report``).
+
+A researcher asks "how good is this model at saying I don't know?" and gets one answer with its uncertainty:
+
+- **runs** every method the configuration's data allow, each through its own typed evaluation (the same code
+  as ``evaluate.py oscr | severity | generated | evg``, so numbers equal the commands' own): open-set OSCR for
+  every checkpoint of ``train.py`` (its protocol's test set: negatives and unknowns), the severity levels of
+  each (model, κ), the generated near-OOD and shifted sets next to real ones, and EvG over the chosen
+  variations. Every method shares the run's scoring passes (:class:`callbacks.scoring.ScoringPasses`, one
+  sharded pass per (model, data set), kept in memory and in ``cache_dir``): a pass another method or an
+  earlier run already made is never run again, and the report states for every pass whether it was run or
+  reused (``passes`` in ``report.json``). EvG resumes the chain results of its ``output_dir``.
+- **intervals**: each method computes its intervals with the right resampling unit
+  (:class:`callbacks.report.Intervals`: images, ID and OOD separately, for AUROC, CCR and ECE; classes within
+  each severity level and ID images; chains and ID images for worst-case AUROC and MinRank) and keeps the
+  bootstrap replicates (``replicates.pt``). Resamples depend only on (seed, unit, size), so two detectors
+  scored on the same images are resampled alike and their difference is paired.
+- **leaderboard**: one row per (model, κ) with the headline numbers of each method (:data:`HEADLINES`),
+  each with its interval; per column the best row is marked, every other row is compared with it from the
+  paired replicates (the interval of the difference; ``significant`` when it excludes 0), and every row gets
+  the probability of ranking first over the resamples. Then one section per method with its tables and
+  plots (OSCR curves, AUROC by severity level with interval bands, generated grids, worst-case grids and
+  the transfer heat-maps).
+- **writes** ``<output_dir>/index.html`` (self-contained: images inline, tables sortable without external
+  scripts), ``report.md``, ``report.json`` (every number with its interval, the versions, the data
+  fingerprints, the passes, the command) and the same tables and images to one W&B run.
+
+From Python, :func:`report` returns the leaderboard rows the page shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import inspect
+import math
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import Tensor
+
+from callbacks.evg import ENSEMBLE_SAMPLER, EvGEvaluation
+from callbacks.generated import LABEL_KEPT, GeneratedEvaluation
+from callbacks.open_set import OSCREvaluation
+from callbacks.plots import plot_severity
+from callbacks.report import Intervals, check_output_dir, read_replicates, slug
+from callbacks.run import Evaluation, TrainerOptions, make_logger
+from callbacks.scoring import ScoringPasses
+from callbacks.severity import SeverityEvaluation
+from lightning_modules.scoring import ScoringModel
+from metrics import get_kappa, pairs_with
+from metrics.intervals import paired_difference, probability_first
+
+SECTIONS: dict[str, type[Evaluation]] = {"oscr": OSCREvaluation, "severity": SeverityEvaluation,
+                                         "generated": GeneratedEvaluation, "evg": EvGEvaluation}
+METHOD_OF = {"oscr": "open_set", "severity": "severity", "generated": "generated", "evg": "evg"}
+TITLES = {"open_set": "Open-set recognition (Palechor et al.)", "severity": "C-OOD severity levels (Galil et al.)",
+          "generated": "Generated near-OOD and shifted sets (Mukhoti et al.)",
+          "evg": "Adversarial generation of outliers, EvG (Yoon et al.)"}
+TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
+# keys a section's own config file may not set: the report card's models, κ and trainer are every section's
+REPORT_KEYS = {"model", "kappa", *TRAINER_KEYS}
+UNITS = {"open_set": "test images (knowns, negatives, unknowns resampled separately)",
+         "severity": "classes within each level + ID images",
+         "generated": "images (ID test and the set resampled separately)",
+         "evg": "chains + ID test images"}
+PAGE_FILES = ("index.html", "report.md", "report.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    """A leaderboard column: ``key``, its title, the method, whether higher is better, what it is."""
+
+    key: str
+    title: str
+    method: str
+    higher_is_better: bool
+    description: str
+
+
+HEADLINES = (
+    Headline("oscr_ccr", "CCR@FPR 0.1 unknowns", "open_set", True,
+             "correct classification rate of the knowns at FPR 0.1 on the protocol's unknown classes (exact "
+             "convention); the maximum softmax probability, so on the softmax rows of train.py checkpoints"),
+    Headline("oscr_auroc", "AUROC unknowns", "open_set", True,
+             "knowns vs the protocol's unknown classes, maximum softmax probability"),
+    Headline("severity_mean", "mean AUROC", "severity", True,
+             "OOD AUROC averaged over the severity levels built for this (model, κ)"),
+    Headline("severity_hardest", "hardest level", "severity", True,
+             "OOD AUROC of the hardest severity level (the classes this (model, κ) trusts most)"),
+    Headline("near_ood", "near-OOD", "generated", True, "ID test vs the first generated near-OOD set"),
+    Headline("shift", "shift", "generated", True, "ID test vs the first generated shifted set"),
+    Headline("real_ood", "real OOD", "generated", True, "ID test vs the first real OOD set"),
+    Headline("evg_worst", "worst-case AUROC", "evg", True,
+             "ID test vs each chain's worst case, the lowest over the variations (eV1 where several samplers ran)"),
+    Headline("evg_min_rank", "MinRank", "evg", True,
+             "ID test images scoring above the most trusted worst case, the lowest over the variations"),
+)
+
+
+class ReportCard(Evaluation):
+    """``evaluate.py report``: one OOD report card of one or several models across the four methods, with a
+    confidence interval on every number, as one self-contained page, Markdown, JSON and W&B.
+
+    See the module docstring for what it runs, compares and writes.
+
+    Args:
+        model: the models: checkpoints of ``train.py``, ``timm:<name>``, ``torchvision:<name>``,
+            ``ensemble:<members>``.
+        kappa: the confidence functions; each is paired with the models it applies to (ensemble κ with
+            ensembles). A section may give its own ``kappa`` (e.g. fewer for EvG).
+        kappa_args: per κ, its arguments.
+        oscr, severity, generated, evg: the sections to run, each the options of that method's command
+            (``evaluate.py <method> --help``) without the models; ``config: FILE`` takes them from that
+            command's YAML (its ``model``, ``kappa`` and trainer options left out), keys next to it override
+            it. ``oscr: {}`` runs OSCR for every checkpoint model on its own protocol. A section left out
+            (``null``) is not run.
+        output_dir: the report folder (each section's folders inside it unless the section names its own).
+        cache_dir: the run's cache of scoring passes (``None``: in memory for the run only).
+        intervals: level, bootstrap resamples and seed of every interval.
+        title: the page's title.
+        random_weights: timm/torchvision models without pretrained weights (tests).
+        plots: write the figures.
+    """
+
+    command = "report"
+
+    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
+                 kappa_args: dict[str, dict[str, Any]] | None = None, oscr: dict[str, Any] | None = None,
+                 severity: dict[str, Any] | None = None, generated: dict[str, Any] | None = None,
+                 evg: dict[str, Any] | None = None, output_dir: str = "runs/report", cache_dir: str | None = "runs/cache",
+                 intervals: Intervals | None = None, title: str | None = None, random_weights: bool = False,
+                 plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        if not model:
+            raise ValueError("give at least one model (--model, or model: in --config)")
+        self.model, self.kappa, self.kappa_args = list(dict.fromkeys(model)), list(kappa), dict(kappa_args or {})
+        for name in self.kappa:
+            get_kappa(name)  # an unknown κ is named before anything runs
+        self.sections = {name: section for name, section in
+                         (("oscr", oscr), ("severity", severity), ("generated", generated), ("evg", evg))
+                         if section is not None}
+        if not self.sections:
+            raise ValueError("the report has no section: give at least one of oscr, severity, generated, evg")
+        self.output_dir, self.cache_dir = Path(output_dir), cache_dir
+        self.intervals = intervals or Intervals()
+        self.title, self.random_weights, self.plots = title, random_weights, plots
+        self.passes: ScoringPasses | None = None
+        self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
+        self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    def _options(self, name: str, section: Mapping[str, Any]) -> dict[str, Any]:
+        """A section's options: its ``config`` file's (without the report's keys), then its own keys; every key
+        checked against the method's command."""
+        if not isinstance(section, Mapping):
+            raise ValueError(f"report section {name} must be a mapping of {name}'s options, got {section!r}")
+        options: dict[str, Any] = {}
+        if section.get("config") is not None:
+            path = Path(section["config"])
+            if not path.is_file():
+                raise FileNotFoundError(f"report section {name}: its config {path} does not exist")
+            loaded = yaml.safe_load(path.read_text()) or {}
+            if not isinstance(loaded, Mapping):
+                raise ValueError(f"report section {name}: {path} is not a YAML mapping of options")
+            options.update({k: v for k, v in loaded.items() if k not in REPORT_KEYS})
+        options.update({k: v for k, v in section.items() if k != "config"})
+        accepted = set(inspect.signature(SECTIONS[name].__init__).parameters) - {"self", "trainer"}
+        unknown = sorted(set(options) - accepted - {"kappa"})
+        if unknown:
+            raise ValueError(f"report section {name}: {unknown} are not options of evaluate.py "
+                             f"{SECTIONS[name].command} (its options: {sorted(accepted - {'model'})})")
+        if "model" in options:
+            raise ValueError(f"report section {name}: the models are the report's (model:), not a section's")
+        return options
+
+    def _evaluation(self, name: str, model: Any, kappa: Sequence[str] | None, output_dir: Path) -> Evaluation:
+        cls = SECTIONS[name]
+        accepted = set(inspect.signature(cls.__init__).parameters)
+        options = dict(self.section_options[name])
+        options["output_dir"] = str(output_dir)  # the caller's choice: the section's folder or one inside it
+        defaults = {"intervals": self.intervals, "plots": self.plots,
+                    "random_weights": self.random_weights, "kappa_args": self.kappa_args, "cache_dir": self.cache_dir}
+        if kappa is not None:
+            options.setdefault("kappa", list(kappa))
+        for key, value in defaults.items():
+            if key in accepted:
+                options.setdefault(key, value)
+        # one W&B run for the whole report: the sections do not open their own
+        evaluation = cls(model=model, **options,
+                         trainer=dataclasses.replace(self.options, wandb_mode="disabled"))
+        evaluation.shared_passes = self.passes
+        return evaluation
+
+    def _kappas(self, section: str, model: ScoringModel) -> list[str]:
+        names = self.section_options[section].get("kappa", self.kappa)
+        return [k for k in names if pairs_with(get_kappa(k), ensemble=bool(model.ensemble))]
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def run(self) -> list[dict[str, Any]]:
+        check_output_dir(self.output_dir)
+        models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in self.model}
+        names = {spec: m.display_name for spec, m in models.items()}
+        self.passes = ScoringPasses(self.cache_dir)
+        found: dict[str, Any] = {}
+        if "oscr" in self.sections:
+            found["open_set"] = {}
+            for spec in self.model:
+                if spec.endswith(".ckpt") and not models[spec].ensemble:
+                    folder = self._folder("oscr") / slug(names[spec])
+                    self._evaluation("oscr", spec, None, folder).run()
+                    found["open_set"][names[spec]] = folder
+        if "severity" in self.sections:
+            found["severity"] = {}
+            for spec in self.model:
+                kappas = self._kappas("severity", models[spec])
+                if not kappas:
+                    continue
+                folder = self._folder("severity") / slug(names[spec])
+                tables = self._evaluation("severity", spec, kappas, folder).run()
+                found["severity"][names[spec]] = (folder, tables)
+        for section in ("generated", "evg"):
+            if section in self.sections:
+                folder = self._folder(section)
+                result = self._evaluation(section, list(self.model), self.section_options[section].get("kappa", self.kappa),
+                                          folder).run()
+                found[section] = (folder, result)
+        card = self.assemble(found, models=list(models.values()))
+        from callbacks.report_page import write_page
+
+        paths = write_page(card, self.output_dir)
+        self._wandb(card)
+        print(f"\nReport card written to {paths['html']} ({self._pass_summary()})")
+        print(leaderboard_text(card))
+        self.card = card
+        return card["leaderboard"]["rows"]
+
+    def _folder(self, section: str) -> Path:
+        """A section's folder: its own ``output_dir``, else ``<report>/<method>``."""
+        return Path(self.section_options[section].get("output_dir") or self.output_dir / METHOD_OF[section])
+
+    def _pass_summary(self) -> str:
+        log = self.passes.log if self.passes is not None else []
+        run = sum(entry["source"] == "run" for entry in log)
+        return f"{run} model passes run, {len(log) - run} reused from memory or the cache"
+
+    # -- the card ---------------------------------------------------------------------------------
+
+    def assemble(self, found: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
+        """The report (the schema of :mod:`callbacks.report_page`) from the sections' results and files."""
+        cells: dict[tuple[str, str], dict[str, tuple[float | None, float | None, float | None, Tensor | None]]] = {}
+        rows_order: list[tuple[str, str]] = []
+        for model in models:
+            for name in self.kappa:
+                if pairs_with(get_kappa(name), ensemble=bool(model.ensemble)):
+                    rows_order.append((model.display_name, name))
+        sections = []
+
+        def put(model: str, kappa: str, key: str, value: Any, low: Any, high: Any, replicates: Tensor | None) -> None:
+            if (model, kappa) not in rows_order:
+                rows_order.append((model, kappa))
+            cells.setdefault((model, kappa), {})[key] = (_number(value), _number(low), _number(high), replicates)
+
+        if "open_set" in found:
+            sections.append(self._open_set_section(found["open_set"], put))
+        if "severity" in found:
+            sections.append(self._severity_section(found["severity"], put))
+        if "generated" in found:
+            sections.append(self._generated_section(*found["generated"], put))
+        if "evg" in found:
+            sections.append(self._evg_section(*found["evg"], put))
+        for section in sections:  # the page and the JSON name images relative to the report folder
+            for image in section["images"]:
+                image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
+        columns = [h for h in HEADLINES if any(h.key in c for c in cells.values())]
+        rows = [{"model": m, "kappa": k, "cells": {}} for m, k in rows_order]
+        for column in columns:
+            entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
+            compare_column(entries, column, self.intervals)
+        return {
+            "title": self.title or "OOD report card: " + ", ".join(m.display_name for m in models),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": self.command_line,
+            "level": self.intervals.level, "resamples": self.intervals.resamples, "seed": self.intervals.seed,
+            "versions": versions(),
+            "models": [{"name": m.display_name, "source": m.spec, "sha256": _sha256(m.spec)} for m in models],
+            "data": self._data(),
+            "passes": list(self.passes.log) if self.passes is not None else [],
+            "leaderboard": {"columns": [dataclasses.asdict(c) for c in columns], "rows": rows},
+            "sections": sections,
+            "notes": self._notes(found, models),
+        }
+
+    def _data(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for entry in self.passes.log if self.passes is not None else []:
+            seen.setdefault(entry["fingerprint"], {"name": entry["set"], "role": entry["role"],
+                                                   "fingerprint": entry["fingerprint"], "samples": entry["samples"]})
+        return list(seen.values())
+
+    def _notes(self, found: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
+        notes = [f"{self.intervals.describe()}. AUROC over independent images: DeLong's interval; every other "
+                 "number: percentile bootstrap over its resampling unit. Leaderboard comparisons use the paired "
+                 "bootstrap replicates: a difference is significant when its interval excludes 0.",
+                 f"Passes: {self._pass_summary()}."]
+        if "open_set" in found:
+            skipped = [m.display_name for m in models if m.display_name not in found["open_set"]]
+            if skipped:
+                notes.append(f"OSCR needs a checkpoint of train.py (its protocol's test set): not run for "
+                             f"{', '.join(skipped)}.")
+        if "severity" in found:
+            notes.append("Severity levels are built per (model, κ), so two rows' levels hold different classes: "
+                         "their comparison is not paired by class (the ID resamples are shared).")
+        return notes
+
+    # -- sections ---------------------------------------------------------------------------------
+
+    def _open_set_section(self, folders: dict[str, Path], put: Any) -> dict[str, Any]:
+        import json
+
+        table, images = [], []
+        for model, folder in folders.items():
+            metrics = json.loads((folder / "metrics.json").read_text())
+            intervals = metrics.get("intervals", {})
+            replicates = read_replicates(folder)
+            for name, value in sorted(metrics["scalars"].items()):
+                low, high = intervals.get(name, (None, None))
+                table.append({"model": model, "metric": name, "value": cell(value, low, high)})
+            for key, scalar in (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc")):
+                if scalar in metrics["scalars"]:
+                    low, high = intervals.get(scalar, (None, None))
+                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar))
+            images += [{"title": f"{model}: {title}", "path": str(folder / file), "caption": caption}
+                       for file, title, caption in (
+                           ("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
+                           ("score_histograms.png", "score histograms",
+                            "true-class score of the knowns vs maximum score of negatives and unknowns"))
+                       if (folder / file).is_file()]
+        return {"method": "open_set", "title": TITLES["open_set"], "text": (
+            "Every number of the open-set test report of each checkpoint on its protocol's test set: CCR at each "
+            "FPR target on negatives (-1, seen in training) and unknowns (-2, never seen), the AUROC of knowns vs "
+            f"each group, closed-set accuracy and γ. Intervals: resampling unit {UNITS['open_set']}."),
+            "tables": [{"title": "open-set report", "columns": ["model", "metric", "value"], "rows": table}],
+            "images": images}
+
+    def _severity_section(self, found: dict[str, tuple[Path, dict[str, list[dict]]]], put: Any) -> dict[str, Any]:
+        summary, levels, lines = [], [], {}
+        for model, (folder, tables) in found.items():
+            replicates = read_replicates(folder)
+            for kappa, rows in tables.items():
+                aurocs = [r["ood-auroc"] for r in rows]
+                mean, hardest = replicates.get(f"{kappa}/mean"), replicates.get(f"{kappa}/hardest")
+                mean_bounds = self.intervals.bounds(mean) if mean is not None else (None, None)
+                put(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *mean_bounds, mean)
+                put(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
+                    rows[-1].get("ood-auroc high"), hardest)
+                summary.append({"model": model, "κ": kappa,
+                                "mean AUROC": cell(sum(aurocs) / len(aurocs), *mean_bounds),
+                                "hardest level": cell(aurocs[-1], rows[-1].get("ood-auroc low"),
+                                                      rows[-1].get("ood-auroc high")),
+                                "easiest level": cell(aurocs[0], rows[0].get("ood-auroc low"),
+                                                      rows[0].get("ood-auroc high"))})
+                levels.append({"model": model, "κ": kappa, **{
+                    f"level {r['severity level']}": cell(r["ood-auroc"], r.get("ood-auroc low"), r.get("ood-auroc high"))
+                    for r in rows}})
+                lines[f"{model} / {kappa}"] = rows
+        images = []
+        if self.plots and lines:
+            path = plot_severity(lines, self.output_dir / "severity_auroc.png",
+                                 title=f"OOD AUROC by severity level ({self.intervals.level:.0%} intervals)")
+            images.append({"title": "AUROC by severity level", "path": str(path),
+                           "caption": "level 0 = easiest, 10 = hardest; bands: the class-resampled intervals"})
+        level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")]]
+        return {"method": "severity", "title": TITLES["severity"], "text": (
+            "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
+            "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "
+            "classes the model trusts most). Each level's AUROC is ID test vs that level's test images. "
+            f"Intervals: resampling unit {UNITS['severity']} (a level is a group of classes)."),
+            "tables": [{"title": "summary", "columns": ["model", "κ", "mean AUROC", "hardest level", "easiest level"],
+                        "rows": summary},
+                       {"title": "AUROC per level", "columns": level_columns, "rows": levels}],
+            "images": images}
+
+    def _generated_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
+        replicates = read_replicates(folder)
+        rows = result["detectors"]
+        first: dict[str, str] = {}
+        for row in rows:
+            if not row["set"].endswith(LABEL_KEPT):
+                first.setdefault(row["kind"], row["set"])
+        table = []
+        for row in rows:
+            key = f"{row['model']}|{row['confidence function']}|{row['set']}"
+            for headline, kind in (("near_ood", "near_ood"), ("shift", "shift"), ("real_ood", "real_ood")):
+                if first.get(kind) == row["set"] and row["auroc"] is not None:
+                    put(row["model"], row["confidence function"], headline, row["auroc"], row.get("auroc low"),
+                        row.get("auroc high"), replicates.get(f"{key}|auroc"))
+            table.append({"model": row["model"], "κ": row["confidence function"], "set": row["set"],
+                          "kind": row["kind"], "images": row["images"],
+                          "AUROC": cell(row["auroc"], row.get("auroc low"), row.get("auroc high")),
+                          "accuracy": cell(row.get("accuracy"), row.get("accuracy low"), row.get("accuracy high")),
+                          "ECE": cell(row.get("ece"), row.get("ece low"), row.get("ece high")),
+                          "shares generator ensemble": row.get("shares generator ensemble", "")})
+        sets = [{k: v for k, v in r.items() if k in ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID",
+                                                       "keeps ensemble label", "mode")} for r in result.get("sets", [])]
+        images = [{"title": f"set {path.stem}", "path": str(path), "caption": "the first images of the set"}
+                  for path in sorted((folder / "grids").glob("*.png"))]
+        text = ("Detectors on the generated near-OOD and shifted sets next to the real ones: the AUROC of ID test "
+                "vs each set, and on the shifted sets (and the ID test set, the baseline) the accuracy and ECE. "
+                f"Headline columns: near-OOD = {first.get('near_ood', '—')}, shift = {first.get('shift', '—')}, "
+                f"real OOD = {first.get('real_ood', '—')}. Intervals: AUROC DeLong, accuracy and ECE bootstrap; "
+                f"resampling unit {UNITS['generated']}. A detector sharing the generators' training ensemble "
+                "reports the generator's own objective back (flagged).")
+        tables = [{"title": "detectors", "columns": ["model", "κ", "set", "kind", "images", "AUROC", "accuracy", "ECE",
+                                                     "shares generator ensemble"], "rows": table}]
+        if sets:
+            tables.append({"title": "what the sets are", "columns": list(sets[0]), "rows": sets})
+        return {"method": "generated", "title": TITLES["generated"], "text": text, "tables": tables, "images": images}
+
+    def _evg_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
+        replicates = read_replicates(folder)
+        rows = result["rows"]
+        samplers = {r["sampler"] for r in rows}
+        headline_sampler = ENSEMBLE_SAMPLER if ENSEMBLE_SAMPLER in samplers else sorted(samplers)[0]
+        table, per_detector = [], {}
+        for row in rows:
+            key = f"{row['detector']}|{row['variation']}|{row['sampler']}"
+            table.append({"detector": row["detector"], "variation": row["variation"], "sampler": row["sampler"],
+                          "chains": row["chains"],
+                          "clean AUROC": cell(row["clean auroc"], row.get("clean auroc low"), row.get("clean auroc high")),
+                          "worst-case AUROC": cell(row["worst-case auroc"], row.get("worst-case auroc low"),
+                                                   row.get("worst-case auroc high")),
+                          "MinRank": cell(row["min rank"], row.get("min rank low"), row.get("min rank high")),
+                          "clean MinRank": row["clean min rank"]})
+            if row["sampler"] == headline_sampler:
+                per_detector.setdefault(row["detector"], []).append(
+                    (row, replicates.get(f"{key}|worst_auroc"), replicates.get(f"{key}|min_rank")))
+        for detector, entries in per_detector.items():
+            model, _, kappa = detector.rpartition("/")
+            for headline, column, index in (("evg_worst", "worst-case auroc", 1), ("evg_min_rank", "min rank", 2)):
+                value = min(e[0][column] for e in entries)
+                reps = [e[index] for e in entries]
+                # the minimum over the variations, resample by resample (the same resamples for every variation)
+                replicate = torch.stack(reps).min(dim=0).values if all(r is not None for r in reps) else None
+                bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
+                put(model, kappa, headline, value, *bounds, replicate)
+        images = [{"title": path.stem.replace("_", " "), "path": str(path),
+                   "caption": "worst-case AUROC of each column's detector on the worst cases found against each row's"}
+                  for path in sorted(folder.glob("transfer_*.png")) if path.stem.endswith(f"_{slug(headline_sampler)}")
+                  or headline_sampler == ENSEMBLE_SAMPLER and path.stem.endswith("_mh")]
+        grid_sampler = "mh" if "mh" in samplers else headline_sampler
+        images += [{"title": path.stem.replace("__", " / "), "path": str(path),
+                    "caption": "the lowest-energy worst cases (each seed next to its worst case where conditional)"}
+                   for path in sorted((folder / "grids").glob(f"*__{slug(grid_sampler)}.png"))]
+        return {"method": "evg", "title": TITLES["evg"], "text": (
+            "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
+            "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "
+            "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "
+            f"every ID image). Leaderboard: the lowest over the variations of the {headline_sampler} rows. "
+            f"Intervals: clean AUROC DeLong; worst-case AUROC and MinRank bootstrap over {UNITS['evg']}."),
+            "tables": [{"title": "results", "columns": list(table[0]) if table else [], "rows": table}],
+            "images": images}
+
+    # -- W&B --------------------------------------------------------------------------------------
+
+    def _wandb(self, card: dict[str, Any]) -> None:
+        from pytorch_lightning.loggers import WandbLogger
+
+        logger = make_logger(self.options, name="report-card")
+        if not isinstance(logger, WandbLogger):
+            return
+        columns = ["model", "kappa"] + [f"{c['key']}{suffix}" for c in card["leaderboard"]["columns"]
+                                        for suffix in ("", " low", " high", " p_first")]
+        data = []
+        for row in card["leaderboard"]["rows"]:
+            values: list[Any] = [row["model"], row["kappa"]]
+            for column in card["leaderboard"]["columns"]:
+                found = row["cells"].get(column["key"]) or {}
+                values += [found.get("value"), found.get("low"), found.get("high"), found.get("p_first")]
+            data.append(values)
+        logger.log_table(key="report/leaderboard", columns=columns, data=data)
+        for section in card["sections"]:
+            for table in section["tables"]:
+                logger.log_table(key=f"report/{section['method']}/{slug(table['title'])}", columns=table["columns"],
+                                 data=[[flat(row.get(c)) for c in table["columns"]] for row in table["rows"]])
+            for image in section["images"]:
+                if Path(image["path"]).is_file():
+                    logger.log_image(key=f"report/{section['method']}/{slug(image['title'])}", images=[image["path"]])
+        logger.experiment.finish()
+
+
+def report(model: str | Sequence[str], kappa: Sequence[str] = ("softmax",), *,
+           trainer: TrainerOptions | None = None, **options: Any) -> list[dict[str, Any]]:
+    """The report card from Python: the leaderboard rows the page shows (``{"model", "kappa", "cells": {column:
+    {"value", "low", "high", "best", "significant", "p_first", "unit"}}}``); the files are written as by
+    ``evaluate.py report``. ``options`` are :class:`ReportCard`'s (``severity={...}``, ``output_dir=...``)."""
+    return ReportCard([model] if isinstance(model, str) else list(model), kappa, trainer=trainer, **options).run()
+
+
+# -- comparisons ----------------------------------------------------------------------------------
+
+
+def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headline, intervals: Intervals) -> None:
+    """Fill each row's cell of one leaderboard column: the value, its interval, ``best``, ``significant`` (the
+    paired difference to the best row excludes 0) and ``p_first`` (the probability of ranking first)."""
+    present = [(row, entry) for row, entry in entries if entry is not None and entry[0] is not None]
+    if not present:
+        return
+    sign = 1.0 if column.higher_is_better else -1.0
+    best_row, best = max(present, key=lambda item: sign * item[1][0])
+    tied = {id(row) for row, entry in present if entry[0] == best[0]}  # equal values share the best mark
+    comparable = [(row, entry) for row, entry in present if entry[3] is not None and entry[3].numel()]
+    p_first: dict[int, float] = {}
+    if len(comparable) == len(present) and len({e[3].numel() for _, e in comparable}) == 1:
+        stacked = torch.stack([e[3].double() for _, e in comparable])
+        stacked = torch.nan_to_num(stacked, nan=-math.inf if column.higher_is_better else math.inf)
+        probabilities = probability_first(stacked, higher_is_better=column.higher_is_better)
+        p_first = {id(row): float(p) for (row, _), p in zip(comparable, probabilities, strict=True)}
+    for row, (value, low, high, replicates) in present:
+        significant = False
+        if id(row) not in tied and replicates is not None and best[3] is not None \
+                and replicates.numel() == best[3].numel():
+            _, _, significant = paired_difference(replicates.double(), best[3].double(), intervals.level)
+        row["cells"][column.key] = {"value": value, "low": low, "high": high, "best": id(row) in tied,
+                                    "significant": bool(significant), "p_first": p_first.get(id(row)),
+                                    "unit": UNITS[column.method]}
+
+
+def cell(value: Any, low: Any = None, high: Any = None) -> dict[str, Any] | Any:
+    """A table cell with its interval (the page's Cell), or the plain value where it has none."""
+    if value is None or isinstance(value, str):
+        return value
+    return {"value": _number(value), "low": _number(low), "high": _number(high), "best": False,
+            "significant": False, "p_first": None, "unit": ""}
+
+
+def flat(value: Any) -> Any:
+    """A W&B cell: a Cell as "value [low, high]", numbers as they are."""
+    if isinstance(value, dict):
+        if value.get("low") is None:
+            return value.get("value")
+        return f"{value['value']:.4f} [{value['low']:.4f}, {value['high']:.4f}]"
+    return value
+
+
+def leaderboard_text(card: dict[str, Any]) -> str:
+    """The leaderboard as plain text for the terminal."""
+    columns = card["leaderboard"]["columns"]
+    lines = []
+    for row in card["leaderboard"]["rows"]:
+        parts = []
+        for column in columns:
+            found = row["cells"].get(column["key"])
+            if found and found.get("value") is not None:
+                digits = 0 if column["key"] == "evg_min_rank" else 3
+                interval = (f" [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
+                            if found.get("low") is not None else "")
+                mark = " (best)" if found["best"] else (" (worse)" if found["significant"] else "")
+                parts.append(f"{column['method']} {column['title']} {found['value']:.{digits}f}{interval}{mark}")
+        lines.append(f"  {row['model']} / {row['kappa']}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _sha256(spec: str) -> str | None:
+    path = Path(spec.removeprefix("ensemble:"))
+    if not path.is_file() or path.suffix not in (".ckpt", ".pt", ".pth", ".txt"):
+        return None
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("openset-bench", "torch", "torchvision", "pytorch-lightning", "torchmetrics", "timm", "numpy",
+                    "scikit-learn", "wandb"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+__all__ = ["HEADLINES", "Headline", "ReportCard", "compare_column", "report"]

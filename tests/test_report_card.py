@@ -1,0 +1,229 @@
+"""``evaluate.py report``: the OOD report card of a model and an ensemble across the four methods.
+
+The card's numbers are the methods' own (read back from each method's tables), every number has its
+interval, the leaderboard's marks follow from the paired replicates, and every (model, data set) pass runs
+at most once per run -- a second run with the same cache runs none.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import evaluate
+from callbacks.report import Intervals, read_replicates
+from callbacks.report_card import HEADLINES, Headline, ReportCard, compare_column
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
+RESAMPLES = 200
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def percentile(values: np.ndarray, level: float) -> tuple[float, float]:
+    values = values[~np.isnan(values)]
+    return (float(np.quantile(values, (1 - level) / 2)), float(np.quantile(values, (1 + level) / 2)))
+
+
+# -- the leaderboard's comparisons, on hand-made replicates ---------------------------------------------------
+
+
+def test_compare_column_marks_the_best_and_the_significantly_worse_rows() -> None:
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(3, 500, generator=generator, dtype=torch.float64) * 0.01
+    # a: best; b: 0.001 below a on every resample (paired: significant though the intervals overlap); c: 0.2 below
+    shared = torch.randn(500, generator=generator, dtype=torch.float64) * 0.05
+    replicates = [0.9 + shared, 0.899 + shared, 0.7 + noise[2]]
+    rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "abc"]
+    entries = [(row, (float(r.mean()), *percentile(r.numpy(), 0.95), r)) for row, r in zip(rows, replicates, strict=True)]
+    column = Headline("x", "x", "generated", True, "")
+    compare_column(entries, column, Intervals(resamples=500))
+    cells = [row["cells"]["x"] for row in rows]
+    assert [c["best"] for c in cells] == [True, False, False]
+    assert [c["significant"] for c in cells] == [False, True, True]
+    # overlapping marginal intervals, and still a significant paired difference
+    assert cells[1]["high"] > cells[0]["low"]
+    stacked = torch.stack(replicates)
+    firsts = (stacked == stacked.max(dim=0).values).double()
+    expected = (firsts / firsts.sum(dim=0)).mean(dim=1)
+    assert [c["p_first"] for c in cells] == pytest.approx(expected.tolist(), abs=1e-12)
+    assert sum(c["p_first"] for c in cells) == pytest.approx(1.0)
+    # lower is better: the minimum is best
+    rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
+    entries = [(rows[0], (0.1, 0.05, 0.15, None)), (rows[1], (0.3, 0.2, 0.4, None))]
+    compare_column(entries, Headline("y", "y", "generated", False, ""), Intervals())
+    assert rows[0]["cells"]["y"]["best"] and not rows[1]["cells"]["y"]["best"]
+    assert rows[1]["cells"]["y"]["p_first"] is None and rows[1]["cells"]["y"]["significant"] is False
+
+
+def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path) -> None:
+    _, card = evaluate.parse(["report", "--config", str(ROOT / "configs/evaluate/fashion_report.yaml")])
+    assert isinstance(card, ReportCard)
+    assert card.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt"]
+    assert set(card.sections) == {"oscr", "severity", "generated", "evg"}
+    # a section's config file gives its options, without the models, κ and trainer options
+    generated = card.section_options["generated"]
+    assert generated["output_dir"] == "runs/demo/report/generated" and generated["label_filter"] is True
+    assert "model" not in generated and "wandb_mode" not in generated and "kappa" not in generated
+    assert card.section_options["evg"]["output_dir"] == "runs/demo/evg"
+    assert card.section_options["evg"]["cache_dir"] == "runs/demo/cache"
+    assert (card.intervals.level, card.intervals.resamples) == (0.95, 1000)
+    with pytest.raises(SystemExit, match=r"report section severity: \['bogus'\] are not options of evaluate.py severity"):
+        evaluate.main(["report", "--model", "x.ckpt", "--severity", '{"bogus": 1}'])
+    with pytest.raises(SystemExit, match="report section evg: its config .*missing.yaml does not exist"):
+        evaluate.main(["report", "--model", "x.ckpt", "--evg", json.dumps({"config": str(tmp_path / "missing.yaml")})])
+    with pytest.raises(SystemExit, match="the report has no section"):
+        evaluate.main(["report", "--model", "x.ckpt"])
+    with pytest.raises(SystemExit, match="confidence level must lie in"):
+        evaluate.main(["report", "--model", "x.ckpt", "--oscr", "{}", "--intervals.level", "1.5"])
+
+
+# -- a whole card ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def card(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from tests.test_generate import generate, train_generators
+
+    root = tmp_path_factory.mktemp("report")
+    paths = train_generators(str(root / "generators"))
+    members = root / "members.txt"
+    members.write_text("".join(f"{p}\n" for p in paths["members"]))
+    sets = {kind: generate(paths[kind], root / kind, "--num", "12") for kind in ("shift", "near_ood")}
+    config = {
+        "model": [str(demo_checkpoint), f"ensemble:{members}"],
+        "kappa": ["softmax", "max_logit", "ensemble_mi"],
+        "oscr": {},
+        "severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
+        "generated": {"data": "fashion", "near_ood": [str(sets["near_ood"])], "shift": [str(sets["shift"])],
+                      "real_ood": ["digits=digits"]},
+        "evg": {"data": "fashion", "data_args": {"max_train_per_class": 60}, "ood": "digits",
+                "variation": ["affine", "colour"], "sampler": ["mh", "random"], "chains": 6, "steps": 6,
+                "output_dir": str(root / "evg")},
+        "intervals": {"resamples": RESAMPLES, "seed": 1},
+        "output_dir": str(root / "card"),
+        "cache_dir": str(root / "cache"),
+    }
+    path = root / "report.yaml"
+    path.write_text(json.dumps(config))
+    runs = []
+    for _ in range(2):
+        command, evaluation = evaluate.parse(["report", "--config", str(path), *CLI])
+        assert command == "report" and isinstance(evaluation, ReportCard)
+        rows = evaluation.run()
+        runs.append({"rows": rows, "log": list(evaluation.passes.log), "card": evaluation.card})
+    return {"runs": runs, "root": root, "checkpoint": demo_checkpoint, "members": members}
+
+
+@pytest.mark.slow
+def test_every_pass_runs_at_most_once_and_a_second_run_none(card: dict) -> None:
+    first, second = card["runs"]
+    ran = [entry["key"] for entry in first["log"] if entry["source"] == "run"]
+    assert ran and len(ran) == len(set(ran))  # no (model, set, pass) twice
+    # every method asked: severity's three sets, generated's sets, EvG's fixed sets, for both models
+    assert {entry["role"] for entry in first["log"]} >= {"id_test", "id_val", "estimation", "ood", "near_ood", "shift"}
+    assert {entry["model"] for entry in first["log"]} == {row["model"] for row in first["rows"]}
+    # a later method asking for a pass an earlier one made gets it from memory
+    assert any(entry["source"] == "memory" for entry in first["log"])
+    assert [entry for entry in second["log"] if entry["source"] == "run"] == []
+    assert json.dumps(second["rows"], sort_keys=True) == json.dumps(first["rows"], sort_keys=True)
+
+
+@pytest.mark.slow
+def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> None:
+    rows = card["runs"][0]["rows"]
+    root = card["root"] / "card"
+    by_row = {(row["model"], row["kappa"]): row["cells"] for row in rows}
+    model = next(m for m, k in by_row if k == "softmax")
+    ensemble = next(m for m, k in by_row if k == "ensemble_mi")
+    assert list(by_row) == [(model, "softmax"), (model, "max_logit"), (ensemble, "ensemble_mi")]
+    # OSCR: the checkpoint's softmax row only, its metrics.json numbers
+    metrics = json.loads((root / "open_set" / model / "metrics.json").read_text())
+    assert by_row[(model, "softmax")]["oscr_ccr"]["value"] == metrics["scalars"]["unknowns/ccr@fpr=0.1"]
+    assert [by_row[(model, "softmax")]["oscr_auroc"][k] for k in ("low", "high")] == metrics["intervals"]["unknowns/auroc"]
+    assert "oscr_ccr" not in by_row[(model, "max_logit")] and "oscr_ccr" not in by_row[(ensemble, "ensemble_mi")]
+    # severity: the mean and the hardest level of the method's own table
+    for (name, kappa), cells in by_row.items():
+        table = [r for r in read_rows(root / "severity" / name / "severity.csv") if r["confidence function"] == kappa]
+        aurocs = [float(r["ood-auroc"]) for r in table]
+        assert cells["severity_mean"]["value"] == pytest.approx(sum(aurocs) / len(aurocs), abs=1e-12)
+        assert cells["severity_hardest"]["value"] == pytest.approx(aurocs[-1], abs=1e-12)
+        assert cells["severity_hardest"]["low"] == pytest.approx(float(table[-1]["ood-auroc low"]), abs=1e-12)
+        replicates = read_replicates(root / "severity" / name)
+        low, high = percentile(replicates[f"{kappa}/mean"].numpy(), 0.95)
+        assert (cells["severity_mean"]["low"], cells["severity_mean"]["high"]) == pytest.approx((low, high), abs=1e-9)
+        assert replicates[f"{kappa}/mean"].numel() == RESAMPLES
+    # generated: the first near-OOD set's row of detectors.csv, DeLong's interval around it
+    detectors = read_rows(root / "generated" / "detectors.csv")
+    for (name, kappa), cells in by_row.items():
+        found = next(r for r in detectors if r["model"] == name and r["confidence function"] == kappa
+                     and r["kind"] == "near_ood")
+        assert cells["near_ood"]["value"] == pytest.approx(float(found["auroc"]), abs=1e-12)
+        assert cells["near_ood"]["low"] <= cells["near_ood"]["value"] <= cells["near_ood"]["high"]
+        assert cells["near_ood"]["low"] == pytest.approx(float(found["auroc low"]), abs=1e-12)
+    # EvG: the lowest worst-case AUROC over the variations of the eV1 rows
+    results = read_rows(card["root"] / "evg" / "results.csv")
+    for (name, kappa), cells in by_row.items():
+        mine = [r for r in results if r["detector"] == f"{name}/{kappa}" and r["sampler"] == "eV1"]
+        assert len(mine) == 2
+        assert cells["evg_worst"]["value"] == pytest.approx(min(float(r["worst-case auroc"]) for r in mine), abs=1e-12)
+        assert cells["evg_min_rank"]["value"] == min(float(r["min rank"]) for r in mine)
+        replicates = read_replicates(card["root"] / "evg")
+        per_variation = torch.stack([replicates[f"{name}/{kappa}|{r['variation']}|eV1|worst_auroc"] for r in mine])
+        low, high = percentile(per_variation.min(dim=0).values.numpy(), 0.95)
+        assert (cells["evg_worst"]["low"], cells["evg_worst"]["high"]) == pytest.approx((low, high), abs=1e-9)
+    # every cell: an interval, and per column the best row and probabilities of ranking first that sum to 1
+    columns = {h.key for h in HEADLINES} & {k for cells in by_row.values() for k in cells}
+    assert columns == {h.key for h in HEADLINES}  # every method gave its numbers
+    for key in columns:
+        present = [cells[key] for cells in by_row.values() if key in cells]
+        assert all(c["low"] is not None and c["low"] <= c["high"] for c in present)
+        assert sum(c["best"] for c in present) == 1
+        if len(present) > 1 and all(c["p_first"] is not None for c in present):
+            assert sum(c["p_first"] for c in present) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_significance_follows_the_paired_replicates(card: dict) -> None:
+    rows = card["runs"][0]["rows"]
+    root = card["root"] / "card"
+    detectors = read_replicates(root / "generated")
+    cells = {(row["model"], row["kappa"]): row["cells"]["near_ood"] for row in rows}
+    best = next(k for k, c in cells.items() if c["best"])
+    near_ood = next(r["set"] for r in read_rows(root / "generated" / "detectors.csv") if r["kind"] == "near_ood")
+    for key, found in cells.items():
+        if key == best:
+            continue
+        difference = (detectors[f"{key[0]}|{key[1]}|{near_ood}|auroc"]
+                      - detectors[f"{best[0]}|{best[1]}|{near_ood}|auroc"]).numpy()
+        low, high = percentile(difference, 0.95)
+        assert found["significant"] == (low > 0 or high < 0)
+
+
+@pytest.mark.slow
+def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
+    root = card["root"] / "card"
+    written = json.loads((root / "report.json").read_text())
+    assert written["leaderboard"]["rows"] == card["runs"][1]["rows"]
+    assert {s["method"] for s in written["sections"]} == {"open_set", "severity", "generated", "evg"}
+    assert written["level"] == 0.95 and written["resamples"] == RESAMPLES and written["seed"] == 1
+    assert {"torch", "python"} <= set(written["versions"])
+    assert all(len(d["fingerprint"]) >= 16 and d["samples"] > 0 for d in written["data"])
+    page = (root / "index.html").read_text()
+    assert page.count("<tr data-model=") == len(written["leaderboard"]["rows"])
+    assert "http://" not in page and "https://" not in page
+    images = [i for s in written["sections"] for i in s["images"]]
+    assert {Path(i["path"]).name for i in images} >= {"oscr_curves.png", "severity_auroc.png"}
+    assert all(Path(i["path"]).is_file() for i in images)
+    assert (root / "report.md").read_text().count("|") > 20
+    assert not math.isnan(written["leaderboard"]["rows"][0]["cells"]["severity_mean"]["value"])
