@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -379,7 +380,10 @@ class EvGReport(pl.Callback):
         chain_weights = resample_weights(worst.numel(), options.resamples, options.seed, stratum=1)
         for metric, statistic in (("worst-case auroc", weighted_auroc), ("min rank", weighted_min_rank)):
             replicates = statistic(scores["id_test"], worst, id_weights, chain_weights).double()
-            with_bounds(row, metric, options.bounds(replicates))
+            low, high = options.bounds(replicates)
+            if metric == "min rank" and low is not None:  # a count: its interval widened to whole ranks
+                low, high = float(math.floor(low)), float(math.ceil(high))
+            with_bounds(row, metric, (low, high))
             self.replicates[f"{key}|{'worst_auroc' if metric == 'worst-case auroc' else 'min_rank'}"] = replicates
 
     def seed_rule(self) -> str:

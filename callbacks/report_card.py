@@ -453,6 +453,8 @@ class ReportCard(Evaluation):
                 # the minimum over the variations, resample by resample (the same resamples for every variation)
                 replicate = torch.stack(reps).min(dim=0).values if all(r is not None for r in reps) else None
                 bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
+                if headline == "evg_min_rank" and bounds[0] is not None:  # whole ranks, as the results table
+                    bounds = (float(math.floor(bounds[0])), float(math.ceil(bounds[1])))
                 put(model, kappa, headline, value, *bounds, replicate)
         images = [{"title": path.stem.replace("_", " "), "path": str(path),
                    "caption": "worst-case AUROC of each column's detector on the worst cases found against each row's"}

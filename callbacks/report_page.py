@@ -151,7 +151,7 @@ STYLE = """
 * { box-sizing: border-box; }
 body { margin: 0; background: #f7f8fa; color: var(--fg); font: 16px/1.5 system-ui, -apple-system, "Segoe UI",
        Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 92rem; margin: 0 auto; padding: 1.5rem 2rem 3rem; background: #fff; min-height: 100vh;
+main { max-width: 92rem; margin: 0 auto; padding: 1.5rem 1.25rem 3rem; background: #fff; min-height: 100vh;
        box-shadow: 0 0 0 1px var(--line); }
 h1 { font-size: 1.7rem; margin: 0.2rem 0 0.3rem; }
 h2 { font-size: 1.3rem; margin: 2.2rem 0 0.6rem; padding-bottom: 0.25rem; border-bottom: 2px solid var(--line); }
@@ -171,6 +171,11 @@ thead tr.groups th { text-align: center; font-size: 0.8rem; color: var(--muted);
                      letter-spacing: 0.04em; }
 th.sortable { cursor: pointer; user-select: none; white-space: nowrap; }
 th.sortable:hover { background: #e1e7f0; }
+table.leaderboard { font-size: 0.8rem; }
+table.leaderboard th, table.leaderboard td { padding: 0.25rem 0.35rem; }
+table.leaderboard thead th.sortable { white-space: normal; min-width: 5rem; }
+table.leaderboard th.sortable:not([aria-sort])::after { content: none; }
+table.leaderboard .ci { font-size: 0.74em; }
 th.sortable::after { content: " \\2195"; color: #9aa3b2; font-size: 0.8em; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; color: var(--accent); }
 th[aria-sort="descending"]::after { content: " \\25BC"; color: var(--accent); }
