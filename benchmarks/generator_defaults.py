@@ -12,7 +12,7 @@
 Every run is the demo's near-OOD configuration (``configs/generators/fashion_near_ood.yaml``: DCGAN at
 32 px, width 16, batch 64, λ_p 1, λ_s 10, the random-AlexNet LPIPS the demo asks for by name, since no
 ImageNet backbone weights are available offline) against the demo's ensemble (``configs/ensemble/
-fashion_mnist.yaml`` trained by ``train.py ensemble``), with fewer training steps than the demo's 400 (a
+fashion_mnist.yaml`` trained by ``train.py ensemble``), with fewer training steps than the demo's 250 (a
 CPU budget, ``--steps``), the same seed for every run; only the pairing and k change. The plain GAN
 (λ_p = λ_s = 0) with the same budget is the reference.
 

@@ -313,7 +313,8 @@ class EvGReport(pl.Callback):
                 "mean lowest energy": float(result["energy"].double().mean()),
                 "varied": ", ".join(module.variations[variation].active_parameters),
             })
-            self._intervals(self.rows[-1], scores, worst, f"{detector}|{variation}|{sampler}")
+            self._intervals(self.rows[-1], scores, worst, ~torch.isnan(result[f"kappa/{detector}"]),
+                            f"{detector}|{variation}|{sampler}")
             matrix = self.transfer.setdefault((variation, sampler), {})
             matrix[detector] = {other: auroc(self.scores[other]["id_test"], finite_worst(result[f"kappa/{other}"]))
                                 for other in module.detectors}
@@ -371,13 +372,23 @@ class EvGReport(pl.Callback):
                                              indent=1, default=float) + "\n")
         rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
 
-    def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, key: str) -> None:
-        """The intervals of one results row; the worst-case AUROC's and MinRank's replicates under ``key``."""
+    def _weights(self, n: int, stratum: int) -> Tensor:
+        """The bootstrap's resamples of ``n`` units, drawn once per report."""
+        cache = self.__dict__.setdefault("_weight_cache", {})
+        if (n, stratum) not in cache:
+            cache[(n, stratum)] = resample_weights(n, self.intervals.resamples, self.intervals.seed, stratum=stratum)
+        return cache[(n, stratum)]
+
+    def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, kept: Tensor, key: str) -> None:
+        """The intervals of one results row; the worst-case AUROC's and MinRank's replicates under ``key``.
+
+        The chains are resampled by their index over all chains of the run (a chain without a finite energy,
+        left out of ``worst``, keeps its place and its weight is dropped), so chain i is the same search with the
+        same weight for every detector, variation and sampler: their differences are paired."""
         options = self.intervals
         with_bounds(row, "clean auroc", options.delong(scores["id_test"], scores["ood"]))
-        # the same resamples for every detector, variation and sampler: their differences are paired
-        id_weights = resample_weights(scores["id_test"].numel(), options.resamples, options.seed, stratum=0)
-        chain_weights = resample_weights(worst.numel(), options.resamples, options.seed, stratum=1)
+        id_weights = self._weights(scores["id_test"].numel(), 0)
+        chain_weights = self._weights(kept.numel(), 1)[:, kept.cpu()]
         for metric, statistic in (("worst-case auroc", weighted_auroc), ("min rank", weighted_min_rank)):
             replicates = statistic(scores["id_test"], worst, id_weights, chain_weights).double()
             low, high = options.bounds(replicates)

@@ -180,7 +180,7 @@ class OpenSetEvaluation(pl.Callback):
         replicates = bootstrap_open_set(probs, targets, fpr_targets=self.fpr_targets, background=background,
                                         conventions=self.conventions, resamples=options.resamples, seed=options.seed)
         intervals = {name: options.bounds(values) for name, values in replicates.items()}
-        confidence = max_known_score(probs.float(), background)
+        confidence = max_known_score(probs, background)  # in the dtype the report scored, as its AUROC
         known = targets >= 0
         for group, label in GROUPS.items():
             if f"{group}/auroc" in report["scalars"]:

@@ -78,10 +78,12 @@ class Intervals:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 < float(self.level) < 1.0:
-            raise ValueError(f"the confidence level must lie in (0, 1), got {self.level}")
-        if self.resamples < 10:
-            raise ValueError(f"bootstrap intervals need at least 10 resamples, got {self.resamples}")
+        if isinstance(self.level, bool) or not isinstance(self.level, (int, float)) or not 0.0 < float(self.level) < 1.0:
+            raise ValueError(f"the confidence level must lie in (0, 1), got {self.level!r}")
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) or self.resamples < 10:
+            raise ValueError(f"bootstrap intervals need a whole number of at least 10 resamples, got {self.resamples!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"the bootstrap seed must be a non-negative integer, got {self.seed!r}")
 
     def bounds(self, replicates: Tensor) -> tuple[float | None, float | None]:
         """The percentile interval of bootstrap replicates (None, None where every replicate is NaN)."""

@@ -35,6 +35,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import inspect
+import json
 import math
 import os
 import platform
@@ -45,6 +46,7 @@ from typing import Any
 
 import torch
 import yaml
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from torch import Tensor
 
 from callbacks.evg import ENSEMBLE_SAMPLER, EvGEvaluation
@@ -235,6 +237,8 @@ class ReportCard(Evaluation):
                 result = self._evaluation(section, list(self.model), self.section_options[section].get("kappa", self.kappa),
                                           folder).run()
                 found[section] = (folder, result)
+        if rank_zero_only.rank != 0:  # every process ran the sections; global rank zero writes the card
+            return []
         card = self.assemble(found, models=list(models.values()))
         from callbacks.report_page import write_page
 
@@ -266,10 +270,14 @@ class ReportCard(Evaluation):
                     rows_order.append((model.display_name, name))
         sections = []
 
-        def put(model: str, kappa: str, key: str, value: Any, low: Any, high: Any, replicates: Tensor | None) -> None:
+        def put(model: str, kappa: str, key: str, value: Any, low: Any, high: Any, replicates: Tensor | None,
+                images: str = "") -> None:
+            """One headline number; ``images`` names the data it was measured on: only rows of the same images
+            are compared (paired)."""
             if (model, kappa) not in rows_order:
                 rows_order.append((model, kappa))
-            cells.setdefault((model, kappa), {})[key] = (_number(value), _number(low), _number(high), replicates)
+            cells.setdefault((model, kappa), {})[key] = (_number(value), _number(low), _number(high), replicates,
+                                                         images)
 
         if "open_set" in found:
             sections.append(self._open_set_section(found["open_set"], put))
@@ -326,8 +334,6 @@ class ReportCard(Evaluation):
     # -- sections ---------------------------------------------------------------------------------
 
     def _open_set_section(self, folders: dict[str, Path], put: Any) -> dict[str, Any]:
-        import json
-
         table, images = [], []
         for model, folder in folders.items():
             metrics = json.loads((folder / "metrics.json").read_text())
@@ -339,7 +345,8 @@ class ReportCard(Evaluation):
             for key, scalar in (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc")):
                 if scalar in metrics["scalars"]:
                     low, high = intervals.get(scalar, (None, None))
-                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar))
+                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar),
+                        json.dumps(metrics.get("counts", {}), sort_keys=True))
             images += [{"title": f"{model}: {title}", "path": str(folder / file), "caption": caption}
                        for file, title, caption in (
                            ("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
@@ -404,7 +411,7 @@ class ReportCard(Evaluation):
             for headline, kind in (("near_ood", "near_ood"), ("shift", "shift"), ("real_ood", "real_ood")):
                 if first.get(kind) == row["set"] and row["auroc"] is not None:
                     put(row["model"], row["confidence function"], headline, row["auroc"], row.get("auroc low"),
-                        row.get("auroc high"), replicates.get(f"{key}|auroc"))
+                        row.get("auroc high"), replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}")
             table.append({"model": row["model"], "κ": row["confidence function"], "set": row["set"],
                           "kind": row["kind"], "images": row["images"],
                           "AUROC": cell(row["auroc"], row.get("auroc low"), row.get("auroc high")),
@@ -423,15 +430,50 @@ class ReportCard(Evaluation):
                 "reports the generator's own objective back (flagged).")
         tables = [{"title": "detectors", "columns": ["model", "κ", "set", "kind", "images", "AUROC", "accuracy", "ECE",
                                                      "shares generator ensemble"], "rows": table}]
+        differences = self._set_differences(rows, replicates)
+        if differences:
+            tables.append({"title": "differences between sets of one kind (paired)", "columns": list(differences[0]),
+                           "rows": differences})
         if sets:
             tables.append({"title": "what the sets are", "columns": list(sets[0]), "rows": sets})
         return {"method": "generated", "title": TITLES["generated"], "text": text, "tables": tables, "images": images}
+
+    def _set_differences(self, rows: Sequence[dict[str, Any]], replicates: dict[str, Tensor]) -> list[dict[str, Any]]:
+        """Per detector, the AUROC difference of every two generated sets of one kind (e.g. a regularised set and
+        its plain twin) with the interval of the paired difference: the ID test resamples are the same, and the
+        sets' images are resampled by position (image i of two sets of one size share their weight; the sets
+        of one generator pair, plain and regularised, share their seeds by position)."""
+        found = []
+        by_detector: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in rows:
+            if row["kind"] in ("near_ood", "shift") and row["auroc"] is not None and not row["set"].endswith(LABEL_KEPT):
+                by_detector.setdefault((row["model"], row["confidence function"]), []).append(row)
+        for (model, kappa), sets in by_detector.items():
+            for i, first in enumerate(sets):
+                for second in sets[i + 1:]:
+                    if first["kind"] != second["kind"]:
+                        continue
+                    a = replicates.get(f"{model}|{kappa}|{first['set']}|auroc")
+                    b = replicates.get(f"{model}|{kappa}|{second['set']}|auroc")
+                    if a is None or b is None or a.numel() != b.numel():
+                        continue
+                    low, high, significant = paired_difference(a, b, self.intervals.level)
+                    found.append({"model": model, "κ": kappa, "set A": first["set"], "set B": second["set"],
+                                  "AUROC A − B": cell(first["auroc"] - second["auroc"], low, high),
+                                  "significant": "yes" if significant else "no"})
+        return found
 
     def _evg_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
         replicates = read_replicates(folder)
         rows = result["rows"]
         samplers = {r["sampler"] for r in rows}
         headline_sampler = ENSEMBLE_SAMPLER if ENSEMBLE_SAMPLER in samplers else sorted(samplers)[0]
+        # per (detector, variation) the eV1 row where several samplers ran, else the row of its one sampler
+        chosen = {}
+        for row in rows:
+            pair = (row["detector"], row["variation"])
+            if pair not in chosen or row["sampler"] == ENSEMBLE_SAMPLER:
+                chosen[pair] = row["sampler"]
         table, per_detector = [], {}
         for row in rows:
             key = f"{row['detector']}|{row['variation']}|{row['sampler']}"
@@ -442,7 +484,7 @@ class ReportCard(Evaluation):
                                                    row.get("worst-case auroc high")),
                           "MinRank": cell(row["min rank"], row.get("min rank low"), row.get("min rank high")),
                           "clean MinRank": row["clean min rank"]})
-            if row["sampler"] == headline_sampler:
+            if row["sampler"] == chosen[(row["detector"], row["variation"])]:
                 per_detector.setdefault(row["detector"], []).append(
                     (row, replicates.get(f"{key}|worst_auroc"), replicates.get(f"{key}|min_rank")))
         for detector, entries in per_detector.items():
@@ -455,7 +497,8 @@ class ReportCard(Evaluation):
                 bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
                 if headline == "evg_min_rank" and bounds[0] is not None:  # whole ranks, as the results table
                     bounds = (float(math.floor(bounds[0])), float(math.ceil(bounds[1])))
-                put(model, kappa, headline, value, *bounds, replicate)
+                put(model, kappa, headline, value, *bounds, replicate,
+                    f"{entries[0][0]['chains']} chains, {entries[0][0]['id test images']} ID test images")
         images = [{"title": path.stem.replace("_", " "), "path": str(path),
                    "caption": "worst-case AUROC of each column's detector on the worst cases found against each row's"}
                   for path in sorted(folder.glob("transfer_*.png")) if path.stem.endswith(f"_{slug(headline_sampler)}")
@@ -468,7 +511,8 @@ class ReportCard(Evaluation):
             "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
             "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "
             "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "
-            f"every ID image). Leaderboard: the lowest over the variations of the {headline_sampler} rows. "
+            f"every ID image). Leaderboard: the lowest over the variations, of the {ENSEMBLE_SAMPLER} rows where "
+            "several samplers ran (a variation searched by one sampler: its row). "
             f"Intervals: clean AUROC DeLong; worst-case AUROC and MinRank bootstrap over {UNITS['evg']}."),
             "tables": [{"title": "results", "columns": list(table[0]) if table else [], "rows": table}],
             "images": images}
@@ -521,21 +565,27 @@ def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headli
     sign = 1.0 if column.higher_is_better else -1.0
     best_row, best = max(present, key=lambda item: sign * item[1][0])
     tied = {id(row) for row, entry in present if entry[0] == best[0]}  # equal values share the best mark
+    # only rows measured on the same images as the best row are compared with it (their resamples are paired)
+    same = {id(row) for row, entry in present if _images(entry) == _images(best)}
     comparable = [(row, entry) for row, entry in present if entry[3] is not None and entry[3].numel()]
     p_first: dict[int, float] = {}
-    if len(comparable) == len(present) and len({e[3].numel() for _, e in comparable}) == 1:
+    if len(comparable) == len(present) == len(same) and len({e[3].numel() for _, e in comparable}) == 1:
         stacked = torch.stack([e[3].double() for _, e in comparable])
         stacked = torch.nan_to_num(stacked, nan=-math.inf if column.higher_is_better else math.inf)
         probabilities = probability_first(stacked, higher_is_better=column.higher_is_better)
         p_first = {id(row): float(p) for (row, _), p in zip(comparable, probabilities, strict=True)}
-    for row, (value, low, high, replicates) in present:
+    for row, (value, low, high, replicates, *_) in present:
         significant = False
-        if id(row) not in tied and replicates is not None and best[3] is not None \
+        if id(row) not in tied and id(row) in same and replicates is not None and best[3] is not None \
                 and replicates.numel() == best[3].numel():
             _, _, significant = paired_difference(replicates.double(), best[3].double(), intervals.level)
         row["cells"][column.key] = {"value": value, "low": low, "high": high, "best": id(row) in tied,
                                     "significant": bool(significant), "p_first": p_first.get(id(row)),
                                     "unit": UNITS[column.method]}
+
+
+def _images(entry: tuple) -> str:
+    return entry[4] if len(entry) > 4 else ""
 
 
 def cell(value: Any, low: Any = None, high: Any = None) -> dict[str, Any] | Any:

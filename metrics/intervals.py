@@ -71,6 +71,8 @@ BATCH_DRAWS = 1 << 16
 # Scores (N_id + N_ood) from which the CPU bootstrap of the AUROC spreads its blocks over threads.
 PARALLEL_SIZE = 1 << 17
 INT32_LIMIT = (1 << 31) - 1
+# Samples of the lowest scores searched first for a resample's lowest present score (open-set bootstrap).
+HEAD_SAMPLES = 64
 INT64_LIMIT = (1 << 63) - 1
 
 
@@ -608,7 +610,22 @@ class _OpenSetPlan:
         correct_sorted, order = torch.sort(target_score[correct])
         self.correct_sorted = correct_sorted
         self.correct_order = self.correct_index[order]  # ascending S_y of the correct knowns
-        self.values, self.value_of = torch.unique(target_score, sorted=True, return_inverse=True)
+        self._values: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def values(self) -> Tensor:
+        """The distinct target scores of the knowns, ascending (the authors' thresholds)."""
+        return self._unique()[0]
+
+    @property
+    def value_of(self) -> Tensor:
+        """Each known's index in :attr:`values`."""
+        return self._unique()[1]
+
+    def _unique(self) -> tuple[Tensor, Tensor]:
+        if self._values is None:  # only the authors' convention needs them
+            self._values = torch.unique(self.target_score, sorted=True, return_inverse=True)
+        return self._values
 
     def correct_above(self, known_weights: Tensor, thresholds: Tensor) -> Tensor:
         """``(B', M)`` weight of correct knowns with ``S_y > θ`` for per-row thresholds ``(B', M)``."""
@@ -618,28 +635,67 @@ class _OpenSetPlan:
         return cumulative[:, -1:] - cumulative.gather(1, at_or_below)
 
 
-def _exact_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_unknown: Tensor,
-               targets: Tensor) -> Tensor:
-    """CCR@FPR (exact convention) of every row: the lowest present threshold whose FPR <= t."""
-    rows = w_known.shape[0]
-    descending, order = torch.sort(unknown_score, descending=True)
-    cumulative = torch.cumsum(w_unknown.index_select(1, order).long(), dim=1)
-    total_unknown = cumulative[:, -1:].double()
-    fpr = cumulative.double() / total_unknown  # FPR once the first p+1 unknowns are above θ, as oscr_curve
-    passing = torch.searchsorted(fpr, targets.expand(rows, -1).contiguous(), right=True)
-    # the threshold: the first unknown that no longer fits (it is present), or, when all fit, the lowest
-    # present score of any sample (an absent score must not add a curve point)
-    infinity = torch.tensor(math.inf, dtype=unknown_score.dtype, device=unknown_score.device)
-    lowest = torch.minimum(torch.where(w_known > 0, plan.target_score[None, :], infinity).min(dim=1).values,
-                           torch.where(w_unknown > 0, unknown_score[None, :], infinity).min(dim=1).values)
-    theta = torch.where(passing < descending.numel(), descending[passing.clamp(max=descending.numel() - 1)],
-                        lowest[:, None])
-    total_known = w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
-    return plan.correct_above(w_known, theta).double() / total_known
+def _fitting_counts(total: int, targets: Sequence[float]) -> np.ndarray:
+    """Per target ``t``: the largest count ``c`` with ``c / total <= t`` in float64 (the curve's FPR, a
+    correctly rounded division, so monotone in ``c``: the counts that fit are ``0 .. c``)."""
+    out = []
+    for t in targets:
+        c = min(total, max(0, math.floor(t * total)))
+        while c < total and (c + 1) / total <= t:
+            c += 1
+        while c > 0 and c / total > t:
+            c -= 1
+        out.append(c)
+    return np.asarray(out, dtype=np.int64)
+
+
+class _ExactCCRPlan:
+    """What every resample shares for the exact CCR@FPR of one group: the group's scores sorted once
+    (descending), and for each place ``p`` of that order the number of correct knowns with ``S_y`` at or
+    below the score there.
+
+    For a resample, the exact CCR@FPR=t is the CCR at the lowest *present* threshold θ whose count of
+    unknowns above it fits (``c / N_U <= t``). With ``C_p`` the unknowns' cumulative weight in descending
+    order and ``p`` the first place where ``C_p`` no longer fits, θ is the score at ``p`` (it carries weight,
+    so it is present; every lower threshold has the unknown at ``p`` above it); when every unknown fits, θ
+    is the lowest present score of the knowns and the group (an absent score adds no curve point)."""
+
+    def __init__(self, plan: _OpenSetPlan, scores: Tensor) -> None:
+        self.num, self.scores = scores.numel(), scores
+        self._authors: tuple[Tensor, Tensor] | None = None
+        self.descending, self.order = torch.sort(scores, descending=True)
+        self.at_or_below = torch.searchsorted(plan.correct_sorted, self.descending.to(plan.correct_sorted.dtype),
+                                              right=True)
+
+    def authors_search(self, plan: _OpenSetPlan) -> tuple[Tensor, Tensor]:
+        """:func:`_authors_search` of the group, once (shared by every resample)."""
+        if self._authors is None:
+            self._authors = _authors_search(plan, self.scores)
+        return self._authors
+
+    def ccr(self, plan: _OpenSetPlan, w_known: Tensor, w_unknown: Tensor, targets: Tensor) -> Tensor:
+        """``(B', M)`` exact CCR@FPR of weight rows, batched in torch (any device, any weights)."""
+        rows = w_known.shape[0]
+        cumulative = torch.cumsum(w_unknown.index_select(1, self.order).long(), dim=1)
+        total_unknown = cumulative[:, -1:].double()
+        fpr = cumulative.double() / total_unknown  # FPR once the first p+1 unknowns are above θ, as oscr_curve
+        passing = torch.searchsorted(fpr, targets.expand(rows, -1).contiguous(), right=True)
+        infinity = torch.tensor(math.inf, dtype=self.descending.dtype, device=self.descending.device)
+        lowest = torch.minimum(torch.where(w_known > 0, plan.target_score[None, :], infinity).min(dim=1).values,
+                               torch.where(w_unknown > 0, self.scores[None, :], infinity).min(dim=1).values)
+        theta = torch.where(passing < self.num, self.descending[passing.clamp(max=self.num - 1)], lowest[:, None])
+        total_known = w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
+        return plan.correct_above(w_known, theta).double() / total_known
+
+
+def _authors_search(plan: _OpenSetPlan, unknown_score: Tensor) -> tuple[Tensor, Tensor]:
+    """The group's ascending order and, per distinct known score, how many of its samples lie at or below."""
+    unknown_sorted, order = torch.sort(unknown_score)
+    return order, torch.searchsorted(unknown_sorted, plan.values.to(unknown_sorted.dtype), right=True)
 
 
 def _authors_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_unknown: Tensor,
-                 targets: Tensor) -> Tensor:
+                 targets: Tensor, exact: _ExactCCRPlan | None = None) -> Tensor:
     """CCR@FPR by the authors' table rule for every row, thresholds = present distinct known scores but the
     largest; the nearest FPR point (lowest threshold among ties), NaN ("—") when |FPR - t|/t >= 0.1."""
     rows, num_values = w_known.shape[0], plan.values.numel()
@@ -649,9 +705,8 @@ def _authors_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_u
     # the largest present value is not a threshold
     last = num_values - 1 - present.flip(1).int().argmax(dim=1)
     present[torch.arange(rows, device=present.device), last] = False
-    unknown_sorted, order = torch.sort(unknown_score)
+    order, at_or_below = exact.authors_search(plan) if exact is not None else _authors_search(plan, unknown_score)
     cumulative = torch.nn.functional.pad(torch.cumsum(w_unknown.index_select(1, order).long(), dim=1), (1, 0))
-    at_or_below = torch.searchsorted(unknown_sorted, plan.values.to(unknown_sorted.dtype), right=True)
     fpr = (cumulative[:, -1:] - cumulative.index_select(1, at_or_below)).double() / cumulative[:, -1:].double()
     distance = (fpr[:, None, :] - targets[None, :, None]).abs()  # (B', M, V)
     distance = torch.where(present[:, None, :], distance, math.inf)
@@ -659,6 +714,136 @@ def _authors_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_u
     nearest = distance.gather(2, best[:, :, None]).squeeze(2)
     ccr = plan.correct_above(w_known, plan.values[best]).double() / w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
     return torch.where(nearest / targets[None, :] >= 0.1, math.nan, ccr)
+
+
+def _first_present(counts: np.ndarray, head: np.ndarray, scores: np.ndarray) -> np.generic:
+    """The lowest score with weight in a count row. ``head``: the samples of the lowest scores, ascending;
+    a sample is absent with probability about 1/e, so the first few of them almost always hold it (else
+    a full masked minimum)."""
+    present = np.flatnonzero(counts[head])
+    if present.size:
+        return scores[head[present[0]]]
+    return scores[counts > 0].min()
+
+
+def _gather_into(row: np.ndarray, index: Tensor, buffer: np.ndarray) -> np.ndarray:
+    """``row[index]``: into ``buffer`` (torch's index_select, int32 indices) when the dtypes agree."""
+    if row.dtype != buffer.dtype:
+        return row[index.numpy()]
+    torch.index_select(torch.from_numpy(row), 0, index, out=torch.from_numpy(buffer))
+    return buffer
+
+
+class _OpenSetCPU:
+    """The CPU bootstrap of :func:`bootstrap_open_set` with integer counts: blocks of rows (the generators
+    of :func:`bootstrap_auroc`, strata 0 / 1 / 2) spread over threads, each row counted into reused uint8
+    buffers and turned into all its scalars in numpy, exact integer counts throughout:
+
+    - closed-set accuracy and the correct knowns' cumulative weight ``K`` in ascending ``S_y`` (shared by
+      the groups);
+    - per group, exact convention: the unknowns' counts in descending score order, their cumulative sum,
+      ``np.searchsorted`` of the largest fitting count of each target (:func:`_fitting_counts`; every row of
+      a stratum sums to its size), and ``K_total - K[at_or_below]`` at that place (:class:`_ExactCCRPlan`);
+      when every unknown fits, the lowest present score of the knowns and the group;
+    - per group, the AUROC of :class:`_AUROCPlan` (the numpy row path of :func:`bootstrap_auroc`);
+    - γ from float64 dot products; the authors' convention with the batched torch rule on the same rows.
+    """
+
+    def __init__(self, plan: _OpenSetPlan, exact: dict[str, _ExactCCRPlan], aurocs: dict[str, _AUROCPlan],
+                 groups: dict[str, tuple[Tensor, int]], targets: Tensor, conventions: Sequence[str],
+                 gamma_minus_values: Tensor | None, results: dict[str, np.ndarray]) -> None:
+        self.plan, self.exact, self.aurocs, self.groups = plan, exact, aurocs, groups
+        self.targets, self.conventions, self.results = targets, tuple(conventions), results
+        self.num_known = plan.target_score.numel()
+        self.fitting = {group: _fitting_counts(e.num, targets.tolist()) for group, e in exact.items()}
+        index = torch.int32 if max([self.num_known] + [e.num for e in exact.values()]) < INT32_LIMIT else torch.int64
+        self.correct_order = plan.correct_order.to(index)
+        self.orders = {group: e.order.to(index) for group, e in exact.items()}
+        self.at_or_below = {group: e.at_or_below.numpy() for group, e in exact.items()}
+        # float64 copies for the numpy comparisons: exact and order-preserving for every float dtype
+        self.correct_sorted = plan.correct_sorted.double().numpy()
+        self.target_np = plan.target_score.double().numpy()
+        # the knowns and each group's samples of the lowest scores, ascending (for the lowest present score)
+        lowest = torch.topk(plan.target_score, min(HEAD_SAMPLES, self.num_known), largest=False, sorted=True)
+        self.known_head = lowest.indices.numpy()
+        self.heads = {group: e.order[-HEAD_SAMPLES:].flip(0).numpy() for group, e in exact.items()}
+        self.group_scores = {group: scores.double().numpy() for group, (scores, _) in groups.items()}
+        self.gamma_minus = None if gamma_minus_values is None else gamma_minus_values.numpy()
+        self.wide = np.int32 if max([self.num_known] + [e.num for e in exact.values()]) <= INT32_LIMIT else np.int64
+        self.targets_list = targets.tolist()
+        self.exact_keys = {group: [f"{group}/{fpr_key(t, 'exact')}" for t in self.targets_list] for group in exact}
+
+    def work(self, blocks: list[int], resamples: int, seed: int) -> None:
+        plan, results, n_k = self.plan, self.results, self.num_known
+        sizes = {group: e.num for group, e in self.exact.items()}
+        step = min([_RowStream(n_k, seed, 0).batch()] + [_RowStream(m, seed, 0).batch() for m in sizes.values()])
+        known_buffer = np.empty((step, n_k), dtype=np.uint8)
+        group_buffers = {group: np.empty((step, m), dtype=np.uint8) for group, m in sizes.items()}
+        ordered_correct = np.empty(plan.correct_order.numel(), dtype=np.uint8)
+        cumulative_correct = np.zeros(plan.correct_order.numel() + 1, dtype=self.wide)
+        ordered = {group: np.empty(m, dtype=np.uint8) for group, m in sizes.items()}
+        cumulative = {group: np.empty(m, dtype=self.wide) for group, m in sizes.items()}
+        workspaces = {group: a.workspace(np.uint8, np.uint8, narrow=a.num_ood * 255 <= INT32_LIMIT)
+                      for group, a in self.aurocs.items()}
+        full_known = np.full(step, n_k, dtype=np.int64)
+        full = {group: np.full(step, m, dtype=np.int64) for group, m in sizes.items()}
+        for block in blocks:
+            first, last = block * BLOCK_ROWS, min((block + 1) * BLOCK_ROWS, resamples)
+            known_side = _Side(n_k, seed, 0, None, first)
+            sides = {group: _Side(sizes[group], seed, stratum, None, first)
+                     for group, (_, stratum) in self.groups.items()}
+            for start in range(first, last, step):
+                rows = min(step, last - start)
+                known = known_side.counts(rows, known_buffer)
+                counts = {group: side.counts(rows, group_buffers[group]) for group, side in sides.items()}
+                self.rows(start, known, counts, ordered_correct, cumulative_correct, ordered, cumulative)
+                for group, area in self.aurocs.items():
+                    results[f"{group}/auroc"][start:start + rows] = area.area_counts(
+                        known, counts[group], workspaces[group], (full_known[:rows], full[group][:rows]))
+                if "authors" in self.conventions:
+                    w_known = torch.from_numpy(known)
+                    for group, (scores, _) in self.groups.items():
+                        values = _authors_ccr(plan, scores, w_known, torch.from_numpy(counts[group]),
+                                              self.targets, self.exact[group]).numpy()
+                        for column, fpr_target in enumerate(self.targets_list):
+                            results[f"{group}/{fpr_key(fpr_target, 'authors')}"][start:start + rows] = values[:, column]
+                if self.gamma_minus is not None:
+                    negatives = counts["negatives"]
+                    gamma_plus = known.astype(np.float64) @ self.target_np / n_k
+                    gamma_minus = negatives.astype(np.float64) @ self.gamma_minus / negatives.shape[1]
+                    results["gamma"][start:start + rows] = (gamma_plus + gamma_minus) / 2
+                    results["gamma_plus"][start:start + rows] = gamma_plus
+                    results["gamma_minus"][start:start + rows] = gamma_minus
+
+    def rows(self, start: int, known: np.ndarray, counts: dict[str, np.ndarray], ordered_correct: np.ndarray,
+             cumulative_correct: np.ndarray, ordered: dict[str, np.ndarray], cumulative: dict[str, np.ndarray]) -> None:
+        """Closed-set accuracy and the exact CCR@FPR of every group, row by row."""
+        results, n_k = self.results, self.num_known
+        exact = "exact" in self.conventions
+        for r in range(known.shape[0]):
+            row = known[r]
+            np.cumsum(_gather_into(row, self.correct_order, ordered_correct), dtype=self.wide,
+                      out=cumulative_correct[1:])  # cumulative_correct[0] = 0
+            correct_total = int(cumulative_correct[-1])
+            results["closed_set_accuracy"][start + r] = correct_total / n_k
+            if not exact:
+                continue
+            lowest_known = None
+            for group, sorted_group in self.exact.items():
+                unknown = counts[group][r]
+                fits = np.cumsum(_gather_into(unknown, self.orders[group], ordered[group]), dtype=self.wide,
+                                 out=cumulative[group])
+                passing = np.searchsorted(fits, self.fitting[group], side="right")
+                inside = passing < sorted_group.num
+                read = self.at_or_below[group][np.minimum(passing, sorted_group.num - 1)]
+                if not inside.all():  # every unknown fits: θ = the lowest present score
+                    if lowest_known is None:
+                        lowest_known = _first_present(row, self.known_head, self.target_np)
+                    lowest = min(lowest_known, _first_present(unknown, self.heads[group], self.group_scores[group]))
+                    read = np.where(inside, read, np.searchsorted(self.correct_sorted, lowest, side="right"))
+                values = (correct_total - cumulative_correct[read]).astype(np.float64) / n_k
+                for key, value in zip(self.exact_keys[group], values.tolist(), strict=True):
+                    results[key][start + r] = value
 
 
 def bootstrap_open_set(
@@ -677,7 +862,10 @@ def bootstrap_open_set(
     unknowns -2 (stratum 2) are resampled separately. Per resample the OSCR curve is the one of the
     expanded resample (CCR(θ) = correct knowns with S_y > θ / N_K, FPR(θ) = unknowns with max S > θ / N_U,
     θ over the scores present in the resample), computed from weighted cumulative sums over one sort per
-    group and batched ``torch.searchsorted``; samples absent from a resample add no threshold.
+    group shared by every resample; samples absent from a resample add no threshold. On the CPU each row is
+    counted into reused uint8 buffers and turned into all its scalars in numpy (:class:`_OpenSetCPU`, the
+    blocks of rows spread over threads as in :func:`bootstrap_auroc`; the exact convention costs about
+    what the AUROC does); elsewhere batched torch. The values are the same either way.
 
     Returns:
         ``{key: (resamples,) float64}`` with the keys of ``open_set_report(...)["scalars"]``
@@ -688,6 +876,7 @@ def bootstrap_open_set(
         fpr_key(1.0, convention)
     _check_resamples(resamples, seed, 0)
     probs_k, target, num_known = check_probs_and_target(probs, target, background=background)
+    probs_k = probs_k.detach()
     known = target >= 0
     if not bool(known.any()):
         raise ValueError("the open-set bootstrap needs at least one known sample (label >= 0)")
@@ -705,40 +894,77 @@ def bootstrap_open_set(
     groups = {group: (confidence[target == label], stratum)
               for stratum, (group, label) in enumerate(GROUPS.items(), start=1) if bool((target == label).any())}
     auroc_plans = {group: _AUROCPlan(known_confidence, scores) for group, (scores, _) in groups.items()}
+    exact_plans = {group: _ExactCCRPlan(plan, scores) for group, (scores, _) in groups.items()}
     negatives = probs_k[target == -1].double()
     offset = 1.0 if background else 1.0 + 1.0 / num_known
     gamma_minus_values = offset - negatives.max(dim=1).values if negatives.numel() else None
-    target_score_64 = target_score.double()
 
-    results: dict[str, list[Tensor]] = {}
+    if "authors" in conventions:  # the shared searches, once, before any thread
+        plan._unique()
+        for exact in exact_plans.values():
+            exact.authors_search(plan)
 
-    def add(key: str, value: Tensor) -> None:
-        results.setdefault(key, []).append(value)
+    keys = ["closed_set_accuracy"]
+    for group in groups:
+        keys += [f"{group}/{fpr_key(t, c)}" for c in conventions for t in fpr_targets] + [f"{group}/auroc"]
+    if gamma_minus_values is not None:
+        keys += ["gamma", "gamma_plus", "gamma_minus"]
 
-    step = _chunk_rows(target.numel() * max(1, len(targets)))
-    known_side = _Side(labels.numel(), seed, 0)
+    num_known_samples = labels.numel()
+    largest_group = max([scores.numel() for scores, _ in groups.values()], default=1)
+    if probs_k.device.type == "cpu" and 2 * num_known_samples * largest_group <= INT64_LIMIT:
+        arrays = {key: np.empty(resamples, dtype=np.float64) for key in keys}
+        runner = _OpenSetCPU(plan, exact_plans, auroc_plans, groups, targets, conventions, gamma_minus_values, arrays)
+        blocks = list(range(-(-resamples // BLOCK_ROWS)))
+        large = target.numel() >= PARALLEL_SIZE
+        workers = max(1, min(torch.get_num_threads(), len(blocks))) if large else 1
+        if workers == 1:
+            runner.work(blocks, resamples, seed)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(lambda mine: runner.work(mine, resamples, seed),
+                              [blocks[k::workers] for k in range(workers)]))
+        return {key: torch.from_numpy(arrays[key]) for key in keys}
+    return _bootstrap_open_set_torch(plan, exact_plans, auroc_plans, groups, targets, fpr_targets, conventions,
+                                     gamma_minus_values, resamples, seed, keys)
+
+
+def _bootstrap_open_set_torch(plan: _OpenSetPlan, exact_plans: dict[str, _ExactCCRPlan],
+                              auroc_plans: dict[str, _AUROCPlan], groups: dict[str, tuple[Tensor, int]],
+                              targets: Tensor, fpr_targets: Sequence[float], conventions: Sequence[str],
+                              gamma_minus_values: Tensor | None, resamples: int, seed: int,
+                              keys: list[str]) -> dict[str, Tensor]:
+    """:func:`bootstrap_open_set` batched in torch, chunk of rows after chunk (accelerators)."""
+    device = plan.target_score.device
+    results: dict[str, list[Tensor]] = {key: [] for key in keys}
+    num_samples = plan.target_score.numel() + sum(scores.numel() for scores, _ in groups.values())
+    step = _chunk_rows(num_samples * max(1, len(targets)))
+    known_side = _Side(plan.target_score.numel(), seed, 0)
     group_sides = {group: _Side(scores.numel(), seed, stratum) for group, (scores, stratum) in groups.items()}
+    target_score_64 = plan.target_score.double()
     for start in range(0, resamples, step):
         rows = min(step, resamples - start)
-        w_known = known_side.weights(rows, probs_k.device)
+        w_known = known_side.weights(rows, device)
         total_known = w_known.sum(dim=1, dtype=torch.int64).double()
-        add("closed_set_accuracy", (w_known * correct).sum(dim=1, dtype=torch.int64).double() / total_known)
+        results["closed_set_accuracy"].append((w_known * plan.correct).sum(dim=1, dtype=torch.int64).double() / total_known)
         weights = {}
         for group, (scores, _) in groups.items():
-            w_group = weights[group] = group_sides[group].weights(rows, probs_k.device)
+            w_group = weights[group] = group_sides[group].weights(rows, device)
             for convention in conventions:
-                rule = _exact_ccr if convention == "exact" else _authors_ccr
-                values = rule(plan, scores, w_known, w_group, targets)
+                if convention == "exact":
+                    values = exact_plans[group].ccr(plan, w_known, w_group, targets)
+                else:
+                    values = _authors_ccr(plan, scores, w_known, w_group, targets, exact_plans[group])
                 for column, fpr_target in enumerate(fpr_targets):
-                    add(f"{group}/{fpr_key(fpr_target, convention)}", values[:, column])
-            add(f"{group}/auroc", auroc_plans[group].area(w_known, w_group))
+                    results[f"{group}/{fpr_key(fpr_target, convention)}"].append(values[:, column])
+            results[f"{group}/auroc"].append(auroc_plans[group].area(w_known, w_group))
         if gamma_minus_values is not None:
             w_negative = weights["negatives"].double()
             gamma_plus = (w_known.double() @ target_score_64) / total_known
             gamma_minus = (w_negative @ gamma_minus_values) / w_negative.sum(dim=1)
-            add("gamma", (gamma_plus + gamma_minus) / 2)
-            add("gamma_plus", gamma_plus)
-            add("gamma_minus", gamma_minus)
+            results["gamma"].append((gamma_plus + gamma_minus) / 2)
+            results["gamma_plus"].append(gamma_plus)
+            results["gamma_minus"].append(gamma_minus)
     return {key: torch.cat(parts) for key, parts in results.items()}
 
 

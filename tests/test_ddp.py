@@ -71,6 +71,7 @@ def check_oscr(one: Path, two: Path, out: str) -> None:
     assert second["counts"] == first["counts"] == {"known": 4000, "negatives": 3000, "unknowns": 3000,
                                                    "skipped_images": 0}
     assert second["scalars"] == first["scalars"]
+    assert second["intervals"] == first["intervals"] and first["intervals"]["unknowns/ccr@fpr=0.1"][0] is not None
     for group in ("negatives", "unknowns"):
         assert (two / f"oscr_{group}.csv").read_text() == (one / f"oscr_{group}.csv").read_text()
 
@@ -112,6 +113,15 @@ def check_evg(one: Path, two: Path, out: str) -> None:
             assert torch.equal(first[key][name], second[key][name]), (key, name)
 
 
+def check_report(one: Path, two: Path, out: str) -> None:
+    first, second = (json.loads((p / "report.json").read_text()) for p in (one, two))
+    assert second["leaderboard"] == first["leaderboard"] and len(first["leaderboard"]["rows"]) == 2
+    assert {k for row in first["leaderboard"]["rows"] for k in row["cells"]} == {
+        "oscr_ccr", "oscr_auroc", "severity_mean", "severity_hardest"}
+    assert [s["tables"] for s in second["sections"]] == [s["tables"] for s in first["sections"]]
+    assert "Report card written" in out and (two / "index.html").is_file()
+
+
 def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> list[list[str]]:
     """The command line(s) of a scenario writing to ``out`` (and ``cache``)."""
     checkpoint, members = artefacts["checkpoint"], artefacts["members"]
@@ -130,6 +140,11 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
                  "ensemble_mi", "--data", "fashion", "--near-ood", str(artefacts["near_ood"]), "--shift",
                  str(artefacts["shift"]), "--real-ood", "digits", "--ensemble", *members, "--lpips-net", "alex",
                  "--lpips-random-backbone", "--reference", "2", "--output-dir", str(out), "--no-plots"]]
+    if name == "report":
+        severity = {"data": "fashion", "data_args": {"estimation": 20, "test": 10}}
+        return [["report", "--model", checkpoint, "--kappa", "softmax", "entropy", "--oscr", "{}", "--severity",
+                 json.dumps(severity), "--intervals", '{"resamples": 200}', "--cache-dir", str(cache),
+                 "--output-dir", str(out), "--no-plots"]]
     return [["evg", "--model", checkpoint, "--kappa", "softmax", "max_logit", "--ood", "digits", "--data", "fashion",
              "--data-arg", "max_train_per_class=60", "--variation", "affine", "colour", "--sampler", "mh", "random",
              "--chains", "6", "--steps", "5", "--chains-per-batch", "6", "--seed", "3", "--output-dir", str(out),
@@ -138,7 +153,7 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
 
 CHECKS: dict[str, Callable[[Path, Path, str], None]] = {
     "oscr": check_oscr, "severity": check_severity, "generate": check_generate, "generated": check_generated,
-    "evg": check_evg,
+    "evg": check_evg, "report": check_report,
 }
 
 

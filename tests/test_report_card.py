@@ -64,6 +64,17 @@ def test_compare_column_marks_the_best_and_the_significantly_worse_rows() -> Non
     compare_column(entries, Headline("y", "y", "generated", False, ""), Intervals())
     assert rows[0]["cells"]["y"]["best"] and not rows[1]["cells"]["y"]["best"]
     assert rows[1]["cells"]["y"]["p_first"] is None and rows[1]["cells"]["y"]["significant"] is False
+    # rows measured on other images (another protocol's test set) are never compared with the best row
+    rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
+    entries = [(rows[0], (0.9, 0.89, 0.91, replicates[0], "P1")), (rows[1], (0.7, 0.69, 0.71, replicates[2], "P2"))]
+    compare_column(entries, column, Intervals(resamples=500))
+    assert [r["cells"]["x"]["best"] for r in rows] == [True, False]
+    assert [r["cells"]["x"]["significant"] for r in rows] == [False, False]
+    assert [r["cells"]["x"]["p_first"] for r in rows] == [None, None]
+    # equal values share the best mark
+    rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
+    compare_column([(rows[0], (0.5, 0.4, 0.6, None)), (rows[1], (0.5, 0.4, 0.6, None))], column, Intervals())
+    assert [r["cells"]["x"]["best"] for r in rows] == [True, True]
 
 
 def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path) -> None:
@@ -227,3 +238,31 @@ def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
     assert all(Path(i["path"]).is_file() for i in images)
     assert (root / "report.md").read_text().count("|") > 20
     assert not math.isnan(written["leaderboard"]["rows"][0]["cells"]["severity_mean"]["value"])
+
+
+def test_set_differences_pair_the_sets_of_one_kind_per_detector() -> None:
+    card = ReportCard.__new__(ReportCard)
+    card.intervals = Intervals(resamples=400)
+    generator = torch.Generator().manual_seed(3)
+    shared = torch.randn(400, generator=generator, dtype=torch.float64) * 0.02
+    replicates = {"m|softmax|near|auroc": 0.85 + shared, "m|softmax|near_plain|auroc": 0.84 + shared,
+                  "m|softmax|near_twin|auroc": 0.85 + shared + torch.randn(400, generator=generator,
+                                                                           dtype=torch.float64) * 0.01,
+                  "m|softmax|shift|auroc": 0.7 + shared}
+    rows = [{"model": "m", "confidence function": "softmax", "set": name, "kind": kind, "auroc": float(r.mean())}
+            for name, kind, r in (("near", "near_ood", replicates["m|softmax|near|auroc"]),
+                                  ("near_plain", "near_ood", replicates["m|softmax|near_plain|auroc"]),
+                                  ("near_twin", "near_ood", replicates["m|softmax|near_twin|auroc"]),
+                                  ("shift", "shift", replicates["m|softmax|shift|auroc"]))]
+    found = card._set_differences(rows, replicates)
+    # three near-OOD pairs, no pair across kinds
+    assert [(r["set A"], r["set B"]) for r in found] == [("near", "near_plain"), ("near", "near_twin"),
+                                                         ("near_plain", "near_twin")]
+    # a constant paired difference of 0.01 is significant, however wide each set's own interval
+    first = found[0]
+    assert first["AUROC A − B"]["value"] == pytest.approx(0.01) and first["significant"] == "yes"
+    assert first["AUROC A − B"]["low"] == pytest.approx(0.01) and first["AUROC A − B"]["high"] == pytest.approx(0.01)
+    difference = (replicates["m|softmax|near|auroc"] - replicates["m|softmax|near_twin|auroc"]).numpy()
+    low, high = percentile(difference, 0.95)
+    assert (found[1]["AUROC A − B"]["low"], found[1]["AUROC A − B"]["high"]) == pytest.approx((low, high))
+    assert found[1]["significant"] == ("yes" if low > 0 or high < 0 else "no")
