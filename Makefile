@@ -26,8 +26,10 @@ $(PIP_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-$(DEBIAN_STAMP): | $(PY)
-	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# Install the Debian packages $(1) that are missing (apt-get; sudo when not root), then touch the stamp;
+# without apt-get, say what to install: $(2).
+define debian_packages
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
 	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -35,24 +37,17 @@ $(DEBIAN_STAMP): | $(PY)
 	    $$sudo apt-get update -q && \
 	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	  else \
-	    echo "warning: no apt-get; install$$missing yourself (WordNet 3.0 files, Fashion-MNIST IDX files)"; \
+	    echo "warning: no apt-get; install$$missing yourself ($(2))"; \
 	  fi; \
 	fi
 	touch $@
+endef
+
+$(DEBIAN_STAMP): | $(PY)
+	$(call debian_packages,$(DEBIAN_PACKAGES),WordNet 3.0 files and Fashion-MNIST IDX files)
 
 $(BROWSER_STAMP): | $(PY)
-	@missing=""; for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if command -v apt-get >/dev/null 2>&1; then \
-	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-	    echo "Installing Debian packages:$$missing"; \
-	    $$sudo apt-get update -q && \
-	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
-	  else \
-	    echo "warning: no apt-get; install$$missing yourself (Chromium and its chromedriver, for the browser tier)"; \
-	  fi; \
-	fi
-	touch $@
+	$(call debian_packages,$(BROWSER_PACKAGES),Chromium and its chromedriver for the browser tier)
 
 $(WORDNET): $(DEBIAN_STAMP) $(PIP_STAMP)
 	$(PY) -m datamodules.wordnet install
@@ -134,6 +129,9 @@ benchmark: setup
 	$(PY) -m benchmarks.training_overhead --write
 	$(PY) -m benchmarks.generators_benchmark --write
 	$(PY) -m benchmarks.evg_sampler --write
+	$(PY) -m benchmarks.intervals_benchmark --write
+	@if [ -f runs/demo/checkpoints/best.ckpt ]; then $(PY) -m benchmarks.report_card --write; \
+	else echo "benchmarks.report_card needs the demo's runs: make demo first"; fi
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

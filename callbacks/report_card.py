@@ -571,9 +571,10 @@ def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headli
     p_first: dict[int, float] = {}
     if len(comparable) == len(present) == len(same) and len({e[3].numel() for _, e in comparable}) == 1:
         stacked = torch.stack([e[3].double() for _, e in comparable])
-        stacked = torch.nan_to_num(stacked, nan=-math.inf if column.higher_is_better else math.inf)
-        probabilities = probability_first(stacked, higher_is_better=column.higher_is_better)
-        p_first = {id(row): float(p) for (row, _), p in zip(comparable, probabilities, strict=True)}
+        stacked = stacked[:, ~torch.isnan(stacked).any(dim=0)]  # the resamples where every row has a number
+        if stacked.shape[1]:
+            probabilities = probability_first(stacked, higher_is_better=column.higher_is_better)
+            p_first = {id(row): float(p) for (row, _), p in zip(comparable, probabilities, strict=True)}
     for row, (value, low, high, replicates, *_) in present:
         significant = False
         if id(row) not in tied and id(row) in same and replicates is not None and best[3] is not None \

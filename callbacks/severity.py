@@ -23,10 +23,9 @@ the ID test images, and the OOD pool's estimation and test images.
 5. intervals (at test): every level's AUROC, the mean over the levels and the hardest level's AUROC get a
    percentile-bootstrap interval (:class:`callbacks.report.Intervals`) whose resampling unit is the class:
    a level is a group of G classes, and a benchmark of other classes would be another draw of that group,
-   so each resample draws the pool's classes with replacement, once (every test image of a drawn class counts
-   as often as its class is drawn; each level takes its classes' counts, so overlapping levels share them),
-   and the ID test images with replacement (one ID resample for all levels, so the mean over levels is
-   computed per resample; the same resamples for every κ). Images of one class are not independent
+   so each resample draws the level's G classes with replacement (every test image of a drawn class counts as
+   often as its class is drawn) and the ID test images with replacement (one ID resample for all levels, so
+   the mean over levels is computed per resample; the same resamples for every κ). Images of one class are not independent
    draws, and an image-level interval would be too narrow. Columns ``ood-auroc low``/``ood-auroc high`` after
    the paper's; ``summary.csv`` (mean and hardest level with intervals) and ``replicates.pt``.
 """
@@ -77,7 +76,7 @@ from metrics import (
     severity_levels,
     severity_table,
 )
-from metrics.intervals import resample_weights, weighted_auroc
+from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")
@@ -276,7 +275,7 @@ class SeverityAUROC(pl.Callback):
         test_classes = outputs["ood_test"]["targets"]
         tables: dict[str, list[dict[str, Any]]] = {}
         levels: dict[str, list[dict[str, Any]]] = {}
-        self._weights: tuple[Tensor, Tensor] | None = None  # the bootstrap's resamples, shared by every κ
+        self._weights: Tensor | None = None  # the bootstrap's ID resamples, shared by every κ
         for kappa in self.kappas:
             scores = {split: kappa_scores(kappa, outputs[split], background=background,
                                           parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SETS}
@@ -307,19 +306,20 @@ class SeverityAUROC(pl.Callback):
                    test_classes: Tensor, groups: Tensor) -> None:
         """Per level the class-resampled bootstrap interval of its AUROC; the mean and hardest level's.
 
-        One resample draws the ID test images and, once for the whole pool, its classes (with replacement); each
-        level takes the counts of its own classes from that draw, so levels that share classes (overlapping
-        windows of a small pool) share their draws, and every κ sees the same resamples."""
+        One resample draws the ID test images (one draw for every level and every κ) and, per level, that level's
+        G classes from its own G with replacement (a level always holds G classes; drawing the whole pool once
+        instead would leave a level of a small pool empty in some resamples). Levels that share classes
+        (overlapping windows of a small pool) are drawn independently, so the mean's interval is then slightly
+        narrow; ImageNet-scale pools have disjoint levels."""
         options = self.intervals
         id_scores = scores["id_test"]
         if getattr(self, "_weights", None) is None:  # once per evaluation, for every κ
-            self._weights = (resample_weights(id_scores.numel(), options.resamples, options.seed, stratum=0),
-                             resample_weights(len(self.data.ood_classes), options.resamples, options.seed, stratum=1))
-        id_weights, class_weights = self._weights
+            self._weights = resample_weights(id_scores.numel(), options.resamples, options.seed, stratum=0)
+        id_weights = self._weights
         per_level = []
         for level, (row, group) in enumerate(zip(rows, groups, strict=True)):
             members = torch.isin(test_classes, group.to(test_classes.device))
-            ood_weights = class_weights[:, test_classes[members].cpu()]
+            ood_weights = cluster_weights(test_classes[members], options.resamples, options.seed, stratum=1 + level)
             replicates = weighted_auroc(id_scores, scores["ood_test"][members], id_weights, ood_weights)
             with_bounds(row, "ood-auroc", options.bounds(replicates))
             self.replicates[f"{kappa_name}/level_{level:02d}"] = replicates

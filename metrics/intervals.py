@@ -746,7 +746,10 @@ class _OpenSetCPU:
       a stratum sums to its size), and ``K_total - K[at_or_below]`` at that place (:class:`_ExactCCRPlan`);
       when every unknown fits, the lowest present score of the knowns and the group;
     - per group, the AUROC of :class:`_AUROCPlan` (the numpy row path of :func:`bootstrap_auroc`);
-    - γ from float64 dot products; the authors' convention with the batched torch rule on the same rows.
+    - per group, authors' convention: the knowns' counts grouped by distinct target score (present
+      thresholds by ``np.maximum.reduceat``), the FPR at each from the same cumulative unknown counts, and
+      the first nearest present point per target, with the float64 operations of :func:`_authors_ccr`;
+    - γ from float64 dot products.
     """
 
     def __init__(self, plan: _OpenSetPlan, exact: dict[str, _ExactCCRPlan], aurocs: dict[str, _AUROCPlan],
@@ -772,6 +775,17 @@ class _OpenSetCPU:
         self.wide = np.int32 if max([self.num_known] + [e.num for e in exact.values()]) <= INT32_LIMIT else np.int64
         self.targets_list = targets.tolist()
         self.exact_keys = {group: [f"{group}/{fpr_key(t, 'exact')}" for t in self.targets_list] for group in exact}
+        self.authors = "authors" in self.conventions
+        if self.authors:  # the knowns grouped by distinct target score, and each score's place in every group
+            values, value_of = plan._unique()
+            self.values = values.double().numpy()
+            self.by_value = torch.argsort(value_of, stable=True).to(index)
+            sizes = np.bincount(value_of.numpy(), minlength=values.numel())
+            self.value_starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            # unknowns of the group above each value: its cumulative weight in descending order, at this place
+            self.above_place = {group: e.num - e.authors_search(plan)[1].numpy() for group, e in exact.items()}
+            self.authors_keys = {group: [f"{group}/{fpr_key(t, 'authors')}" for t in self.targets_list]
+                                 for group in exact}
 
     def work(self, blocks: list[int], resamples: int, seed: int) -> None:
         plan, results, n_k = self.plan, self.results, self.num_known
@@ -782,7 +796,8 @@ class _OpenSetCPU:
         ordered_correct = np.empty(plan.correct_order.numel(), dtype=np.uint8)
         cumulative_correct = np.zeros(plan.correct_order.numel() + 1, dtype=self.wide)
         ordered = {group: np.empty(m, dtype=np.uint8) for group, m in sizes.items()}
-        cumulative = {group: np.empty(m, dtype=self.wide) for group, m in sizes.items()}
+        cumulative = {group: np.zeros(m + 1, dtype=self.wide) for group, m in sizes.items()}  # [0] = 0
+        by_value = np.empty(n_k if self.authors else 0, dtype=np.uint8)
         workspaces = {group: a.workspace(np.uint8, np.uint8, narrow=a.num_ood * 255 <= INT32_LIMIT)
                       for group, a in self.aurocs.items()}
         full_known = np.full(step, n_k, dtype=np.int64)
@@ -796,17 +811,10 @@ class _OpenSetCPU:
                 rows = min(step, last - start)
                 known = known_side.counts(rows, known_buffer)
                 counts = {group: side.counts(rows, group_buffers[group]) for group, side in sides.items()}
-                self.rows(start, known, counts, ordered_correct, cumulative_correct, ordered, cumulative)
+                self.rows(start, known, counts, ordered_correct, cumulative_correct, ordered, cumulative, by_value)
                 for group, area in self.aurocs.items():
                     results[f"{group}/auroc"][start:start + rows] = area.area_counts(
                         known, counts[group], workspaces[group], (full_known[:rows], full[group][:rows]))
-                if "authors" in self.conventions:
-                    w_known = torch.from_numpy(known)
-                    for group, (scores, _) in self.groups.items():
-                        values = _authors_ccr(plan, scores, w_known, torch.from_numpy(counts[group]),
-                                              self.targets, self.exact[group]).numpy()
-                        for column, fpr_target in enumerate(self.targets_list):
-                            results[f"{group}/{fpr_key(fpr_target, 'authors')}"][start:start + rows] = values[:, column]
                 if self.gamma_minus is not None:
                     negatives = counts["negatives"]
                     gamma_plus = known.astype(np.float64) @ self.target_np / n_k
@@ -816,8 +824,9 @@ class _OpenSetCPU:
                     results["gamma_minus"][start:start + rows] = gamma_minus
 
     def rows(self, start: int, known: np.ndarray, counts: dict[str, np.ndarray], ordered_correct: np.ndarray,
-             cumulative_correct: np.ndarray, ordered: dict[str, np.ndarray], cumulative: dict[str, np.ndarray]) -> None:
-        """Closed-set accuracy and the exact CCR@FPR of every group, row by row."""
+             cumulative_correct: np.ndarray, ordered: dict[str, np.ndarray], cumulative: dict[str, np.ndarray],
+             by_value: np.ndarray) -> None:
+        """Closed-set accuracy and the CCR@FPR of every group and convention, row by row."""
         results, n_k = self.results, self.num_known
         exact = "exact" in self.conventions
         for r in range(known.shape[0]):
@@ -826,13 +835,20 @@ class _OpenSetCPU:
                       out=cumulative_correct[1:])  # cumulative_correct[0] = 0
             correct_total = int(cumulative_correct[-1])
             results["closed_set_accuracy"][start + r] = correct_total / n_k
-            if not exact:
-                continue
-            lowest_known = None
+            lowest_known = present = None
             for group, sorted_group in self.exact.items():
                 unknown = counts[group][r]
                 fits = np.cumsum(_gather_into(unknown, self.orders[group], ordered[group]), dtype=self.wide,
-                                 out=cumulative[group])
+                                 out=cumulative[group][1:])
+                if self.authors:
+                    if present is None:
+                        present = self.authors_present(row, by_value)
+                    values = self.authors_ccr(present, cumulative[group], self.above_place[group], sorted_group.num,
+                                              cumulative_correct, correct_total)
+                    for key, value in zip(self.authors_keys[group], values.tolist(), strict=True):
+                        results[key][start + r] = value
+                if not exact:
+                    continue
                 passing = np.searchsorted(fits, self.fitting[group], side="right")
                 inside = passing < sorted_group.num
                 read = self.at_or_below[group][np.minimum(passing, sorted_group.num - 1)]
@@ -844,6 +860,32 @@ class _OpenSetCPU:
                 values = (correct_total - cumulative_correct[read]).astype(np.float64) / n_k
                 for key, value in zip(self.exact_keys[group], values.tolist(), strict=True):
                     results[key][start + r] = value
+
+    def authors_present(self, row: np.ndarray, by_value: np.ndarray) -> np.ndarray:
+        """The authors' thresholds of a row: the distinct known scores present, all but the largest."""
+        grouped = _gather_into(row, self.by_value, by_value)
+        present = np.maximum.reduceat(grouped, self.value_starts) > 0
+        present[present.size - 1 - int(np.argmax(present[::-1]))] = False
+        return present
+
+    def authors_ccr(self, present: np.ndarray, cumulative: np.ndarray, above_place: np.ndarray, total: int,
+                    cumulative_correct: np.ndarray, correct_total: int) -> np.ndarray:
+        """:func:`_authors_ccr` of one row in numpy, with the same float64 operations: the FPR at every
+        distinct known score, per target the first nearest present threshold, NaN when ``|FPR - t|/t >= 0.1``."""
+        fpr = cumulative[above_place].astype(np.float64) / float(total)
+        absent = ~present
+        best = np.empty(len(self.targets_list), dtype=np.int64)
+        nearest = np.empty(len(self.targets_list), dtype=np.float64)
+        distance = np.empty_like(fpr)
+        for column, t in enumerate(self.targets_list):
+            np.abs(np.subtract(fpr, t, out=distance), out=distance)
+            distance[absent] = math.inf
+            best[column] = int(np.argmin(distance))  # first minimum: the lowest threshold among equally near
+            nearest[column] = distance[best[column]]
+        read = np.searchsorted(self.correct_sorted, self.values[best], side="right")
+        ccr = (correct_total - cumulative_correct[read]).astype(np.float64) / self.num_known
+        with np.errstate(invalid="ignore"):
+            return np.where(nearest / np.asarray(self.targets_list) >= 0.1, math.nan, ccr)
 
 
 def bootstrap_open_set(

@@ -17,6 +17,7 @@ from benchmarks import (
     evg_sampler,
     generators_benchmark,
     gpu_throughput,
+    intervals_benchmark,
     oscr_benchmark,
     report_card,
     severity_benchmark,
@@ -82,6 +83,14 @@ def test_generators_tiny_checks_the_ensemble_against_its_members() -> None:
         assert row["plain_s"] > 0 and row["regularised_s"] > 0
 
 
+def test_intervals_tiny_checks_the_bootstrap_against_sklearn_on_the_same_resamples() -> None:
+    result = intervals_benchmark.main(["--tiny"])
+    # the sklearn loop on the same resamples agrees exactly (the benchmark raises otherwise)
+    assert result["max_difference"] <= 1e-12
+    for key in ("auroc_s", "delong_s", "bootstrap_s", "bootstrapper_s", "sklearn_s", "open_set_s"):
+        assert result[key] > 0, key
+
+
 def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:
     row = report_card.main(["--tiny"])
     # one model, OSCR (not a scoring pass) and severity: its ID test, estimation and test sets, once each
@@ -91,7 +100,7 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
-                                    gpu_throughput, evg_sampler, report_card])
+                                    gpu_throughput, evg_sampler, report_card, intervals_benchmark])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])
