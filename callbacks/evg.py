@@ -152,6 +152,7 @@ class EvGReport(pl.Callback):
         self.data, self.chains = data, chains
         self.intervals = intervals or Intervals()
         self.replicates: dict[str, Tensor] = {}
+        self._weight_cache: dict[tuple[int, int], Tensor] = {}
         self.seed_indices = (torch.arange(len(data["ood"])) if seed_indices is None else seed_indices).long().cpu()
         self.seed_choice, self.standardise_on, self.precision = seed_choice, standardise_on, str(precision)
         self.output_dir = Path(output_dir)
@@ -374,10 +375,10 @@ class EvGReport(pl.Callback):
 
     def _weights(self, n: int, stratum: int) -> Tensor:
         """The bootstrap's resamples of ``n`` units, drawn once per report."""
-        cache = self.__dict__.setdefault("_weight_cache", {})
-        if (n, stratum) not in cache:
-            cache[(n, stratum)] = resample_weights(n, self.intervals.resamples, self.intervals.seed, stratum=stratum)
-        return cache[(n, stratum)]
+        if (n, stratum) not in self._weight_cache:
+            self._weight_cache[(n, stratum)] = resample_weights(n, self.intervals.resamples, self.intervals.seed,
+                                                                stratum=stratum)
+        return self._weight_cache[(n, stratum)]
 
     def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, kept: Tensor, key: str) -> None:
         """The intervals of one results row; the worst-case AUROC's and MinRank's replicates under ``key``.

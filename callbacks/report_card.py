@@ -57,6 +57,7 @@ from callbacks.report import Intervals, check_output_dir, read_replicates, slug
 from callbacks.run import Evaluation, TrainerOptions, make_logger
 from callbacks.scoring import ScoringPasses
 from callbacks.severity import SeverityEvaluation
+from common import file_sha256
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa, pairs_with
 from metrics.intervals import paired_difference, probability_first
@@ -633,11 +634,7 @@ def _number(value: Any) -> float | None:
 
 def _sha256(spec: str) -> str | None:
     path = Path(spec.removeprefix("ensemble:"))
-    if not path.is_file() or path.suffix not in (".ckpt", ".pt", ".pth", ".txt"):
-        return None
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_sha256(path) if path.is_file() else None
 
 
 def versions() -> dict[str, str]:

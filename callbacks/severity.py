@@ -162,6 +162,7 @@ class SeverityAUROC(pl.Callback):
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.summary: list[dict[str, Any]] = []
         self.replicates: dict[str, Tensor] = {}
+        self._weights: Tensor | None = None  # the bootstrap's ID resamples of the evaluation running
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
 
@@ -275,7 +276,7 @@ class SeverityAUROC(pl.Callback):
         test_classes = outputs["ood_test"]["targets"]
         tables: dict[str, list[dict[str, Any]]] = {}
         levels: dict[str, list[dict[str, Any]]] = {}
-        self._weights: Tensor | None = None  # the bootstrap's ID resamples, shared by every κ
+        self._weights = None  # drawn once below, shared by every κ
         for kappa in self.kappas:
             scores = {split: kappa_scores(kappa, outputs[split], background=background,
                                           parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SETS}
@@ -313,7 +314,7 @@ class SeverityAUROC(pl.Callback):
         narrow; ImageNet-scale pools have disjoint levels."""
         options = self.intervals
         id_scores = scores["id_test"]
-        if getattr(self, "_weights", None) is None:  # once per evaluation, for every κ
+        if self._weights is None:  # once per evaluation, for every κ
             self._weights = resample_weights(id_scores.numel(), options.resamples, options.seed, stratum=0)
         id_weights = self._weights
         per_level = []

@@ -59,7 +59,7 @@ from torch import Tensor
 
 from metrics._validation import check_probs_and_target, check_scores
 from metrics.open_set import GROUPS, fpr_key
-from metrics.oscr import DEFAULT_FPR_TARGETS
+from metrics.oscr import AUTHORS_RELATIVE_TOLERANCE, DEFAULT_FPR_TARGETS
 
 METHODS = ("delong", "bootstrap")
 # Elements per (chunk, n) work array: chunks of rows keep memory at a few hundred MB at N = 1e6.
@@ -115,6 +115,17 @@ def _check_weights(weights: Tensor, n: int, *, name: str, device: torch.device) 
     if weights.numel() and float(weights.min()) < 0:
         raise ValueError(f"{name} holds negative weights (min {float(weights.min())})")
     return weights
+
+
+def _check_weight_pair(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor,
+                       ood_weights: Tensor) -> tuple[Tensor, Tensor]:
+    """Both sides' weights checked (one column per score, non-negative) and with one row per resample each."""
+    id_weights = _check_weights(id_weights, id_scores.numel(), name="id_weights", device=id_scores.device)
+    ood_weights = _check_weights(ood_weights, ood_scores.numel(), name="ood_weights", device=id_scores.device)
+    if id_weights.shape[0] != ood_weights.shape[0]:
+        raise ValueError(f"id_weights and ood_weights must have the same number of rows, got "
+                         f"{id_weights.shape[0]} and {ood_weights.shape[0]}")
+    return id_weights, ood_weights
 
 
 def _chunk_rows(n: int) -> int:
@@ -457,11 +468,7 @@ def weighted_auroc(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor, oo
         ``(B,)`` float64; NaN for a row whose ID or OOD weights are all zero.
     """
     id_scores, ood_scores = _pair(id_scores, ood_scores, "weighted AUROC")
-    id_weights = _check_weights(id_weights, id_scores.numel(), name="id_weights", device=id_scores.device)
-    ood_weights = _check_weights(ood_weights, ood_scores.numel(), name="ood_weights", device=id_scores.device)
-    if id_weights.shape[0] != ood_weights.shape[0]:
-        raise ValueError(f"id_weights and ood_weights must have the same number of rows, got "
-                         f"{id_weights.shape[0]} and {ood_weights.shape[0]}")
+    id_weights, ood_weights = _check_weight_pair(id_scores, ood_scores, id_weights, ood_weights)
     plan = _AUROCPlan(id_scores, ood_scores)
     step = _chunk_rows(id_scores.numel() + ood_scores.numel())
     parts = [plan.area(id_weights[start:start + step], ood_weights[start:start + step])
@@ -560,11 +567,7 @@ def weighted_min_rank(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor,
         weight counts every ID sample with weight (no outlier to beat).
     """
     id_scores, ood_scores = _pair(id_scores, ood_scores, "weighted MinRank")
-    id_weights = _check_weights(id_weights, id_scores.numel(), name="id_weights", device=id_scores.device)
-    ood_weights = _check_weights(ood_weights, ood_scores.numel(), name="ood_weights", device=id_scores.device)
-    if id_weights.shape[0] != ood_weights.shape[0]:
-        raise ValueError(f"id_weights and ood_weights must have the same number of rows, got "
-                         f"{id_weights.shape[0]} and {ood_weights.shape[0]}")
+    id_weights, ood_weights = _check_weight_pair(id_scores, ood_scores, id_weights, ood_weights)
     return _min_rank_rows(id_scores, ood_scores, id_weights, ood_weights)
 
 
@@ -713,7 +716,7 @@ def _authors_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_u
     best = distance.argmin(dim=2)  # first minimum: the lowest threshold among equally near points
     nearest = distance.gather(2, best[:, :, None]).squeeze(2)
     ccr = plan.correct_above(w_known, plan.values[best]).double() / w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
-    return torch.where(nearest / targets[None, :] >= 0.1, math.nan, ccr)
+    return torch.where(nearest / targets[None, :] >= AUTHORS_RELATIVE_TOLERANCE, math.nan, ccr)
 
 
 def _first_present(counts: np.ndarray, head: np.ndarray, scores: np.ndarray) -> np.generic:
@@ -885,7 +888,7 @@ class _OpenSetCPU:
         read = np.searchsorted(self.correct_sorted, self.values[best], side="right")
         ccr = (correct_total - cumulative_correct[read]).astype(np.float64) / self.num_known
         with np.errstate(invalid="ignore"):
-            return np.where(nearest / np.asarray(self.targets_list) >= 0.1, math.nan, ccr)
+            return np.where(nearest / np.asarray(self.targets_list) >= AUTHORS_RELATIVE_TOLERANCE, math.nan, ccr)
 
 
 def bootstrap_open_set(
