@@ -27,9 +27,9 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
-from common import atomic_write_text
 from lightning_modules.checkpoint import read_checkpoint
 from lightning_modules.open_set_classifier import train_negatives_for_loss
+from openset_common import atomic_write_text
 
 
 def _loggers(trainer_config: Any) -> list[Any]:

@@ -55,7 +55,6 @@ from callbacks.report import (
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, detector_pairs
-from common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 from datamodules.evg import ChainBatches, EvGData, chain_ranges
 from datamodules.images import BALANCED_RULE
 from datamodules.sources import real_ood_set
@@ -65,6 +64,7 @@ from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
 from lightning_modules.scoring import ScoringModel
 from metrics import auroc, get_kappa, min_rank
 from metrics.intervals import resample_weights, weighted_auroc, weighted_min_rank
+from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 
 RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
                   "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images", "ood test images",

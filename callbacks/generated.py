@@ -81,7 +81,6 @@ from callbacks.report import (
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, TransformedSet, detector_pairs
 from callbacks.severity import model_name
-from common import atomic_write_text, file_sha256, known_columns
 from datamodules.batch import AtLeast, Batch, collate_samples
 from datamodules.generated import (
     MANIFEST_COLUMNS,
@@ -115,6 +114,7 @@ from metrics import (
     rank_agreement,
 )
 from metrics.intervals import bootstrap_accuracy_ece, bootstrap_auroc
+from openset_common import atomic_write_text, file_sha256, known_columns
 
 PER_IMAGE = ("images", "source_index", "source_label", "seed", "ensemble_prediction", "mi", "lpips")
 

@@ -56,10 +56,10 @@ from callbacks.report import (
     write_replicates,
 )
 from callbacks.run import Evaluation, TrainerOptions, make_logger, make_trainer
-from common import atomic_write_text
 from lightning_modules.checkpoint import load_run
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
 from metrics.intervals import bootstrap_open_set
+from openset_common import atomic_write_text
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:

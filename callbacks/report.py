@@ -36,8 +36,8 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
-from common import atomic_write_bytes, atomic_write_text
 from metrics import auroc_interval, percentile_interval
+from openset_common import atomic_write_bytes, atomic_write_text
 
 METHODS = ("open_set", "severity", "generated", "evg")
 

@@ -57,10 +57,10 @@ from callbacks.report import Intervals, check_output_dir, read_replicates, slug
 from callbacks.run import Evaluation, TrainerOptions, make_logger
 from callbacks.scoring import ScoringPasses
 from callbacks.severity import SeverityEvaluation
-from common import file_sha256
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa, pairs_with
 from metrics.intervals import paired_difference, probability_first
+from openset_common import file_sha256
 
 SECTIONS: dict[str, type[Evaluation]] = {"oscr": OSCREvaluation, "severity": SeverityEvaluation,
                                          "generated": GeneratedEvaluation, "evg": EvGEvaluation}

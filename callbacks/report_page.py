@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from callbacks.report import write_json
-from common import atomic_write_text
+from openset_common import atomic_write_text
 
 MISSING = "—"
 SIGNIFICANT_MARK = "▼"

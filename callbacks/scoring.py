@@ -32,12 +32,12 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from callbacks.report import slug
-from common import atomic_write_bytes, digest, tensors_fingerprint
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.evaluation import EvaluationSet
 from datamodules.transforms import ModelInput
 from lightning_modules.scoring import forward_outputs
 from metrics import IndexedPredictions, Kappa, check_kappa, kappa_scores, pairs_with
+from openset_common import atomic_write_bytes, digest, tensors_fingerprint
 
 
 def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:

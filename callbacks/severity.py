@@ -61,7 +61,6 @@ from callbacks.report import (
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, model_input_of
-from common import known_columns
 from datamodules.registry import build_severity_data
 from datamodules.severity import SEVERITY_SETS, SeverityData
 from lightning_modules.checkpoint import check_classes, datamodule_from_checkpoint, read_checkpoint
@@ -77,6 +76,7 @@ from metrics import (
     severity_table,
 )
 from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
+from openset_common import known_columns
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")

@@ -32,9 +32,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
-from common import digest, files_fingerprint, tensors_fingerprint
 from datamodules.batch import collate_samples
 from datamodules.images import ImageFileDataset, TensorImageDataset, dataset_labels
+from openset_common import digest, files_fingerprint, tensors_fingerprint
 
 Role = Literal["id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds"]
 ROLES: tuple[str, ...] = get_args(Role)

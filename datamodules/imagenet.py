@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from common import atomic_write_text
 from datamodules.images import BadImagePolicy, ImageFileDataset, read_rgb_image
 from datamodules.open_set import OpenSetDataModule, TrainNegatives
 from datamodules.protocols import (
@@ -40,6 +39,7 @@ from datamodules.protocols import (
 )
 from datamodules.severity import FolderSeverityData, ProtocolSeverityData
 from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, ModelInput, eval_transform, train_transform
+from openset_common import atomic_write_text
 
 
 class FolderProtocolDataModule(OpenSetDataModule):

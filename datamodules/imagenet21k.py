@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from common import atomic_write_text
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.wordnet import load_wordnet, synset
 from datamodules.wordnet import wnid as synset_wnid
+from openset_common import atomic_write_text
 
 RULES = ("id_class", "hypernym", "hyponym", "part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
 CURATED_RELATIONS = ("part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")

@@ -20,11 +20,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from common import NEGATIVE_LABEL, UNKNOWN_LABEL
 from datamodules.batch import collate_samples
 from datamodules.evaluation import EvaluationSet, Role, known_subset, raw
 from datamodules.images import check_choice, dataset_labels
 from datamodules.transforms import BackgroundClassTarget, ModelInput
+from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL
 
 TrainNegatives = Literal["include", "exclude", "background"]
 

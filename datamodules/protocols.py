@@ -33,9 +33,9 @@ from pathlib import Path
 
 from sklearn.model_selection import train_test_split
 
-from common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
 from datamodules.images import image_files
 from datamodules.wordnet import descendants_in
+from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
 
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from common import import_object, typed_arguments
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ClassFolderDataModule, ImageNetProtocolDataModule
 from datamodules.open_set import OpenSetDataModule
@@ -17,6 +16,7 @@ from datamodules.severity import (
     ProtocolSeverityData,
     SeverityData,
 )
+from openset_common import import_object, typed_arguments
 
 DATAMODULES: dict[str, type[OpenSetDataModule]] = {
     "fashion": FashionMNISTOpenSetDataModule,

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import UNKNOWN_LABEL
 from datamodules.images import ImageFileDataset, TensorImageDataset
+from openset_common import UNKNOWN_LABEL
 
 DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")

@@ -28,7 +28,6 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import Tensor, nn
 
-from common import tensors_fingerprint
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.transforms import ModelInput
 from lightning_modules.checkpoint import (
@@ -40,6 +39,7 @@ from lightning_modules.checkpoint import (
 from lightning_modules.nets.backbones import build_classifier
 from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.open_set_classifier import OpenSetClassifier
+from openset_common import tensors_fingerprint
 
 
 def checkpoint_display_name(path: Path) -> str:

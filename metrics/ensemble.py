@@ -40,9 +40,9 @@ import math
 import torch
 from torch import Tensor
 
-from common import known_columns, spread_background_mass
 from metrics._validation import as_tensor, check_finite, check_probabilities
 from metrics.collect import IndexedPredictions
+from openset_common import known_columns, spread_background_mass
 
 __all__ = [
     "MutualInformation",

@@ -51,8 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common import known_columns, spread_background_mass
 from metrics.ensemble import ensemble_entropy, ensemble_mi, ensemble_softmax
+from openset_common import known_columns, spread_background_mass
 
 KappaKind = Literal["logits", "features", "model", "ensemble"]
 

@@ -2,8 +2,8 @@
 metrics, and no import circle between the project's modules.
 
 ``metrics`` imports nothing of the other packages; ``datamodules`` never imports a model, a callback or a
-metric; ``lightning_modules`` never imports a callback; ``common`` imports nothing of the project. Every
-package may import ``common``. Imports inside functions count: a lazy import that dodges a circle is
+metric; ``lightning_modules`` never imports a callback; ``openset_common`` imports nothing of the project. Every
+package may import ``openset_common``. Imports inside functions count: a lazy import that dodges a circle is
 still one.
 """
 
@@ -14,11 +14,11 @@ import pytest
 
 from tests.conftest import ROOT
 
-PROJECT = {"metrics", "datamodules", "lightning_modules", "callbacks", "common", "train", "evaluate", "benchmarks"}
-LIBRARY = ("metrics", "datamodules", "lightning_modules", "callbacks", "common")
+PROJECT = {"metrics", "datamodules", "lightning_modules", "callbacks", "openset_common", "train", "evaluate", "benchmarks"}
+LIBRARY = ("metrics", "datamodules", "lightning_modules", "callbacks", "openset_common")
 FORBIDDEN = {
-    "common": PROJECT - {"common"},
-    "metrics": PROJECT - {"metrics", "common"},
+    "openset_common": PROJECT - {"openset_common"},
+    "metrics": PROJECT - {"metrics", "openset_common"},
     "datamodules": {"lightning_modules", "callbacks", "metrics", "train", "evaluate", "benchmarks"},
     "lightning_modules": {"callbacks", "train", "evaluate", "benchmarks"},
     "callbacks": {"train", "evaluate", "benchmarks"},
@@ -37,7 +37,7 @@ def imported_packages(path) -> set[str]:
 
 
 def files_of(package: str):
-    return [ROOT / "common.py"] if package == "common" else sorted((ROOT / package).rglob("*.py"))
+    return [ROOT / "openset_common.py"] if package == "openset_common" else sorted((ROOT / package).rglob("*.py"))
 
 
 def module_name(path: Path) -> str:
