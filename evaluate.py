@@ -27,6 +27,7 @@ import re
 import sys
 import typing
 import warnings
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -183,6 +184,24 @@ def dataclass_options(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def section_configs(values: dict[str, Any], files: Any) -> dict[str, Any]:
+    """The report card's sections whose ``config:`` came from a ``--config`` file, with that path read relative
+    to the file that names it (not to the current folder), so a report config runs from any folder."""
+    for file in [str(f) for f in (files or [])]:
+        path = Path(file)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for section in ("oscr", "severity", "generated", "evg"):
+            given = (loaded.get(section) or {}).get("config") if isinstance(loaded.get(section), dict) else None
+            current = values.get(section)
+            if (isinstance(given, str) and not Path(given).is_absolute() and isinstance(current, dict)
+                    and current.get("config") == given):
+                values[section] = {**current, "config": str(path.parent / given)}
+    return values
+
+
 def parse(argv: list[str]) -> tuple[str, Any]:
     """``(command, its typed evaluation)`` of a command line."""
     command = ALIASES.get(argv[0], argv[0]) if argv else ""
@@ -192,6 +211,8 @@ def parse(argv: list[str]) -> tuple[str, Any]:
     config = build_parser().parse_args([command, *normalise(command, argv[1:])])[command]
     values = dataclass_options(COMMANDS[command], {k: v for k, v in dict(config).items()
                                                    if k != "config" and not k.startswith("__")})
+    if command == "report":
+        values = section_configs(values, config.get("config"))
     fields = set(TrainerOptions.__dataclass_fields__)
     options = TrainerOptions(**{k: v for k, v in values.items() if k in fields}) if command != "severity-plot" else None
     return command, COMMANDS[command](**{k: v for k, v in values.items() if k not in fields}, trainer=options)

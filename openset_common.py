@@ -15,13 +15,18 @@ This module imports nothing from the rest of the project.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import importlib
 import inspect
 import json
 import os
-import tempfile
-from collections.abc import Iterable, Mapping
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +105,21 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to a temporary file next to ``path``, flush it to disk, then rename it into place."""
+    """Write ``data`` to a temporary file next to ``path``, flush it to disk, then rename it into place.
+
+    The file gets the permissions of any new file (0666 less the umask, e.g. 0644), not ``mkstemp``'s 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    for _ in range(100):
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"cannot create a temporary file next to {path}")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
@@ -121,6 +137,93 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def staging_folder(parent: str | os.PathLike, prefix: str) -> Path:
+    """A new, empty folder ``<parent>/<prefix><host>.<pid>.<random>`` to build an artefact in before it is
+    renamed into place.
+
+    Unlike ``tempfile.mkdtemp`` (mode 0700) it gets the permissions of any new folder (0777 less the umask,
+    e.g. 0755), so the renamed artefact is readable as the user's other files are. The name records the
+    machine and the process that made it, which :func:`stale_staging_folders` reads back.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        path = parent / f"{prefix}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            path.mkdir()  # mode 0o777, less the umask
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"cannot create a staging folder {prefix}* in {parent}")
+
+
+def stale_staging_folders(parent: str | os.PathLike, prefix: str) -> list[Path]:
+    """The staging folders of :func:`staging_folder` in ``parent`` made on this machine by a process that no
+    longer runs (a run killed before it could clean up), sorted. Those of a running process, or of another
+    machine (a shared disk), are not stale."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    stale = []
+    for path in sorted(parent.glob(f"{prefix}*")):
+        host_and_pid = path.name[len(prefix):].rpartition(".")[0]  # <host>.<pid>.<random>
+        host, _, pid = host_and_pid.rpartition(".")
+        if path.is_dir() and host == socket.gethostname() and pid.isdigit() and not _process_running(int(pid)):
+            stale.append(path)
+    return stale
+
+
+@contextlib.contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill <pid>``, a scheduler's time limit) raises ``SystemExit(143)`` instead
+    of ending the process on the spot, so that ``finally`` clauses (removing a staging folder) run. Outside the
+    main thread, where no handler can be set, the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _process_running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def check_writable_folder(path: str | os.PathLike, *, what: str) -> Path:
+    """Refuse a folder that could not be created or written, before anything is written: a file in the way
+    (the folder itself or a parent), or a nearest existing folder without write permission. Creates nothing.
+
+    Raises:
+        NotADirectoryError: ``{what} goes to {path}, but {parent} is a file``.
+        PermissionError: ``{what} goes to {path}, but {folder} cannot be written``.
+    """
+    path = Path(path)
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(f"{what} goes to {path}, but {parent} is a file")
+        if parent.exists():
+            break
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} goes to {path}, but {existing} cannot be written")
+    return path
+
+
 def import_object(path: str) -> Any:
     """``"package.module.Name"`` -> the object (a class, a function)."""
     module, _, name = path.rpartition(".")
@@ -130,6 +233,22 @@ def import_object(path: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"cannot import {path!r}: {error}") from error
+
+
+def dataclass_of(cls: type, value: Any, *, what: str) -> Any:
+    """An options dataclass ``cls`` from ``None`` (its defaults), a mapping of its field names (from Python or
+    YAML: an unknown name is an error naming it and the options), or an instance of it."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - fields)
+        if unknown:
+            raise ValueError(f"{what}: {unknown} are not options of {cls.__name__} (its options: {sorted(fields)})")
+        return cls(**value)
+    raise TypeError(f"{what} must be a {cls.__name__} or a mapping of its options, got {value!r}")
 
 
 def typed_arguments(target: Any, arguments: dict[str, Any], *, what: str) -> dict[str, Any]:

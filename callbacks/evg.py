@@ -15,19 +15,26 @@
    the clean AUROC (ID test vs the unmodified OOD test images), the worst-case AUROC (ID test vs each
    chain's lowest-energy image), MinRank of both, the acceptance rate and the step at which each chain
    found its minimum; the transferability matrices (worst cases found against detector A scored by
-   detector B); ``results.csv`` / ``.md``, ``transfer_<variation>_<sampler>.csv`` / ``.md`` / ``.png``,
-   worst-case grids (seed image, then its worst case), energy traces, ``worst_cases.pt``; and the same to W&B.
+   detector B); the ``eV1`` rows of the samplers together (:func:`sampler_ensemble`, the authors'
+   ``ensemble_attack.py``); ``results.csv`` / ``.md``, ``transfer_<variation>_<sampler>.csv`` / ``.md`` /
+   ``.png``, worst-case grids (seed image, then its worst case), energy traces, ``worst_cases.pt`` (the worst
+   cases' points, energies and κ of every detector) and ``clean_scores.pt`` (the κ of the fixed sets), from
+   which every number of the tables is recomputed without a network; and the same to W&B.
+
+What the variations act on (:meth:`EvGEvaluation.seed_input`): by default the OOD images at their own size,
+each detector taking the varied images through its own input transform, the one the passes apply to the ID
+and clean OOD images (the authors'), so that the identity variation of a seed scores its clean score.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pytorch_lightning as pl
@@ -55,23 +62,46 @@ from callbacks.report import (
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from callbacks.scoring import ScoringPasses, detector_pairs
-from datamodules.evg import ChainBatches, EvGData, chain_ranges
-from datamodules.images import BALANCED_RULE
+from datamodules.evg import SEED_CHOICES, SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
 from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
 from lightning_modules.checkpoint import check_classes
 from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
+from lightning_modules.evg.detector import VariedImages
 from lightning_modules.scoring import ScoringModel
 from metrics import auroc, get_kappa, min_rank
 from metrics.intervals import resample_weights, weighted_auroc, weighted_min_rank
 from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 
-RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "chains", "steps", "clean auroc", "worst-case auroc",
-                  "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images", "ood test images",
-                  "seed images", "acceptance", "nan proposals", "mean step of minimum", "mean start energy",
-                  "mean lowest energy", "varied", *interval_columns("clean auroc", "worst-case auroc", "min rank"))
+RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "eV1 of", "chains", "steps", "clean auroc",
+                  "worst-case auroc", "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images",
+                  "ood test images", "seed images", "acceptance", "nan proposals", "mean step of minimum",
+                  "mean start energy", "mean lowest energy", "varied", *interval_columns("clean auroc", "worst-case auroc", "min rank"))
 SPLITS = ("id_val", "id_test", "ood")
-ENSEMBLE_SAMPLER = "eV1"  # the authors' released tables: per chain, the lowest energy over the samplers run
+VaryAt = Literal["data", "input"]
+VARY_AT: tuple[str, ...] = get_args(VaryAt)
+
+
+@dataclass(frozen=True)
+class SeedInput:
+    """What EvG's variations act on (:meth:`EvGEvaluation.seed_input`).
+
+    Attributes:
+        pipeline: raw OOD image -> seed image (``None``: the image at its own size).
+        resize_ood: every OOD image, clean ones too, goes through ``pipeline`` first (``image_size``).
+        varied_images: what the detectors get (:class:`lightning_modules.evg.Detector`): ``raw`` images
+            (their own transform follows) or their ``model_input`` (only the normalisation follows).
+        description: the rule in words, for the report.
+    """
+
+    pipeline: Callable[[Any], Tensor] | None
+    resize_ood: bool
+    varied_images: VariedImages
+    description: str
+
+
+ENSEMBLE_SAMPLER = "eV1"  # the authors' released tables (ensemble_attack.py --ensemble V1) over the samplers run
+AUTHORS_ENSEMBLE = ("mh", "random", "grad", "lgv")  # the samplers of their V1
 StandardiseOn = Literal["id_val", "id_test"]
 STANDARDISATION_SETS = {"id_val": "ID validation (the paper's text)", "id_test": "ID test (the authors' code)"}
 
@@ -85,13 +115,23 @@ def finite_worst(kappa: Tensor) -> Tensor:
     return kept
 
 
-def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[tuple[str, str, str],
-                                                                                   dict[str, Tensor]]:
-    """The ``eV1`` row of each (detector, variation) searched by two samplers or more: per chain, the result
-    of the sampler whose worst case has the lowest energy (a NaN energy counts as +inf; ties go to the
-    sampler run first). Its κ of every detector is that worst case's, so its worst-case AUROC is at most each
-    sampler's (κ of the chosen worst case >= κ of every sampler's, the detector's own energy being monotone
-    in κ)."""
+def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]], *, pooled: Collection[str] = ()
+                     ) -> dict[tuple[str, str, str], dict[str, Tensor]]:
+    """The ``eV1`` row of each (detector, variation) searched by two samplers or more, as the authors'
+    ``ensemble_attack.py`` (mode ``V1``) builds it.
+
+    - An instance-conditioned variation (affine, colour, l∞): per chain, the result of the sampler whose
+      worst case has the lowest energy (a NaN energy counts as +inf; ties go to the sampler run first; their
+      ``min(score, dim=0)`` over the samplers' results of the same seed images). Its κ of every detector is
+      that worst case's, so its worst-case AUROC and MinRank are at most each sampler's.
+    - A variation in ``pooled`` (the unconditional GAN: chain ``i`` of one sampler and of another share
+      nothing): every sampler's worst cases pooled, ``S·C`` of them (their ``torch.cat`` of the samplers'
+      samples), in sampler order; ``sampler_choice`` says whose each is. Its worst-case AUROC is the mean of
+      the samplers' (equal chain counts), its MinRank the lowest of theirs.
+
+    The authors' ``V1`` holds the samplers mh, random, grad and lgv; this project has no gradient samplers, so a
+    per-chain eV1 and every MinRank bound theirs from above (a pooled AUROC may move either way).
+    """
     grouped: dict[tuple[str, str], list[str]] = {}
     for detector, variation, sampler in results:
         grouped.setdefault((detector, variation), []).append(sampler)
@@ -100,21 +140,38 @@ def sampler_ensemble(results: dict[tuple[str, str, str], dict[str, Tensor]]) -> 
         if len(samplers) < 2:
             continue
         parts = [results[(detector, variation, s)] for s in samplers]
-        energies = torch.stack([p["energy"].double() for p in parts])
-        choice = torch.nan_to_num(energies, nan=float("inf")).argmin(dim=0)  # first minimum: the earlier sampler
-        chains = torch.arange(choice.numel())
+        chains = parts[0]["energy"].numel()
+        keys = ("points", "energy", "best_step", "start_energy", "nan_proposals",
+                *(k for k in parts[0] if k.startswith("kappa/")))
         merged: dict[str, Tensor] = {}
-        for key in ("points", "energy", "best_step", "start_energy", *(k for k in parts[0] if k.startswith("kappa/"))):
-            if all(key in p for p in parts):
-                merged[key] = torch.stack([p[key] for p in parts])[choice, chains]
+        if variation in pooled:
+            for key in keys:
+                if all(key in p for p in parts):
+                    merged[key] = torch.cat([p[key] for p in parts])
+            choice = torch.arange(len(parts)).repeat_interleave(chains)
+            merged["chain"] = torch.arange(chains).repeat(len(parts))
+        else:
+            energies = torch.stack([p["energy"].double() for p in parts])
+            choice = torch.nan_to_num(energies, nan=float("inf")).argmin(dim=0)  # first minimum: the earlier sampler
+            index = torch.arange(chains)
+            for key in keys:
+                if key == "nan_proposals":  # every sampler's NaN proposals of the chain
+                    if all(key in p for p in parts):
+                        merged[key] = torch.stack([p[key] for p in parts]).sum(dim=0)
+                elif all(key in p for p in parts):
+                    merged[key] = torch.stack([p[key] for p in parts])[choice, index]
+            merged["chain"] = index
         merged["acceptance"] = torch.full((choice.numel(),), float("nan"))
         merged["calls"] = torch.tensor(sum(int(p["calls"]) for p in parts))  # every sampler's calls, and NaNs
-        if all("nan_proposals" in p for p in parts):
-            merged["nan_proposals"] = torch.stack([p["nan_proposals"] for p in parts]).sum(dim=0)
         merged["sampler_choice"] = choice
         merged["trace_steps"] = torch.zeros(0, dtype=torch.long)
         combined[(detector, variation, ENSEMBLE_SAMPLER)] = merged
     return combined
+
+
+def ensemble_label(samplers: Sequence[str], *, pooled: bool) -> str:
+    """What an ``eV1`` row holds, e.g. ``mh, random: per-chain minimum``."""
+    return f"{', '.join(samplers)}: {'pooled samples' if pooled else 'per-chain minimum'}"
 
 
 def _variation_config(variation: torch.nn.Module) -> dict[str, Any]:
@@ -137,7 +194,9 @@ class EvGReport(pl.Callback):
         passes: the run's scoring passes (shared with every other evaluation of the run).
         seed_indices: the OOD images the chains start from (indices into ``data["ood"]``; default: all of them,
             in order); their clean AUROC and MinRank are reported next to those of the whole OOD set.
-        seed_choice: the seed of that choice (recorded in the report).
+        seed_choice: how they were chosen, ``balanced`` or ``first`` (:data:`datamodules.evg.SEED_RULES`).
+        seed: the seed of a balanced choice (recorded in the report).
+        vary_at: what the variations act on, in words (recorded in the report and its run key).
         standardise_on: the ID set whose κ standardise the energy (recorded in the report and the run key).
         precision: the trainer's precision (chains of another precision are another run).
         intervals: level, bootstrap resamples and seed of the intervals: the clean AUROC gets DeLong's (images),
@@ -147,14 +206,18 @@ class EvGReport(pl.Callback):
 
     def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
                  plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None,
-                 seed_indices: Tensor | None = None, seed_choice: int = 0, standardise_on: StandardiseOn = "id_val",
-                 precision: str = "32-true", intervals: Intervals | None = None) -> None:
+                 seed_indices: Tensor | None = None, seed_choice: SeedChoice = "balanced", seed: int = 0,
+                 vary_at: str = "", standardise_on: StandardiseOn = "id_val", precision: str = "32-true",
+                 intervals: Intervals | None = None) -> None:
         self.data, self.chains = data, chains
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self._weight_cache: dict[tuple[int, int], Tensor] = {}
         self.seed_indices = (torch.arange(len(data["ood"])) if seed_indices is None else seed_indices).long().cpu()
-        self.seed_choice, self.standardise_on, self.precision = seed_choice, standardise_on, str(precision)
+        if seed_choice not in SEED_RULES:
+            raise ValueError(f"seed_choice must be one of {sorted(SEED_RULES)}, got {seed_choice!r}")
+        self.seed_choice, self.seed, self.vary_at = seed_choice, int(seed), vary_at
+        self.standardise_on, self.precision = standardise_on, str(precision)
         self.output_dir = Path(output_dir)
         self.passes = passes if passes is not None else ScoringPasses(
             cache_dir if cache_dir is not None else self.output_dir / "cache")
@@ -171,12 +234,13 @@ class EvGReport(pl.Callback):
         seeds = module.seed_images
         return digest({
             "detectors": {name: [d.fingerprint(), d.kappa.name, d.kappa_args, d.background, d.model.model_input.key(),
-                                 module.standardisation()[name]] for name, d in module.detectors.items()},
+                                 module.standardisation()[name], d.varied_images]
+                          for name, d in module.detectors.items()},
             "variations": {name: _variation_config(v) for name, v in module.variations.items()},
             "samplers": module.sampler_args, "pairs": module.pairs, "steps": module.steps, "seed": module.seed,
             "trace_every": module.trace_every, "seed_images": tensors_fingerprint({"seeds": seeds}),
             "standardise_on": self.standardise_on, "standardisation_set": self.data[self.standardise_on].fingerprint(),
-            "precision": self.precision,
+            "precision": self.precision, "vary_at": self.vary_at,
         })
 
     def chain_dir(self, module: Any) -> Path:
@@ -291,7 +355,13 @@ class EvGReport(pl.Callback):
         marker = out / "report.json"
         marker.unlink(missing_ok=True)  # until the whole report is written again, it is not complete
         results = self.assemble(module)
-        results.update(sampler_ensemble(results))
+        # the unconditional variations (the GAN): their eV1 pools the samplers' samples (ensemble_attack.py)
+        pooled = {name for name, model in module.variations.items() if not getattr(model, "conditional", True)}
+        results.update(sampler_ensemble(results, pooled=pooled))
+        searched: dict[tuple[str, str], list[str]] = {}
+        for detector, variation, sampler in results:
+            if sampler != ENSEMBLE_SAMPLER:
+                searched.setdefault((detector, variation), []).append(sampler)
         self.rows, self.transfer = [], {}
         for (detector, variation, sampler), result in results.items():
             scores = self.scores[detector]
@@ -300,6 +370,8 @@ class EvGReport(pl.Callback):
             self.rows.append({
                 "detector": detector, "variation": variation,
                 "preset": getattr(module.variations[variation], "preset", None) or "", "sampler": sampler,
+                "eV1 of": ensemble_label(searched[(detector, variation)], pooled=variation in pooled)
+                if sampler == ENSEMBLE_SAMPLER else "",
                 "chains": int(worst.numel()),
                 "steps": int(result["calls"]), "clean auroc": auroc(scores["id_test"], scores["ood"]),
                 "worst-case auroc": auroc(scores["id_test"], worst),
@@ -315,22 +387,32 @@ class EvGReport(pl.Callback):
                 "varied": ", ".join(module.variations[variation].active_parameters),
             })
             self._intervals(self.rows[-1], scores, worst, ~torch.isnan(result[f"kappa/{detector}"]),
-                            f"{detector}|{variation}|{sampler}")
+                            f"{detector}|{variation}|{sampler}",
+                            conditional=getattr(module.variations[variation], "conditional", True))
             matrix = self.transfer.setdefault((variation, sampler), {})
             matrix[detector] = {other: auroc(self.scores[other]["id_test"], finite_worst(result[f"kappa/{other}"]))
                                 for other in module.detectors}
         fitted = module.standardisation()
         write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
-        write_replicates(out, self.replicates, self.intervals)
+        # the units the replicates resample: the ID test images and the seed images (their identity, for the card)
+        write_replicates(out, self.replicates, self.intervals, units={"*": digest(
+            {"id_test": self.data["id_test"].fingerprint(), "ood": self.data["ood"].fingerprint(),
+             "seeds": [int(i) for i in self.seed_indices.tolist()]})})
         standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
         on = STANDARDISATION_SETS[self.standardise_on]
-        samplers = sorted({s for _, _, s in results if s != ENSEMBLE_SAMPLER})
+        notes = [n for n in (getattr(v, "size_note", "") for v in module.variations.values()) if n]
         write_markdown(out / "results.md", self.rows, RESULT_COLUMNS, preamble=(
             f"Energy standardisation on {on} (-κ): {standardisation}. Seeds: {self.seed_rule()}. "
-            f"{ENSEMBLE_SAMPLER}: per chain, the lowest energy over the samplers {', '.join(samplers)} "
-            "(the authors' released tables); seed auroc / seed min rank: the clean scores of exactly the seed images. "
-            f"{self.intervals.describe()}: clean AUROC DeLong (images); worst-case AUROC and MinRank percentile "
-            "bootstrap over the chains and the ID test images"))
+            + (f"Varied: {self.vary_at}. " if self.vary_at else "")
+            + f"{ENSEMBLE_SAMPLER} (the authors' released tables, ensemble_attack.py): for the instance-conditioned "
+            "variations, per chain the lowest energy over the samplers of its `eV1 of` column; for the unconditional "
+            "GAN the samplers' samples pooled. The authors' eV1 also holds two gradient samplers (grad, lgv), not run "
+            "here: a per-chain eV1 and every MinRank bound theirs from above (a pooled AUROC is the mean of the "
+            "samplers' and may move either way). Seed auroc / seed min rank: the clean scores of exactly the seed "
+            f"images. {self.intervals.describe()}: clean AUROC over the images; worst-case AUROC over the ID test "
+            "images and the seed images (chains of one seed image are one unit: clustered); MinRank conditional on "
+            "the search (the worst case held fixed: Wilson's interval of a count of ID test images)"
+            + "".join(f". Warning: {note}" for note in notes)))
         ood = self.data["ood"].dataset
         groups = getattr(ood, "source_classes", None)
         write_tables(out, "seeds", [{"seed": i, "ood index": int(index), "source class":
@@ -353,10 +435,18 @@ class EvGReport(pl.Callback):
                                              row_label="searched against", column_label="scored by (AUROC)")
         buffer = io.BytesIO()
         seed_of_chain = self.seed_indices[torch.arange(self.chains) % len(self.seed_indices)]
-        torch.save({f"{d}|{v}|{s}": {**{k: r[k] for k in ("points", "energy", "best_step", "sampler_choice") if k in r},
+        torch.save({f"{d}|{v}|{s}": {**{k: r[k] for k in ("points", "energy", "best_step", "sampler_choice", "chain")
+                                        if k in r},
                                      "kappa": r[f"kappa/{d}"], **{k: r[k] for k in r if k.startswith("kappa/")},
-                                     "seed_index": seed_of_chain} for (d, v, s), r in results.items()}, buffer)
+                                     "seed_index": seed_of_chain[r["chain"]] if "chain" in r else seed_of_chain}
+                    for (d, v, s), r in results.items()}, buffer)
         atomic_write_bytes(out / "worst_cases.pt", buffer.getvalue())
+        # the clean κ every number above is computed from (ID validation, ID test, the OOD set): the report's
+        # numbers can be recomputed from the files alone, without a pass through the networks
+        buffer = io.BytesIO()
+        torch.save({name: {split: kappa.cpu() for split, kappa in per_set.items()}
+                    for name, per_set in self.scores.items()}, buffer)
+        atomic_write_bytes(out / "clean_scores.pt", buffer.getvalue())
         # the fitted state of the run: the detectors' energy standardisation
         write_tables(out, "standardisation", [{"detector": n, "mean": m, "scale": s} for n, (m, s) in fitted.items()],
                      ("detector", "mean", "scale"), preamble=f"Energy = (-κ - mean) / scale, fitted on {on}")
@@ -369,39 +459,50 @@ class EvGReport(pl.Callback):
         log_images(trainer, {metric_key("predict", "evg", name): path for name, path in figures.items()})
         # written last: a report without it (a run killed while writing) is rewritten whole by the next run
         atomic_write_text(marker, json.dumps({"run_key": self.run_key(module), "rows": self.rows,
-                                              "standardise_on": self.standardise_on, "seeds": self.seed_rule()},
+                                              "standardise_on": self.standardise_on, "seeds": self.seed_rule(),
+                                              "seed_choice": self.seed_choice, "vary_at": self.vary_at},
                                              indent=1, default=float) + "\n")
         rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
 
     def _weights(self, n: int, stratum: int) -> Tensor:
-        """The bootstrap's resamples of ``n`` units, drawn once per report."""
+        """The bootstrap's resamples of ``n`` units (ID test images, or seed images), drawn once per report."""
         if (n, stratum) not in self._weight_cache:
             self._weight_cache[(n, stratum)] = resample_weights(n, self.intervals.resamples, self.intervals.seed,
                                                                 stratum=stratum)
         return self._weight_cache[(n, stratum)]
 
-    def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, kept: Tensor, key: str) -> None:
+    def _intervals(self, row: dict[str, Any], scores: dict[str, Tensor], worst: Tensor, kept: Tensor, key: str, *,
+                   conditional: bool = True) -> None:
         """The intervals of one results row; the worst-case AUROC's and MinRank's replicates under ``key``.
 
-        The chains are resampled by their index over all chains of the run (a chain without a finite energy,
-        left out of ``worst``, keeps its place and its weight is dropped), so chain i is the same search with the
-        same weight for every detector, variation and sampler: their differences are paired."""
+        - worst-case AUROC: the units are the ID test images and the **seed images** (chain i varies seed
+          ``i mod N_seeds``; chains that share a seed image are one unit; an unconditional variation, the GAN,
+          has no seed image: each of its chains, or pooled samples, is its own unit): its interval is
+          :meth:`Intervals.auroc` with the chains clustered by seed (Obuchowski's clustered DeLong), its
+          replicates resample the seeds keyed by their index (chain i's weight is its seed's, the same for every
+          detector, variation and sampler: paired; a chain without a finite energy keeps its seed and drops out);
+        - MinRank: conditional on the search. The most trusted worst case is a maximum over the chains, whose
+          bootstrap is invalid (Bickel & Freedman 1981: it covers E[MinRank] in about 60% of repetitions);
+          held fixed, MinRank counts the ID test images above it, a binomial count: Wilson's interval, and
+          replicates that resample the ID test images only."""
         options = self.intervals
-        with_bounds(row, "clean auroc", options.delong(scores["id_test"], scores["ood"]))
+        with_bounds(row, "clean auroc", options.auroc(scores["id_test"], scores["ood"]))
+        num_seeds = len(self.seed_indices) if conditional else kept.numel()
+        seed_of_chain = (torch.arange(kept.numel()) % num_seeds)[kept.cpu()]
         id_weights = self._weights(scores["id_test"].numel(), 0)
-        chain_weights = self._weights(kept.numel(), 1)[:, kept.cpu()]
-        for metric, statistic in (("worst-case auroc", weighted_auroc), ("min rank", weighted_min_rank)):
-            replicates = statistic(scores["id_test"], worst, id_weights, chain_weights).double()
-            low, high = options.bounds(replicates)
-            if metric == "min rank" and low is not None:  # a count: its interval widened to whole ranks
-                low, high = float(math.floor(low)), float(math.ceil(high))
-            with_bounds(row, metric, (low, high))
-            self.replicates[f"{key}|{'worst_auroc' if metric == 'worst-case auroc' else 'min_rank'}"] = replicates
+        chain_weights = self._weights(num_seeds, 1)[:, seed_of_chain]
+        with_bounds(row, "worst-case auroc", options.auroc(scores["id_test"], worst, ood_clusters=seed_of_chain))
+        self.replicates[f"{key}|worst_auroc"] = weighted_auroc(scores["id_test"], worst, id_weights,
+                                                               chain_weights).double()
+        with_bounds(row, "min rank", options.count(row["min rank"], scores["id_test"].numel()))
+        held = torch.ones(id_weights.shape[0], worst.numel(), dtype=id_weights.dtype)
+        self.replicates[f"{key}|min_rank"] = weighted_min_rank(scores["id_test"], worst, id_weights, held).double()
 
     def seed_rule(self) -> str:
         repeats = -(-self.chains // len(self.seed_indices))
-        return (f"{len(self.seed_indices)} of {len(self.data['ood'])} OOD images, {BALANCED_RULE} "
-                f"(seed {self.seed_choice}); chain i varies seed i mod {len(self.seed_indices)}"
+        rule = SEED_RULES[self.seed_choice] + (f" (seed {self.seed})" if self.seed_choice == "balanced" else "")
+        return (f"{len(self.seed_indices)} of {len(self.data['ood'])} OOD images, {self.seed_choice}: {rule}; "
+                f"chain i varies seed i mod {len(self.seed_indices)}"
                 + (f", each seed up to {repeats} chains" if repeats > 1 else ""))
 
     def _figures(self, module: Any, results: dict[tuple[str, str, str], dict[str, Tensor]]) -> dict[str, Path]:
@@ -449,25 +550,28 @@ class EvGEvaluation(Evaluation):
             a checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
         data_args: arguments of that datamodule to change.
         ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
-        image_size: the side of the varied images (default: the detectors' common input; needed when their
-            inputs differ, each detector then resizes to its own).
+        image_size: the side every OOD image (the clean ones too) is first brought to (bilinear, antialiased),
+            the variations then acting at it; default: none (see ``vary_at``).
         variation: variation models (:data:`lightning_modules.evg.VARIATIONS`): ``affine`` and ``colour`` (the
-            authors' presets for the image size: affineV1 below 128 px, affineV2 from 128 px; colorV1), the
+            authors' presets for the size the variations act at: affineV1 below 128 px, affineV2 from 128 px;
+            colorV1; a preset whose translation reaches half the images' side is warned, naming both), the
             presets by name (``affineV0``-``affineV3``, ``colorV0``-``colorV2``), ``gan``, ``linf``.
         variation_args: per variation model, its arguments, e.g. ``{"affine": {"scale": [0.9, 1.2]}}``.
         gan: the generator of the ``gan`` variation: a plain GAN checkpoint of ``train.py`` trained on the OOD
             set, or a factory path ``pkg.mod:factory`` returning any module that maps latents ``(N, D)`` to
             ``[0, 1]`` images (e.g. a StyleGAN2 of your own); its options (``truncation``, ``latent_dim``,
             ``generator_args``) go in ``variation_args: {gan: ...}``.
-        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh, random, coordinate (the paper's Figure 2
-            finite difference, 2 calls per step), linf (its own 20,000 iterations, not ``steps``).
+        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh (its start and ``steps`` proposals),
+            random (``steps`` draws, as the authors' ``RandomSampler``), coordinate (the paper's Figure 2 finite
+            difference, 2 calls per step), linf (its own 20,000 iterations, not ``steps``). Two or more give the
+            ``eV1`` rows (:func:`sampler_ensemble`).
         sampler_args: per sampler, its arguments, e.g. ``{"mh": {"temperature": 1.0}}``.
-        chains: chains per search (chain ``i`` varies seed image ``i mod N_seeds``; the seeds are a seeded,
-            class-balanced choice of ``min(chains, N_ood)`` OOD images).
-        steps: detector calls per chain.
+        chains: chains per search (chain ``i`` varies seed image ``i mod N_seeds``; the seeds are
+            ``min(chains, N_ood)`` OOD images chosen by ``seed_choice``).
+        steps: the budget of each chain: MH's proposals, random search's draws (2000 in the paper).
         chains_per_batch: chains moved together (keep it to resume an interrupted run).
         seed: the run's seed (each chain's random numbers are keyed by it and the chain; it also chooses the
-            seed images).
+            seed images of a balanced choice).
         standardise_on: the ID scores that standardise the energy: ``id_val`` (the paper's text, default) or
             ``id_test`` (the authors' code, ``IN_score.pkl``). μ cancels in the MH acceptance; σ sets the
             effective temperature.
@@ -478,6 +582,16 @@ class EvGEvaluation(Evaluation):
         cache_dir: cached passes (default: ``<output_dir>/cache``).
         plots: write and log the figures.
         intervals: level, bootstrap resamples and seed of the intervals (:class:`EvGReport`).
+        vary_at: what the variations act on. ``data`` (default, the authors': ``cifar_vit_hf_md.yml`` warps
+            the 32 px SVHN images with affineV1 for a 224 px ViT): the OOD images at their own size, each
+            detector then taking the varied images through its own input transform, as every clean image (OOD
+            images of several sizes, e.g. a folder of photographs, are brought to the detectors' common input
+            first, as ``input``). ``input`` (this project's option): the detectors' common input (each seed
+            through the models' transform, the variation after it, e.g. affineV2 at 224 px; needs
+            ``image_size`` when their inputs differ). ``image_size`` overrides both.
+        seed_choice: the seed images: ``balanced`` (default: seeded, balanced over the OOD set's classes) or
+            ``first`` (the authors': the first ``min(chains, N_ood)`` images of the set; their scripts run
+            1,000, ``attack.py --n_sample 1000``).
     """
 
     command = "evg"
@@ -491,10 +605,11 @@ class EvGEvaluation(Evaluation):
                  chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
                  trace_every: int = 10, batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None, *,
+                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
+                 vary_at: VaryAt = "data", seed_choice: SeedChoice = "balanced", *,
                  trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
@@ -514,36 +629,59 @@ class EvGEvaluation(Evaluation):
         self.seed, self.trace_every, self.batch_size, self.num_workers = seed, trace_every, batch_size, num_workers
         if standardise_on not in STANDARDISATION_SETS:
             raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got {standardise_on!r}")
-        self.standardise_on = standardise_on
+        if vary_at not in VARY_AT:
+            raise ValueError(f"vary_at must be one of {list(VARY_AT)}, got {vary_at!r}")
+        if seed_choice not in SEED_CHOICES:
+            raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
+        self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
         self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
-    def detectors(self, models: dict[str, ScoringModel]) -> dict[str, Detector]:
+    def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, Detector]:
         """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
         detectors: dict[str, Detector] = {}
         for model, kappa in detector_pairs(list(models.values()), [get_kappa(k) for k in self.kappa]):
-            detector = Detector(model, kappa, kappa_args=self.kappa_args.get(kappa.name))
+            detector = Detector(model, kappa, kappa_args=self.kappa_args.get(kappa.name), varied_images=varied_images)
             detectors[detector.name] = detector
         return detectors
 
-    def pipeline(self, detectors: dict[str, Detector]) -> Any:
-        """The raw image -> varied image pipeline: the detectors' common input pipeline, or ``image_size``."""
-        inputs = {d.model.display_name: d.model.model_input for d in detectors.values()}
+    def seed_input(self, models: Sequence[ScoringModel], sizes: Sequence[tuple[int, int]]) -> SeedInput:
+        """What the variations act on (see ``vary_at``), for models and seed images of ``sizes`` ``(H, W)``.
+
+        Raises:
+            ValueError: the variations would act at the detectors' common input, and their inputs differ
+                (naming them): give ``image_size``.
+        """
         if self.image_size is not None:
-            channels = {mi.channels for mi in inputs.values()}
-            return TensorPipeline(self.image_size, channels.pop() if len(channels) == 1 else None)
-        pipelines = {repr(mi.pipeline): mi.pipeline for mi in inputs.values()}
+            channels = {m.model_input.channels for m in models}
+            pipeline = TensorPipeline(self.image_size, channels.pop() if len(channels) == 1 else None)
+            return SeedInput(pipeline, True, "raw", f"every OOD image (the clean ones too) first resized to "
+                             f"{self.image_size}x{self.image_size} px (image_size, bilinear), the variations acting "
+                             "there; each detector takes the varied images through its own input transform")
+        if self.vary_at == "data" and len(sizes) == 1:
+            height, width = sizes[0]
+            return SeedInput(None, False, "raw", f"at the data's own size, {height}x{width} px (the authors'); each "
+                             "detector takes the varied images through its own input transform, as every clean image")
+        pipelines = {repr(m.model_input.pipeline): m.model_input.pipeline for m in models}
         if len(pipelines) > 1:
-            sizes = {name: mi.size for name, mi in inputs.items()}
-            raise ValueError(f"the detectors take images of other inputs ({sizes}): give image_size, the side the "
-                             "variations act at (each detector then resizes to its own input)")
-        return next(iter(pipelines.values()))
+            inputs = {m.display_name: m.model_input.size for m in models}
+            why = (f"the OOD images have several sizes ({', '.join(f'{h}x{w}' for h, w in sizes[:4])}, ...), so the "
+                   "variations act at the detectors' common input, but " if self.vary_at == "data" else "")
+            raise ValueError(f"{why}the detectors take images of other inputs ({inputs}): give image_size, the side "
+                             "every OOD image is brought to first (each detector then takes the varied images "
+                             "through its own input transform)")
+        size = next(iter(models)).model_input.size
+        reason = ("vary_at: input" if self.vary_at == "input" else
+                  f"the OOD images have several sizes ({', '.join(f'{h}x{w}' for h, w in sizes[:4])})")
+        return SeedInput(next(iter(pipelines.values())), False, "model_input",
+                         f"at the detectors' common input ({'x'.join(map(str, size)) if size else 'their size'} px; "
+                         f"{reason}): each seed through the models' transform, the variation after it")
 
     def run(self) -> dict[str, Any]:
         models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
         for model in models.values():
             if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
                 model.network.to(memory_format=torch.channels_last)  # runs the demo's CNN about 1.6x faster
-        detectors = self.detectors(models)
+        self.detectors(models)  # a κ that pairs with no model is refused before any pass
         datamodule = id_datamodule(self.data, self.data_args, models=list(models.values()))
         data = EvGData(id_val=datamodule.evaluation_set("val", role="id_val", known_only=True),
                        id_test=datamodule.evaluation_set("test", role="id_test", known_only=True),
@@ -554,8 +692,13 @@ class EvGEvaluation(Evaluation):
         if self.chains > len(data["ood"]):
             print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
-        seed_indices = data.seed_indices(self.chains, self.seed)
-        seeds = data.seed_images(seed_indices, self.pipeline(detectors))
+        seed_indices = data.seed_indices(self.chains, self.seed, choice=self.seed_choice)
+        seed_input = self.seed_input(list(models.values()), data.seed_sizes(seed_indices))
+        if seed_input.resize_ood:  # the clean OOD images are the chains' unvaried images
+            data = data.through(seed_input.pipeline)
+        detectors = self.detectors(models, seed_input.varied_images)
+        seeds = data.seed_images(seed_indices, None if seed_input.resize_ood else seed_input.pipeline)
+        print(f"EvG varies the OOD images {seed_input.description}")
         generator = self.gan if self.gan and "gan" in self.variation else None  # a checkpoint or pkg.mod:factory
         variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
                                             generator=generator) for name in self.variation}
@@ -566,8 +709,9 @@ class EvGEvaluation(Evaluation):
                            steps=self.steps, seed=self.seed, trace_every=self.trace_every)
         check_output_dir(self.output_dir)
         report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
-                           plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed,
-                           standardise_on=self.standardise_on, precision=self.options.precision,
+                           plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed_choice, seed=self.seed,
+                           vary_at=seed_input.description, standardise_on=self.standardise_on,
+                           precision=self.options.precision,
                            passes=self.shared_passes, intervals=self.intervals)
         logger = make_logger(self.options, name="evg")
         # inference mode off: model-based κ such as ODIN take input gradients inside the detector

@@ -27,12 +27,22 @@ torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metri
 - Independence: a detector or describer that shares a member with the ensemble a set's generator was
   trained against is flagged in every table (``shares generator ensemble``, ``describer shares generator
   ensemble``, ``detectors sharing generator ensemble``): its numbers report the optimisation target back.
+- Quality: an ensemble whose members are near chance says nothing with its MI or its predictions. The
+  describing ensemble is held to its quality bar before anything runs (``train.py ensemble``'s record of its
+  members' ID-test accuracy, else measured; :mod:`lightning_modules.ensemble_quality`), and so is the ensemble
+  that describes the images ``generate`` writes; a weak one is refused unless ``allow_weak_ensemble``, and then
+  every row it shapes says so in ``weak ensemble``, as does every row of a set whose generator was trained
+  against a weak ensemble (``info.json``'s ``training_ensemble_quality``).
 
-Intervals (:class:`callbacks.report.Intervals`): the AUROC gets DeLong's interval (the images of the ID test
-set and of the set are independent draws: the resampling unit is the image, ID and OOD separately), accuracy
-and ECE a percentile bootstrap over the set's images; columns ``<metric> low`` / ``<metric> high``. The
-bootstrap replicates of every number (``replicates.pt``) use the same resamples for every detector on a set,
-so the report card's differences between detectors are paired.
+Intervals (:class:`callbacks.report.Intervals`): the AUROC gets :meth:`Intervals.auroc`'s interval (the images
+of the ID test set and of the set are independent draws: the resampling unit is the image, ID and OOD
+separately), accuracy and ECE a percentile bootstrap over the set's images; columns ``<metric> low`` /
+``<metric> high``. The ECE is torchmetrics' binned plug-in estimate (15 bins), the number the field reports;
+it is biased upwards (a calibrated model's expected plug-in ECE is about 0.08 at 200 images and 0.04 at 1,000,
+``benchmarks/interval_coverage.py``), and its interval is the percentile bootstrap *of that estimator*: it does
+not cover the population ECE of a nearly calibrated model, and the tables say so (:data:`ECE_NOTE`). The
+bootstrap replicates of every number (``replicates.pt``) use the same resamples for every detector on a set
+(keyed by image index), so the report card's differences between detectors are paired.
 
 Passes are sharded over the devices (every rank joins every gather). Global rank zero writes
 ``detectors.csv`` / ``.md``, ``sets.csv`` / ``.md``, ``agreement.csv`` / ``.md`` and a grid of each set; the
@@ -45,7 +55,7 @@ import csv
 import io
 import json
 import shutil
-import tempfile
+import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -100,6 +110,7 @@ from lightning_modules.checkpoint import (
     load_module,
     read_checkpoint,
 )
+from lightning_modules.ensemble_quality import EnsembleQuality, check_ensemble
 from lightning_modules.generated import RegularisedGenerator, ShiftGenerator
 from lightning_modules.generated.modes import GenerationMode, check_generation_mode, generation_mode
 from lightning_modules.nets import DeepEnsemble, PerceptualDistance
@@ -114,9 +125,24 @@ from metrics import (
     rank_agreement,
 )
 from metrics.intervals import bootstrap_accuracy_ece, bootstrap_auroc
-from openset_common import atomic_write_text, file_sha256, known_columns
+from openset_common import (
+    atomic_write_text,
+    file_sha256,
+    known_columns,
+    staging_folder,
+    stale_staging_folders,
+    terminate_as_exit,
+)
 
+ECE_NOTE = ("ECE: torchmetrics' binned plug-in estimate (15 bins), biased upwards at small n; its interval is the "
+            "bootstrap interval of that estimator, not of the population ECE (it does not reach 0 for a calibrated "
+            "model; the bias is measured in benchmarks/RESULTS.md).")
 PER_IMAGE = ("images", "source_index", "source_label", "seed", "ensemble_prediction", "mi", "lpips")
+
+
+def staging_prefix(output_dir: Path) -> str:
+    """The name prefix of the staging folders of a set (``.<set name>.staging-``), next to the set."""
+    return f".{output_dir.name}.staging-"
 
 
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
@@ -163,9 +189,14 @@ class GeneratedSetWriter(pl.Callback):
             self._write(gathered)
 
     def _write(self, gathered: dict[str, torch.Tensor]) -> None:
-        images = to_uint8(gathered["images"])
-        self.output_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{self.output_dir.name}.", dir=self.output_dir.parent))
+        with terminate_as_exit():  # `kill <pid>` while writing: the staging folder still goes
+            self._write_staged(to_uint8(gathered["images"]), gathered)
+
+    def _write_staged(self, images: torch.Tensor, gathered: dict[str, torch.Tensor]) -> None:
+        # built in a staging folder of the set's name (staging_prefix) with the permissions of any new folder,
+        # renamed into place when complete; removed on any failure or interrupt, and by a later run when the
+        # process was killed outright
+        staging = staging_folder(self.output_dir.parent, staging_prefix(self.output_dir))
         try:
             (staging / "images").mkdir()
             rows = []
@@ -193,9 +224,9 @@ class GeneratedSetWriter(pl.Callback):
             if self.output_dir.exists():  # overwrite: the old set stays whole until the new one is complete
                 shutil.rmtree(self.output_dir)
             staging.rename(self.output_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
         rank_zero_info(f"Generated set of {len(rows)} images: {self.output_dir}")
 
 
@@ -316,12 +347,13 @@ class SampleGrids(pl.Callback):
         log_images(trainer, {"samples": path}, step=trainer.global_step)
 
 
-DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images",
+DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images", "weak ensemble",
                     "shares generator ensemble", *interval_columns("auroc", "accuracy", "ece"))
 SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
                "keeps source label", "keeps ensemble label", "lambda_perceptual", "lambda_semantic", "mode",
-               "generator", "describer shares generator ensemble")
-AGREEMENT_COLUMNS = ("generated", "real", "detectors", "kendall tau", "p-value", "detectors sharing generator ensemble")
+               "generator", "describer shares generator ensemble", "weak ensemble")
+AGREEMENT_COLUMNS = ("generated", "real", "detectors", "kendall tau", "p-value", "detectors sharing generator ensemble",
+                     "weak ensemble")
 LABEL_KEPT = " (label kept)"  # the suffix of a shifted set's rows restricted to the label-keeping images
 
 
@@ -336,6 +368,8 @@ class GeneratedBenchmark(pl.Callback):
         models: the detectors' models (default: the module ``trainer.test`` runs).
         kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
         describer: the model whose MI and predictions describe the sets (a deep ensemble); ``None`` skips them.
+        describer_quality: the describer's members' accuracies and bar (checked by the caller); a weak one is
+            named in the ``weak ensemble`` column of every row it shapes.
         perceptual: the LPIPS distance that describes the sets; ``None`` skips that column.
         reference: how many ID test images the nearest-image LPIPS searches.
         reference_seed: the seed of their class-balanced choice (:func:`datamodules.images.balanced_choice`).
@@ -359,6 +393,7 @@ class GeneratedBenchmark(pl.Callback):
         models: Sequence[pl.LightningModule] | None = None,
         kappa_args: dict[str, dict[str, Any]] | None = None,
         describer: pl.LightningModule | None = None,
+        describer_quality: EnsembleQuality | None = None,
         perceptual: torch.nn.Module | None = None,
         reference: int = 128,
         reference_seed: int = 0,
@@ -370,7 +405,7 @@ class GeneratedBenchmark(pl.Callback):
     ) -> None:
         super().__init__()
         self.data = data
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
@@ -378,6 +413,7 @@ class GeneratedBenchmark(pl.Callback):
         self.kappa_parameters = {k.name: k.parameters(**(kappa_args or {}).get(k.name, {})) for k in self.kappas}
         self.models = list(models) if models is not None else None
         self.describer, self.perceptual = describer, perceptual
+        self.describer_quality = describer_quality
         if reference < 1:
             raise ValueError(f"reference must be positive, got {reference}")
         if label_filter and describer is None:
@@ -427,6 +463,9 @@ class GeneratedBenchmark(pl.Callback):
         for row in self.agreement:
             detectors = {(r["model"], r["confidence function"]) for r in self.detectors if r["set"] == row["generated"]}
             row["detectors sharing generator ensemble"] = len(detectors & sharing)
+            row["weak ensemble"] = self.weak_ensemble(row["generated"], described=row["generated"].endswith(LABEL_KEPT))
+        for row in self.detectors:  # a "(label kept)" row's images are the describer's choice
+            row["weak ensemble"] = self.weak_ensemble(row["set"], described=row["set"].endswith(LABEL_KEPT))
         self._log(trainer)
         if trainer.is_global_zero:
             self._write(trainer)
@@ -456,6 +495,20 @@ class GeneratedBenchmark(pl.Callback):
             return True
         digests = {record.get("sha256") for record in trained} - {None}
         return bool(digests) and any(self._digest(str(Path(p).resolve())) in digests for p in own)
+
+    def weak_ensemble(self, set_name: str, *, described: bool) -> str:
+        """What a row on ``set_name`` says about the weak ensembles it rests on (``"no"``: none): the generator's
+        training ensemble of a generated set (``info.json``'s ``training_ensemble_quality``) and, when the row is
+        ``described`` (its numbers or images come from the describer), the describing ensemble."""
+        flags = []
+        trained = self.data.info.get(set_name.removesuffix(LABEL_KEPT), {}).get("training_ensemble_quality")
+        if trained:
+            quality = EnsembleQuality.from_dict(trained)
+            if quality.weak:
+                flags.append(quality.flag("generator's ensemble"))
+        if described and self.describer_quality is not None and self.describer_quality.weak:
+            flags.append(self.describer_quality.flag("describer"))
+        return "; ".join(flags) or "no"
 
     def _shared_sets(self, model: Any) -> str:
         generated = [n for n, k in self.data.kinds.items() if k in ("near_ood", "shift")]
@@ -496,9 +549,9 @@ class GeneratedBenchmark(pl.Callback):
         return row
 
     def _auroc(self, id_scores: Tensor, ood_scores: Tensor, key: str) -> dict[str, float | None]:
-        """AUROC with DeLong's interval; its bootstrap replicates under ``<key>|auroc``."""
+        """AUROC with its interval (:meth:`Intervals.auroc`); its bootstrap replicates under ``<key>|auroc``."""
         row: dict[str, float | None] = {"auroc": auroc(id_scores, ood_scores)}
-        with_bounds(row, "auroc", self.intervals.delong(id_scores, ood_scores))
+        with_bounds(row, "auroc", self.intervals.auroc(id_scores, ood_scores))
         self.replicates[f"{key}|auroc"] = bootstrap_auroc(id_scores, ood_scores, self.intervals.resamples,
                                                          self.intervals.seed)
         return row
@@ -612,6 +665,7 @@ class GeneratedBenchmark(pl.Callback):
         if kind in ("near_ood", "shift") and self.describer is not None:
             row["describer shares generator ensemble"] = "yes" if self.shares_generator_ensemble(
                 self.describer, name) else "no"
+        row["weak ensemble"] = self.weak_ensemble(name, described=self.describer is not None)
         if "mi" in out:
             row["mean MI"] = float(out["mi"].double().mean())
             if kind in ("shift", "real_shift", "id"):  # for the ID test set: the ensemble's accuracy, the scale
@@ -644,17 +698,19 @@ class GeneratedBenchmark(pl.Callback):
             write_tables(out, f"detectors_{slug(model)}", [r for r in self.detectors if r["model"] == model],
                          DETECTOR_COLUMNS)
         write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS, preamble=(
-            f"{self.intervals.describe()}: AUROC DeLong (images, ID and set separately), accuracy and ECE "
-            "percentile bootstrap (the set's images)."))
+            f"{self.intervals.describe()}: AUROC over the images (ID and set separately), accuracy and ECE "
+            f"percentile bootstrap (the set's images). {ECE_NOTE}"))
         write_replicates(out, self.replicates, self.intervals)
         if self.agreement:
             write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)
         if self.sets:
             lpips = getattr(self.perceptual, "description", "no LPIPS")
             write_csv(out / "sets.csv", self.sets, SET_COLUMNS)
+            describer = (f"; described by {self.describer_quality.name}, {self.describer_quality.summary()}"
+                         if self.describer_quality is not None else "")
             write_markdown(out / "sets.md", self.sets, SET_COLUMNS,
                            preamble=f"LPIPS: {lpips}; reference: {self.reference} ID test images, chosen "
-                                    f"{BALANCED_RULE} (seed {self.reference_seed})")
+                                    f"{BALANCED_RULE} (seed {self.reference_seed}){describer}")
         if self.plots:
             grids = {}
             for name, evaluation_set in self.data.sets.items():
@@ -748,6 +804,11 @@ class GenerateSets(Evaluation):
         mode: how the generator runs (:mod:`lightning_modules.generated.modes`): ``"eval"`` (dropout off,
             running statistics: each image a function of its input) or ``"pix2pix"`` (as in training and as
             Isola et al. test: dropout on, batch statistics).
+        allow_weak_ensemble: describe the images with an ensemble below its quality bar anyway
+            (:mod:`lightning_modules.ensemble_quality`; the generator's own ensemble is also let through when
+            the generator was trained with ``allow_weak_ensemble``); ``info.json`` records the quality of the
+            describing ensemble (``ensemble_quality``) and of the one the generator was trained against
+            (``training_ensemble_quality``, as its checkpoint recorded it).
     """
 
     command = "generate"
@@ -755,15 +816,20 @@ class GenerateSets(Evaluation):
     def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
                  batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
                  lpips_net: str | None = None, lpips_random_backbone: bool = False,
-                 data_args: dict[str, Any] | None = None, mode: GenerationMode = "eval", *,
-                 trainer: TrainerOptions | None = None) -> None:
+                 data_args: dict[str, Any] | None = None, mode: GenerationMode = "eval",
+                 allow_weak_ensemble: bool = False, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.allow_weak_ensemble = allow_weak_ensemble
         self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
         if not self.model:
             raise ValueError("give at least one generator checkpoint")
         if len(self.model) != len(self.output_dir):
             raise ValueError(f"give one output folder per generator: {len(self.model)} checkpoints, "
                              f"{len(self.output_dir)} folders")
+        resolved = [Path(folder).resolve() for folder in self.output_dir]
+        twice = sorted({str(folder) for folder in self.output_dir if resolved.count(Path(folder).resolve()) > 1})
+        if twice:  # the second set would replace the first (--overwrite) or fail after the first was generated
+            raise ValueError(f"each generator needs its own output folder: {twice} given more than once")
         if num < 1:
             raise ValueError(f"the number of images must be positive, got {num}")
         if batch_size < 1 or reference < 1:
@@ -778,6 +844,10 @@ class GenerateSets(Evaluation):
     def run(self) -> Path | list[Path]:
         for folder in self.output_dir:
             check_output_dir(folder, overwrite=self.overwrite, what="the generated set")
+        for folder in self.output_dir:  # what a run killed outright (SIGKILL, a power cut) left behind
+            for stale in stale_staging_folders(Path(folder).parent, staging_prefix(Path(folder))):
+                shutil.rmtree(stale, ignore_errors=True)
+                print(f"removed the staging folder {stale} of a generation that did not finish", file=sys.stderr)
         folders = [self._generate(ckpt, Path(folder)) for ckpt, folder in zip(self.model, self.output_dir, strict=True)]
         return folders[0] if len(folders) == 1 else folders
 
@@ -790,6 +860,11 @@ class GenerateSets(Evaluation):
         pipeline = datamodule.model_input().pipeline  # the images the generator was trained on
         hparams = module.hparams
         members = self.ensemble or hparams.get("ensemble")
+        # the describing ensemble held to its bar; the generator's own one also passes when the generator was
+        # trained with allow_weak_ensemble (its checkpoint records what was checked)
+        allow = self.allow_weak_ensemble or (not self.ensemble and bool(hparams.get("allow_weak_ensemble", False)))
+        quality = check_ensemble(members, what=f"describing the images of {ckpt} (the manifest's MI and ensemble "
+                                 "predictions)", allow_weak=allow) if members else None
         ensemble = DeepEnsemble.from_checkpoints(members) if members else None
         perceptual = PerceptualDistance(self.lpips_net or hparams.get("lpips_net", "vgg"),
                                         random_backbone=self.lpips_random_backbone
@@ -819,6 +894,8 @@ class GenerateSets(Evaluation):
             "training": training_record(checkpoint, module),
             "training_ensemble": member_records(hparams.get("ensemble")),
             "lpips": perceptual.description, "ensemble": ensemble.paths if ensemble is not None else [],
+            "ensemble_quality": quality.as_dict() if quality is not None else None,
+            "training_ensemble_quality": checkpoint.get("ensemble_quality"),
             "reference_images": self.reference if kind == "near_ood" else None,
             "reference_choice": choice if kind == "near_ood" else None,
             "source": "in-distribution test images of the generator's datamodule" if kind == "shift" else None,
@@ -872,6 +949,9 @@ class GeneratedEvaluation(Evaluation):
         cache_dir: cached passes (``None``: none).
         plots: write and log the grids.
         intervals: level, bootstrap resamples and seed of the intervals.
+        allow_weak_ensemble: describe the sets with an ensemble below its quality bar anyway
+            (:mod:`lightning_modules.ensemble_quality`: the bar stated at ``train.py ensemble``, else the sanity
+            bar); every row it shapes then names it in ``weak ensemble``.
     """
 
     command = "generated"
@@ -884,12 +964,13 @@ class GeneratedEvaluation(Evaluation):
                  lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
                  label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None, *,
-                 trainer: TrainerOptions | None = None) -> None:
+                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
+                 allow_weak_ensemble: bool = False, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
-        self.intervals = intervals or Intervals()
+        self.allow_weak_ensemble = allow_weak_ensemble
+        self.intervals = Intervals.of(intervals)
         self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
         self.data, self.data_args = data, dict(data_args or {})
         self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
@@ -910,11 +991,16 @@ class GeneratedEvaluation(Evaluation):
                   for m in self.model]
         detector_pairs(models, [get_kappa(k) for k in self.kappa])  # before any data are read
         data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
+        # before any pass: an ensemble below its quality bar describes nothing unless told
+        quality = check_ensemble(self.ensemble if len(self.ensemble) > 1 else self.ensemble[0],
+                                 what="describing the sets (--ensemble)",
+                                 allow_weak=self.allow_weak_ensemble) if self.ensemble else None
         describer = ScoringModel(f"ensemble:{','.join(self.ensemble)}") if self.ensemble else None
         perceptual = (PerceptualDistance(self.lpips_net, random_backbone=self.lpips_random_backbone)
                       if self.lpips_net else None)
         check_output_dir(self.output_dir)
         benchmark = GeneratedBenchmark(data, self.kappa, models=models, kappa_args=self.kappa_args, describer=describer,
+                                       describer_quality=quality,
                                        perceptual=perceptual, reference=self.reference,
                                        reference_seed=self.reference_seed, label_filter=self.label_filter,
                                        output_dir=self.output_dir, plots=self.plots,

@@ -57,9 +57,10 @@ from callbacks.report import (
 )
 from callbacks.run import Evaluation, TrainerOptions, make_logger, make_trainer
 from lightning_modules.checkpoint import load_run
+from lightning_modules.open_set_classifier import OpenSetClassifier
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
 from metrics.intervals import bootstrap_open_set
-from openset_common import atomic_write_text
+from openset_common import atomic_write_text, tensors_fingerprint
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:
@@ -114,7 +115,7 @@ class OpenSetEvaluation(pl.Callback):
         intervals: Intervals | None = None,
     ) -> None:
         super().__init__()
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.fpr_targets = tuple(float(t) for t in fpr_targets)
         for convention in conventions:
             fpr_key(1.0, convention)  # fail at construction on an unknown convention
@@ -184,8 +185,10 @@ class OpenSetEvaluation(pl.Callback):
         known = targets >= 0
         for group, label in GROUPS.items():
             if f"{group}/auroc" in report["scalars"]:
-                intervals[f"{group}/auroc"] = options.delong(confidence[known], confidence[targets == label])
+                intervals[f"{group}/auroc"] = options.auroc(confidence[known], confidence[targets == label])
         report["intervals"], report["replicates"] = intervals, replicates
+        # the units the replicates resample: the test samples by dataset index (their labels in that order)
+        report["units"] = tensors_fingerprint({"targets": targets.cpu()})
 
     @staticmethod
     def _log(pl_module: pl.LightningModule, stage: str, reports: dict[int, dict[str, Any]]) -> None:
@@ -293,7 +296,7 @@ class OpenSetEvaluation(pl.Callback):
             report.get("intervals"),
         )
         if "replicates" in report:
-            write_replicates(directory, report["replicates"], self.intervals)
+            write_replicates(directory, report["replicates"], self.intervals, units={"*": report["units"]})
         rank_zero_info(f"Open-set evaluation report: {directory}")
         return directory
 
@@ -325,15 +328,25 @@ class OSCREvaluation(Evaluation):
                  ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
                  intervals: Intervals | None = None, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
-        self.intervals = intervals or Intervals()
+        if str(model).startswith(("timm:", "torchvision:", "ensemble:")):
+            raise ValueError(f"oscr needs a checkpoint of train.py (a classifier trained on an open-set protocol, whose "
+                             f"test set holds its negatives and unknowns), got the model name {model!r}; the other "
+                             "commands (severity, generated, evg) take timm:, torchvision: and ensemble: models")
+        self.intervals = Intervals.of(intervals)
         self.model, self.data_args = model, dict(data_args or {})
         self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
         self.conventions = list(ccr_convention)
 
     def run(self) -> dict[str, Any] | None:
-        model, datamodule, checkpoint = load_run(self.model, self.data_args)
-        if self.output_dir is not None:
-            check_output_dir(self.output_dir)
+        # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
+        # test step to score), and a report folder that cannot be written (by default next to the checkpoint)
+        model, datamodule, checkpoint = load_run(
+            self.model, self.data_args, expected=OpenSetClassifier,
+            hint="oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test set holds "
+                 "its protocol's negatives and unknowns")
+        checkpoint_path = Path(self.model)
+        check_output_dir(self.output_dir if self.output_dir is not None
+                         else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
         evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
                                        conventions=self.conventions, intervals=self.intervals)
         logger = make_logger(self.options, name=f"oscr-{Path(self.model).stem}", version=checkpoint.get("logger_version"))

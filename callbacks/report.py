@@ -24,7 +24,6 @@ import csv
 import io
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,8 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
-from metrics import auroc_interval, percentile_interval
-from openset_common import atomic_write_bytes, atomic_write_text
+from metrics import auroc_interval, percentile_interval, wilson_interval
+from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder, dataclass_of
 
 METHODS = ("open_set", "severity", "generated", "evg")
 
@@ -65,17 +64,23 @@ class Intervals:
         level: the confidence level (0.95: 95% intervals).
         resamples: bootstrap resamples ``B`` (percentile intervals; the replicates are also what the report card
             compares detectors with).
-        seed: the bootstrap's seed. Resamples depend on (seed, resampling unit, size) only, so two detectors scored
-            on the same images are resampled alike: their differences are paired.
+        seed: the bootstrap's seed. Resamples depend on (seed, resampling unit, size) only, and the weights are
+            keyed by the identity of the resampled unit (image index, pool class, seed image), so two detectors
+            scored on the same units are resampled alike: their differences are paired.
+        auroc_method: the AUROC interval (:func:`metrics.auroc_interval`): ``auto`` (the default: logit DeLong
+            where enough samples overlap, else Newcombe's score interval), ``logit``, ``newcombe``, ``delong``
+            (Wald), ``bootstrap``.
 
-    AUROC over independent images has DeLong's interval (:func:`metrics.auroc_interval`); every other number a
-    percentile bootstrap over its own resampling unit (said in each method's docstring and table preamble).
-    Computed from gathered data on every rank, so equal on 1 and N processes.
+    What the intervals are about: the sampling of the test data (images, classes, chains) for one trained
+    model, not the variance over training runs (a report card model of several seeds adds that). Computed
+    from gathered data on every rank, so equal on 1 and N processes. Coverage of every interval type:
+    ``benchmarks/interval_coverage.py`` (RESULTS.md).
     """
 
     level: float = 0.95
     resamples: int = 1000
     seed: int = 0
+    auroc_method: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.level, bool) or not isinstance(self.level, (int, float)) or not 0.0 < float(self.level) < 1.0:
@@ -84,21 +89,44 @@ class Intervals:
             raise ValueError(f"bootstrap intervals need a whole number of at least 10 resamples, got {self.resamples!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"the bootstrap seed must be a non-negative integer, got {self.seed!r}")
+        if self.auroc_method not in AUROC_METHODS:
+            raise ValueError(f"auroc_method must be one of {AUROC_METHODS}, got {self.auroc_method!r}")
+
+    @classmethod
+    def of(cls, value: Intervals | dict[str, Any] | None) -> Intervals:
+        """The intervals from ``None`` (the defaults), a mapping of their names (``{"level": 0.9}`` from Python
+        or YAML), or themselves."""
+        return dataclass_of(cls, value, what="intervals")
 
     def bounds(self, replicates: Tensor) -> tuple[float | None, float | None]:
         """The percentile interval of bootstrap replicates (None, None where every replicate is NaN)."""
         low, high = percentile_interval(replicates, self.level)
         return (None if math.isnan(low) else low), (None if math.isnan(high) else high)
 
-    def delong(self, id_scores: Tensor, ood_scores: Tensor) -> tuple[float | None, float | None]:
-        """DeLong's Wald interval of the AUROC of ID (positive) vs OOD scores, clipped to [0, 1]; ``(None, None)``
-        with fewer than two scores on a side (no variance to estimate)."""
-        if min(id_scores.numel(), ood_scores.numel()) < 2:
-            return None, None
-        return auroc_interval(id_scores, ood_scores, level=self.level, method="delong")
+    def auroc(self, id_scores: Tensor, ood_scores: Tensor, *,
+              ood_clusters: Tensor | None = None) -> tuple[float | None, float | None]:
+        """The interval of the AUROC of ID (positive) vs OOD scores by :attr:`auroc_method`
+        (:func:`metrics.auroc_interval`; ``ood_clusters``: the unit of each OOD sample, e.g. an EvG chain's
+        seed image)."""
+        return auroc_interval(id_scores, ood_scores, level=self.level, method=self.auroc_method,
+                              resamples=self.resamples, seed=self.seed, ood_clusters=ood_clusters)
+
+    def count(self, successes: int, trials: int) -> tuple[float, float]:
+        """Wilson's interval of a count of ``successes`` of ``trials`` (e.g. MinRank: the ID test images above a
+        fixed worst case), in whole counts (the lower bound floored, the upper ceiled)."""
+        low, high = wilson_interval(int(successes), int(trials), self.level)
+        return float(math.floor(low * trials + 1e-9)), float(math.ceil(high * trials - 1e-9))
 
     def describe(self) -> str:
-        return f"{self.level:.0%} intervals ({self.resamples} bootstrap resamples, seed {self.seed})"
+        return (f"{self.level:.0%} intervals ({self.resamples} bootstrap resamples, seed {self.seed}; AUROC "
+                f"{AUROC_DESCRIPTIONS[self.auroc_method]})")
+
+
+AUROC_METHODS = ("auto", "logit", "newcombe", "delong", "bootstrap")
+AUROC_DESCRIPTIONS = {
+    "auto": "logit DeLong, Newcombe's score interval where fewer than 40 samples of a side overlap the other",
+    "logit": "logit DeLong", "newcombe": "Newcombe's score interval", "delong": "DeLong's Wald interval",
+    "bootstrap": "percentile bootstrap"}
 
 
 def interval_columns(*metrics: str) -> tuple[str, ...]:
@@ -115,21 +143,35 @@ def with_bounds(row: dict[str, Any], metric: str, bounds: tuple[float | None, fl
 REPLICATES_FILE = "replicates.pt"
 
 
-def write_replicates(folder: str | Path, replicates: Mapping[str, Tensor], intervals: Intervals) -> Path:
-    """``<folder>/replicates.pt``: per reported number its ``(B,)`` bootstrap replicates, with the options."""
+def write_replicates(folder: str | Path, replicates: Mapping[str, Tensor], intervals: Intervals,
+                     units: Mapping[str, Any] | None = None) -> Path:
+    """``<folder>/replicates.pt``: per reported number its ``(B,)`` bootstrap replicates, with the options and
+    ``units``: per replicate key (or ``"*"`` for every key) the identity of the units it resampled (data
+    fingerprints), which the report card compares rows by (only rows resampled over the same units are
+    paired)."""
     buffer = io.BytesIO()
     torch.save({"level": intervals.level, "resamples": intervals.resamples, "seed": intervals.seed,
-                "replicates": {key: value.detach().double().cpu() for key, value in replicates.items()}}, buffer)
+                "replicates": {key: value.detach().double().cpu() for key, value in replicates.items()},
+                "units": dict(units or {})}, buffer)
     return atomic_write_bytes(Path(folder) / REPLICATES_FILE, buffer.getvalue())
+
+
+def _read_payload(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / REPLICATES_FILE
+    if not path.is_file():
+        return {}
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def read_replicates(folder: str | Path) -> dict[str, Tensor]:
     """The replicates a method wrote in ``folder`` (empty when it wrote none)."""
-    path = Path(folder) / REPLICATES_FILE
-    if not path.is_file():
-        return {}
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    return dict(payload["replicates"])
+    return dict(_read_payload(folder).get("replicates", {}))
+
+
+def read_units(folder: str | Path) -> dict[str, str]:
+    """Per replicate key (``"*"``: every key) the identity of the units its replicates resampled (empty when the
+    method wrote none)."""
+    return {str(k): str(v) for k, v in _read_payload(folder).get("units", {}).items()}
 
 
 # -- folders ----------------------------------------------------------------------------------------------
@@ -140,17 +182,9 @@ def check_output_dir(path: str | Path, *, overwrite: bool = True, what: str = "t
     (of the folder or of a parent), an existing folder when ``overwrite`` is off, a folder that cannot be
     written. Creates nothing."""
     path = Path(path)
-    for parent in (path, *path.parents):
-        if parent.exists() and not parent.is_dir():
-            raise NotADirectoryError(f"{what} goes to {path}, but {parent} is a file")
-        if parent.exists():
-            break
-    if path.exists() and not overwrite:
+    if path.is_dir() and not overwrite:
         raise FileExistsError(f"{what} would go to {path}, which exists; choose another folder or pass --overwrite")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(f"{what} goes to {path}, but {existing} cannot be written")
-    return path
+    return check_writable_folder(path, what=what)
 
 
 # Neither helper asks for ``trainer.log_dir``: under DDP it is a collective (a broadcast), and reports are

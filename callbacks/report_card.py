@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,14 @@ from callbacks.evg import ENSEMBLE_SAMPLER, EvGEvaluation
 from callbacks.generated import LABEL_KEPT, GeneratedEvaluation
 from callbacks.open_set import OSCREvaluation
 from callbacks.plots import plot_severity
-from callbacks.report import Intervals, check_output_dir, read_replicates, slug
+from callbacks.report import Intervals, check_output_dir, read_replicates, read_units, slug
 from callbacks.run import Evaluation, TrainerOptions, make_logger
 from callbacks.scoring import ScoringPasses
 from callbacks.severity import SeverityEvaluation
 from lightning_modules.scoring import ScoringModel
-from metrics import get_kappa, pairs_with
-from metrics.intervals import paired_difference, probability_first
-from openset_common import file_sha256
+from metrics import get_kappa, pairs_with, seed_mean, seed_mean_replicates, share_first, worse_than_best
+from metrics.intervals import paired_difference
+from openset_common import atomic_write_text, file_sha256, typed_arguments
 
 SECTIONS: dict[str, type[Evaluation]] = {"oscr": OSCREvaluation, "severity": SeverityEvaluation,
                                          "generated": GeneratedEvaluation, "evg": EvGEvaluation}
@@ -72,9 +73,10 @@ TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
 # keys a section's own config file may not set: the report card's models, κ and trainer are every section's
 REPORT_KEYS = {"model", "kappa", *TRAINER_KEYS}
 UNITS = {"open_set": "test images (knowns, negatives, unknowns resampled separately)",
-         "severity": "classes within each level + ID images",
+         "severity": "the pool's classes (keyed by pool index) + ID images",
          "generated": "images (ID test and the set resampled separately)",
-         "evg": "chains + ID test images"}
+         "evg": "seed images (a chain's weight is its seed's) + ID test images; MinRank: ID test images, the "
+                "worst cases held fixed"}
 PAGE_FILES = ("index.html", "report.md", "report.json")
 
 
@@ -109,6 +111,34 @@ HEADLINES = (
 )
 
 
+@dataclasses.dataclass
+class ModelSeeds:
+    """Several training runs of one recipe (their checkpoints, one per training seed), reported as one model.
+
+    The leaderboard shows the mean over the seeds with an interval that combines the sampling of the test
+    data and the seeds (:func:`metrics.seed_mean`: between-seed variance over S plus the test sampling the
+    seeds share, Student's t with Satterthwaite's degrees of freedom); each seed's own numbers are in the
+    sections and in the "training seeds" table. In YAML: ``model: [{name: eos, seeds: [a.ckpt, b.ckpt,
+    c.ckpt]}]``.
+
+    Attributes:
+        name: the model's name on the card.
+        seeds: at least two model specs (checkpoints of ``train.py``, ``timm:``, ``ensemble:``), one per seed.
+    """
+
+    name: str
+    seeds: list[str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a model of several seeds needs a name, got {self.name!r}")
+        if isinstance(self.seeds, str) or not all(isinstance(s, str) for s in self.seeds):
+            raise ValueError(f"model {self.name}: seeds must be a list of model specs, got {self.seeds!r}")
+        if len(set(self.seeds)) < 2:
+            raise ValueError(f"model {self.name}: a mean over seeds needs at least two different runs, got "
+                             f"{list(self.seeds)}")
+
+
 class ReportCard(Evaluation):
     """``evaluate.py report``: one OOD report card of one or several models across the four methods, with a
     confidence interval on every number, as one self-contained page, Markdown, JSON and W&B.
@@ -117,18 +147,21 @@ class ReportCard(Evaluation):
 
     Args:
         model: the models: checkpoints of ``train.py``, ``timm:<name>``, ``torchvision:<name>``,
-            ``ensemble:<members>``.
+            ``ensemble:<members>``, or :class:`ModelSeeds` (``{name: eos, seeds: [a.ckpt, b.ckpt]}``: several
+            training runs of one recipe as one model).
         kappa: the confidence functions; each is paired with the models it applies to (ensemble κ with
-            ensembles). A section may give its own ``kappa`` (e.g. fewer for EvG).
+            ensembles); a κ that pairs with no model is refused. A section may give its own ``kappa``.
         kappa_args: per κ, its arguments.
         oscr, severity, generated, evg: the sections to run, each the options of that method's command
-            (``evaluate.py <method> --help``) without the models; ``config: FILE`` takes them from that
-            command's YAML (its ``model``, ``kappa`` and trainer options left out), keys next to it override
-            it. ``oscr: {}`` runs OSCR for every checkpoint model on its own protocol. A section left out
-            (``null``) is not run.
+            (``evaluate.py <method> --help``) without the models, checked by type before anything runs;
+            ``config: FILE`` takes them from that command's YAML (its ``model``, ``kappa`` and trainer options
+            left out; a relative FILE in a ``--config`` file is read relative to that file), keys next to it
+            override it. ``oscr: {}`` runs OSCR for every checkpoint model on its own protocol. A section left
+            out (``null``) is not run.
         output_dir: the report folder (each section's folders inside it unless the section names its own).
         cache_dir: the run's cache of scoring passes (``None``: in memory for the run only).
-        intervals: level, bootstrap resamples and seed of every interval.
+        intervals: level, bootstrap resamples, seed and AUROC method of every interval (a mapping of them
+            from Python).
         title: the page's title.
         random_weights: timm/torchvision models without pretrained weights (tests).
         plots: write the figures.
@@ -136,7 +169,7 @@ class ReportCard(Evaluation):
 
     command = "report"
 
-    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
+    def __init__(self, model: Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",),
                  kappa_args: dict[str, dict[str, Any]] | None = None, oscr: dict[str, Any] | None = None,
                  severity: dict[str, Any] | None = None, generated: dict[str, Any] | None = None,
                  evg: dict[str, Any] | None = None, output_dir: str = "runs/report", cache_dir: str | None = "runs/cache",
@@ -145,7 +178,10 @@ class ReportCard(Evaluation):
         super().__init__(trainer=trainer)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
-        self.model, self.kappa, self.kappa_args = list(dict.fromkeys(model)), list(kappa), dict(kappa_args or {})
+        specs, self.groups = _model_specs([model] if isinstance(model, (str, ModelSeeds, Mapping)) else model)
+        self.model = specs
+        self.kappa = [kappa] if isinstance(kappa, str) else list(kappa)
+        self.kappa_args = dict(kappa_args or {})
         for name in self.kappa:
             get_kappa(name)  # an unknown κ is named before anything runs
         self.sections = {name: section for name, section in
@@ -154,17 +190,34 @@ class ReportCard(Evaluation):
         if not self.sections:
             raise ValueError("the report has no section: give at least one of oscr, severity, generated, evg")
         self.output_dir, self.cache_dir = Path(output_dir), cache_dir
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.title, self.random_weights, self.plots = title, random_weights, plots
         self.passes: ScoringPasses | None = None
         self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
         self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
+        self._check_pairs()
+
+    def _check_pairs(self) -> None:
+        """Refuse, before anything runs, a κ that pairs with no model of the card and an OSCR section without a
+        checkpoint of ``train.py``, as the other commands refuse them."""
+        ensembles = [spec.startswith("ensemble:") for spec in self.model]
+        for where, names in [("kappa", self.kappa)] + [(f"{s}.kappa", o["kappa"]) for s, o in
+                                                       self.section_options.items() if "kappa" in o]:
+            names = [names] if isinstance(names, str) else list(names)
+            for name in names:
+                if not any(pairs_with(get_kappa(name), ensemble=e) for e in ensembles):
+                    kind = "an ensemble (ensemble:FILE)" if pairs_with(get_kappa(name), ensemble=True) else "a single model"
+                    raise ValueError(f"{where}: the confidence function {name!r} pairs with no model of the report "
+                                     f"(it needs {kind}; the models: {self.model})")
+        if "oscr" in self.sections and not any(_is_checkpoint(spec) for spec in self.model):
+            raise ValueError(f"report section oscr needs a classifier checkpoint of train.py (its protocol's test "
+                             f"set: negatives and unknowns); the models are {self.model}")
 
     # -- configuration ----------------------------------------------------------------------------
 
     def _options(self, name: str, section: Mapping[str, Any]) -> dict[str, Any]:
         """A section's options: its ``config`` file's (without the report's keys), then its own keys; every key
-        checked against the method's command."""
+        and value checked against the method's command (names and types) before anything runs."""
         if not isinstance(section, Mapping):
             raise ValueError(f"report section {name} must be a mapping of {name}'s options, got {section!r}")
         options: dict[str, Any] = {}
@@ -184,6 +237,11 @@ class ReportCard(Evaluation):
                              f"{SECTIONS[name].command} (its options: {sorted(accepted - {'model'})})")
         if "model" in options:
             raise ValueError(f"report section {name}: the models are the report's (model:), not a section's")
+        # the types, as the command's parser checks them (a word where a number is expected names the key)
+        typed_arguments(SECTIONS[name], {k: v for k, v in options.items() if k != "intervals"},
+                        what=f"report section {name}")
+        if "intervals" in options:
+            options["intervals"] = Intervals.of(options["intervals"])
         return options
 
     def _evaluation(self, name: str, model: Any, kappa: Sequence[str] | None, output_dir: Path) -> Evaluation:
@@ -214,30 +272,42 @@ class ReportCard(Evaluation):
         check_output_dir(self.output_dir)
         models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in self.model}
         names = {spec: m.display_name for spec, m in models.items()}
+        self.members = {group: [names[spec] for spec in specs] for group, specs in self.groups.items()}
+        clash = sorted(set(self.groups) & set(names.values()))
+        if clash:
+            raise ValueError(f"the models of several seeds {clash} are named like another model of the report")
         self.passes = ScoringPasses(self.cache_dir)
-        found: dict[str, Any] = {}
+        # every section's evaluation built first: options and output folders checked before anything runs
+        plan: list[tuple[str, Any, Evaluation, Path]] = []
         if "oscr" in self.sections:
-            found["open_set"] = {}
             for spec in self.model:
-                if spec.endswith(".ckpt") and not models[spec].ensemble:
+                if _is_checkpoint(spec):
                     folder = self._folder("oscr") / slug(names[spec])
-                    self._evaluation("oscr", spec, None, folder).run()
-                    found["open_set"][names[spec]] = folder
+                    plan.append(("open_set", names[spec], self._evaluation("oscr", spec, None, folder), folder))
         if "severity" in self.sections:
-            found["severity"] = {}
             for spec in self.model:
                 kappas = self._kappas("severity", models[spec])
-                if not kappas:
-                    continue
-                folder = self._folder("severity") / slug(names[spec])
-                tables = self._evaluation("severity", spec, kappas, folder).run()
-                found["severity"][names[spec]] = (folder, tables)
+                if kappas:
+                    folder = self._folder("severity") / slug(names[spec])
+                    plan.append(("severity", names[spec], self._evaluation("severity", spec, kappas, folder), folder))
         for section in ("generated", "evg"):
             if section in self.sections:
                 folder = self._folder(section)
-                result = self._evaluation(section, list(self.model), self.section_options[section].get("kappa", self.kappa),
-                                          folder).run()
-                found[section] = (folder, result)
+                plan.append((section, None, self._evaluation(
+                    section, list(self.model), self.section_options[section].get("kappa", self.kappa), folder), folder))
+        for *_, folder in plan:
+            check_output_dir(folder)
+        if rank_zero_only.rank == 0:
+            mark_stale(self.output_dir)  # until the card is written whole, a page there is an old one
+        found: dict[str, Any] = {}
+        for method, name, evaluation, folder in plan:
+            result = evaluation.run()
+            if method == "open_set":
+                found.setdefault(method, {})[name] = folder
+            elif method == "severity":
+                found.setdefault(method, {})[name] = (folder, result)
+            else:
+                found[method] = (folder, result)
         if rank_zero_only.rank != 0:  # every process ran the sections; global rank zero writes the card
             return []
         card = self.assemble(found, models=list(models.values()))
@@ -263,7 +333,7 @@ class ReportCard(Evaluation):
 
     def assemble(self, found: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
         """The report (the schema of :mod:`callbacks.report_page`) from the sections' results and files."""
-        cells: dict[tuple[str, str], dict[str, tuple[float | None, float | None, float | None, Tensor | None]]] = {}
+        cells: dict[tuple[str, str], dict[str, tuple]] = {}
         rows_order: list[tuple[str, str]] = []
         for model in models:
             for name in self.kappa:
@@ -272,13 +342,13 @@ class ReportCard(Evaluation):
         sections = []
 
         def put(model: str, kappa: str, key: str, value: Any, low: Any, high: Any, replicates: Tensor | None,
-                images: str = "") -> None:
-            """One headline number; ``images`` names the data it was measured on: only rows of the same images
-            are compared (paired)."""
+                units: str = "") -> None:
+            """One headline number; ``units`` names the resampled units it was measured on (data fingerprints):
+            only rows of the same units are compared (their resamples are paired)."""
             if (model, kappa) not in rows_order:
                 rows_order.append((model, kappa))
             cells.setdefault((model, kappa), {})[key] = (_number(value), _number(low), _number(high), replicates,
-                                                         images)
+                                                         units)
 
         if "open_set" in found:
             sections.append(self._open_set_section(found["open_set"], put))
@@ -288,6 +358,8 @@ class ReportCard(Evaluation):
             sections.append(self._generated_section(*found["generated"], put))
         if "evg" in found:
             sections.append(self._evg_section(*found["evg"], put))
+        if self.groups:
+            sections.append(self._seeds_section(cells, rows_order))
         for section in sections:  # the page and the JSON name images relative to the report folder
             for image in section["images"]:
                 image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
@@ -296,19 +368,72 @@ class ReportCard(Evaluation):
         for column in columns:
             entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
             compare_column(entries, column, self.intervals)
+        shown = [m.display_name for m in models if not any(m.display_name in v for v in self.members.values())]
         return {
-            "title": self.title or "OOD report card: " + ", ".join(m.display_name for m in models),
+            "title": self.title or "OOD report card: " + ", ".join([*self.groups, *shown]),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": self.command_line,
             "level": self.intervals.level, "resamples": self.intervals.resamples, "seed": self.intervals.seed,
+            "comparison": {"method": COMPARISON_METHOD, "level": self.intervals.level,
+                           "controls": "per column, family-wise", "not controlled": "across columns"},
             "versions": versions(),
-            "models": [{"name": m.display_name, "source": m.spec, "sha256": _sha256(m.spec)} for m in models],
+            "models": [{"name": m.display_name, "source": m.spec, "sha256": _sha256(m.spec),
+                        "seed of": next((g for g, v in self.members.items() if m.display_name in v), None)}
+                       for m in models],
             "data": self._data(),
             "passes": list(self.passes.log) if self.passes is not None else [],
             "leaderboard": {"columns": [dataclasses.asdict(c) for c in columns], "rows": rows},
             "sections": sections,
             "notes": self._notes(found, models),
         }
+
+    def _seeds_section(self, cells: dict[tuple[str, str], dict[str, tuple]],
+                       rows_order: list[tuple[str, str]]) -> dict[str, Any]:
+        """Each model of several seeds: its members' headline numbers combined into one row (:func:`metrics.seed_mean`)
+        in ``cells`` (the members' own rows leave the leaderboard), and the table of every seed's number."""
+        table = []
+        members_of = {name: group for group, names in self.members.items() for name in names}
+        for group, names in self.members.items():
+            for kappa in dict.fromkeys(k for m, k in rows_order if m in names):
+                for headline in HEADLINES:
+                    entries = [cells.get((name, kappa), {}).get(headline.key) for name in names]
+                    if any(e is None or e[0] is None for e in entries):
+                        continue
+                    row = {"model": group, "κ": kappa, "metric": headline.title,
+                           **{f"seed {i + 1}": e[0] for i, e in enumerate(entries)}}
+                    usable = (all(e[3] is not None for e in entries) and len({e[3].numel() for e in entries}) == 1
+                              and len({e[4] for e in entries}) == 1)
+                    if not usable:
+                        continue
+                    estimates = torch.tensor([e[0] for e in entries], dtype=torch.float64)
+                    replicates = torch.stack([e[3].double() for e in entries])
+                    combined = seed_mean(estimates, replicates, self.intervals.level)
+                    low, high = combined.low, combined.high
+                    if headline.key != "evg_min_rank":  # AUROC, CCR: within [0, 1]
+                        low, high = max(0.0, low), min(1.0, high)
+                    else:
+                        low = max(0.0, low)
+                    stream = self.intervals.seed + zlib.crc32(f"{group}|{kappa}|{headline.key}".encode())
+                    cells.setdefault((group, kappa), {})[headline.key] = (
+                        combined.value, low, high, seed_mean_replicates(estimates, replicates, seed=stream),
+                        entries[0][4])
+                    table.append({**row, "mean": cell(combined.value, low, high), "between-seed sd": combined.std,
+                                  "shared test variance": combined.shared, "dof": combined.dof})
+                if (group, kappa) not in rows_order and (group, kappa) in cells:
+                    first = next(i for i, (m, k) in enumerate(rows_order) if m in names and k == kappa)
+                    rows_order.insert(first, (group, kappa))
+        rows_order[:] = [(m, k) for m, k in rows_order if m not in members_of]
+        seeds = max((len(v) for v in self.members.values()), default=0)
+        return {"method": "seeds", "title": "Models of several training seeds", "text": (
+            "Each model below is several training runs of one recipe. The leaderboard shows the mean over its seeds "
+            "with an interval that combines the sampling of the test data and the seeds: the between-seed variance "
+            "over S plus the test-sampling variance the seeds share (the bootstrap covariance of their replicates "
+            "over the same resamples), Student's t with Satterthwaite's degrees of freedom (a one-way random-effects "
+            "model; metrics.seed_mean). Each seed's own numbers are in the method sections."),
+            "tables": [{"title": "every seed", "columns": ["model", "κ", "metric", *[f"seed {i + 1}" for i in
+                                                                                    range(seeds)],
+                                                          "mean", "between-seed sd", "shared test variance", "dof"],
+                        "rows": table}], "images": []}
 
     def _data(self) -> list[dict[str, Any]]:
         seen: dict[str, dict[str, Any]] = {}
@@ -318,9 +443,14 @@ class ReportCard(Evaluation):
         return list(seen.values())
 
     def _notes(self, found: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
-        notes = [f"{self.intervals.describe()}. AUROC over independent images: DeLong's interval; every other "
-                 "number: percentile bootstrap over its resampling unit. Leaderboard comparisons use the paired "
-                 "bootstrap replicates: a difference is significant when its interval excludes 0.",
+        notes = [f"{self.intervals.describe()}; every other number: percentile bootstrap over its resampling unit.",
+                 "What the intervals cover: the sampling of the test data (images, classes, chains) for one trained "
+                 "model, not the variance over training runs; a model given as several seeds adds that (its "
+                 "section says how).",
+                 f"{SIGNIFICANT_TEXT}",
+                 "The small number beside a leaderboard value is the share of resamples in which the row ranks first: "
+                 "not a probability of being the best, it favours the observed leader (with equal true values the "
+                 "observed leader still ranks first in most resamples).",
                  f"Passes: {self._pass_summary()}."]
         if "open_set" in found:
             skipped = [m.display_name for m in models if m.display_name not in found["open_set"]]
@@ -328,8 +458,12 @@ class ReportCard(Evaluation):
                 notes.append(f"OSCR needs a checkpoint of train.py (its protocol's test set): not run for "
                              f"{', '.join(skipped)}.")
         if "severity" in found:
-            notes.append("Severity levels are built per (model, κ), so two rows' levels hold different classes: "
-                         "their comparison is not paired by class (the ID resamples are shared).")
+            pools = {read_units(folder).get("*", "") for folder, _ in found["severity"].values()}
+            notes.append("Severity levels are built per (model, κ), so two rows' levels hold different classes; rows "
+                         "measured on the same pool and ID test set are compared on the same resamples (a pool class "
+                         "has one weight in every level and row)"
+                         + ("." if len(pools) <= 1 else "; the models here use different severity data, and rows of "
+                            "different data are not compared."))
         return notes
 
     # -- sections ---------------------------------------------------------------------------------
@@ -340,14 +474,14 @@ class ReportCard(Evaluation):
             metrics = json.loads((folder / "metrics.json").read_text())
             intervals = metrics.get("intervals", {})
             replicates = read_replicates(folder)
+            units = read_units(folder).get("*") or json.dumps(metrics.get("counts", {}), sort_keys=True)
             for name, value in sorted(metrics["scalars"].items()):
                 low, high = intervals.get(name, (None, None))
                 table.append({"model": model, "metric": name, "value": cell(value, low, high)})
             for key, scalar in (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc")):
                 if scalar in metrics["scalars"]:
                     low, high = intervals.get(scalar, (None, None))
-                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar),
-                        json.dumps(metrics.get("counts", {}), sort_keys=True))
+                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar), units)
             images += [{"title": f"{model}: {title}", "path": str(folder / file), "caption": caption}
                        for file, title, caption in (
                            ("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
@@ -365,19 +499,21 @@ class ReportCard(Evaluation):
         summary, levels, lines = [], [], {}
         for model, (folder, tables) in found.items():
             replicates = read_replicates(folder)
+            units = read_units(folder).get("*", "")  # the ID test set and the pool: rows of the same data are paired
             for kappa, rows in tables.items():
                 aurocs = [r["ood-auroc"] for r in rows]
                 mean, hardest = replicates.get(f"{kappa}/mean"), replicates.get(f"{kappa}/hardest")
                 mean_bounds = self.intervals.bounds(mean) if mean is not None else (None, None)
-                put(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *mean_bounds, mean)
+                put(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *mean_bounds, mean, units)
                 put(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
-                    rows[-1].get("ood-auroc high"), hardest)
+                    rows[-1].get("ood-auroc high"), hardest, units)
                 summary.append({"model": model, "κ": kappa,
                                 "mean AUROC": cell(sum(aurocs) / len(aurocs), *mean_bounds),
                                 "hardest level": cell(aurocs[-1], rows[-1].get("ood-auroc low"),
                                                       rows[-1].get("ood-auroc high")),
                                 "easiest level": cell(aurocs[0], rows[0].get("ood-auroc low"),
-                                                      rows[0].get("ood-auroc high"))})
+                                                      rows[0].get("ood-auroc high")),
+                                "empty resamples": int(torch.isnan(mean).sum()) if mean is not None else ""})
                 levels.append({"model": model, "κ": kappa, **{
                     f"level {r['severity level']}": cell(r["ood-auroc"], r.get("ood-auroc low"), r.get("ood-auroc high"))
                     for r in rows}})
@@ -387,14 +523,17 @@ class ReportCard(Evaluation):
             path = plot_severity(lines, self.output_dir / "severity_auroc.png",
                                  title=f"OOD AUROC by severity level ({self.intervals.level:.0%} intervals)")
             images.append({"title": "AUROC by severity level", "path": str(path),
-                           "caption": "level 0 = easiest, 10 = hardest; bands: the class-resampled intervals"})
+                           "caption": "level 0 = easiest, the last level = hardest; bands: the class-resampled intervals"})
         level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")]]
         return {"method": "severity", "title": TITLES["severity"], "text": (
             "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
             "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "
             "classes the model trusts most). Each level's AUROC is ID test vs that level's test images. "
-            f"Intervals: resampling unit {UNITS['severity']} (a level is a group of classes)."),
-            "tables": [{"title": "summary", "columns": ["model", "κ", "mean AUROC", "hardest level", "easiest level"],
+            f"Intervals: resampling unit {UNITS['severity']} (a level is a group of classes; a class has one weight "
+            "in every level and row of a resample). Empty resamples: those in which every class of some level drew "
+            "0 (no AUROC there), left out of the mean's interval."),
+            "tables": [{"title": "summary", "columns": ["model", "κ", "mean AUROC", "hardest level", "easiest level",
+                                                        "empty resamples"],
                         "rows": summary},
                        {"title": "AUROC per level", "columns": level_columns, "rows": levels}],
             "images": images}
@@ -433,7 +572,8 @@ class ReportCard(Evaluation):
                                                      "shares generator ensemble"], "rows": table}]
         differences = self._set_differences(rows, replicates)
         if differences:
-            tables.append({"title": "differences between sets of one kind (paired)", "columns": list(differences[0]),
+            tables.append({"title": "differences between sets of one kind (paired; each pair's interval on its own, "
+                                    "not simultaneous)", "columns": list(differences[0]),
                            "rows": differences})
         if sets:
             tables.append({"title": "what the sets are", "columns": list(sets[0]), "rows": sets})
@@ -466,6 +606,7 @@ class ReportCard(Evaluation):
 
     def _evg_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
         replicates = read_replicates(folder)
+        units = read_units(folder).get("*", "")  # the ID test images and the seed images
         rows = result["rows"]
         samplers = {r["sampler"] for r in rows}
         headline_sampler = ENSEMBLE_SAMPLER if ENSEMBLE_SAMPLER in samplers else sorted(samplers)[0]
@@ -478,7 +619,8 @@ class ReportCard(Evaluation):
         table, per_detector = [], {}
         for row in rows:
             key = f"{row['detector']}|{row['variation']}|{row['sampler']}"
-            table.append({"detector": row["detector"], "variation": row["variation"], "sampler": row["sampler"],
+            sampler = row["sampler"] + (f" ({row['eV1 of']})" if row.get("eV1 of") else "")
+            table.append({"detector": row["detector"], "variation": row["variation"], "sampler": sampler,
                           "chains": row["chains"],
                           "clean AUROC": cell(row["clean auroc"], row.get("clean auroc low"), row.get("clean auroc high")),
                           "worst-case AUROC": cell(row["worst-case auroc"], row.get("worst-case auroc low"),
@@ -495,11 +637,13 @@ class ReportCard(Evaluation):
                 reps = [e[index] for e in entries]
                 # the minimum over the variations, resample by resample (the same resamples for every variation)
                 replicate = torch.stack(reps).min(dim=0).values if all(r is not None for r in reps) else None
-                bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
-                if headline == "evg_min_rank" and bounds[0] is not None:  # whole ranks, as the results table
-                    bounds = (float(math.floor(bounds[0])), float(math.ceil(bounds[1])))
+                if headline == "evg_min_rank":  # conditional on the searches: a count of ID images, Wilson's
+                    bounds = self.intervals.count(int(value), int(entries[0][0]["id test images"]))
+                else:
+                    bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
+                chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
                 put(model, kappa, headline, value, *bounds, replicate,
-                    f"{entries[0][0]['chains']} chains, {entries[0][0]['id test images']} ID test images")
+                    f"{units}|{chains} chains, {entries[0][0]['id test images']} ID test images")
         images = [{"title": path.stem.replace("_", " "), "path": str(path),
                    "caption": "worst-case AUROC of each column's detector on the worst cases found against each row's"}
                   for path in sorted(folder.glob("transfer_*.png")) if path.stem.endswith(f"_{slug(headline_sampler)}")
@@ -514,7 +658,9 @@ class ReportCard(Evaluation):
             "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "
             f"every ID image). Leaderboard: the lowest over the variations, of the {ENSEMBLE_SAMPLER} rows where "
             "several samplers ran (a variation searched by one sampler: its row). "
-            f"Intervals: clean AUROC DeLong; worst-case AUROC and MinRank bootstrap over {UNITS['evg']}."),
+            "Intervals: the clean and worst-case AUROC's (chains of one seed image clustered); MinRank conditional "
+            "on the search (Wilson's interval of the count of ID test images above the fixed worst case; the "
+            f"bootstrap of a maximum over chains does not cover). Resampled: {UNITS['evg']}."),
             "tables": [{"title": "results", "columns": list(table[0]) if table else [], "rows": table}],
             "images": images}
 
@@ -527,13 +673,13 @@ class ReportCard(Evaluation):
         if not isinstance(logger, WandbLogger):
             return
         columns = ["model", "kappa"] + [f"{c['key']}{suffix}" for c in card["leaderboard"]["columns"]
-                                        for suffix in ("", " low", " high", " p_first")]
+                                        for suffix in ("", " low", " high", " share_first")]
         data = []
         for row in card["leaderboard"]["rows"]:
             values: list[Any] = [row["model"], row["kappa"]]
             for column in card["leaderboard"]["columns"]:
                 found = row["cells"].get(column["key"]) or {}
-                values += [found.get("value"), found.get("low"), found.get("high"), found.get("p_first")]
+                values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
             data.append(values)
         logger.log_table(key="report/leaderboard", columns=columns, data=data)
         for section in card["sections"]:
@@ -546,48 +692,127 @@ class ReportCard(Evaluation):
         logger.experiment.finish()
 
 
-def report(model: str | Sequence[str], kappa: Sequence[str] = ("softmax",), *,
+def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",), *,
            trainer: TrainerOptions | None = None, **options: Any) -> list[dict[str, Any]]:
     """The report card from Python: the leaderboard rows the page shows (``{"model", "kappa", "cells": {column:
-    {"value", "low", "high", "best", "significant", "p_first", "unit"}}}``); the files are written as by
+    {"value", "low", "high", "best", "significant", "share_first", "unit"}}}``); the files are written as by
     ``evaluate.py report``. ``options`` are :class:`ReportCard`'s (``severity={...}``, ``output_dir=...``)."""
-    return ReportCard([model] if isinstance(model, str) else list(model), kappa, trainer=trainer, **options).run()
+    single = isinstance(model, (str, ModelSeeds, Mapping))
+    return ReportCard([model] if single else list(model), [kappa] if isinstance(kappa, str) else list(kappa),
+                      trainer=TrainerOptions.of(trainer), **options).run()
 
 
 # -- comparisons ----------------------------------------------------------------------------------
 
 
 def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headline, intervals: Intervals) -> None:
-    """Fill each row's cell of one leaderboard column: the value, its interval, ``best``, ``significant`` (the
-    paired difference to the best row excludes 0) and ``p_first`` (the probability of ranking first)."""
+    """Fill each row's cell of one leaderboard column: the value, its interval, ``best``, ``significant`` (worse
+    than the best row, simultaneously over the column: :func:`metrics.worse_than_best` over the rows measured
+    on the same units as the best row, at the card's level) and ``share_first`` (the share of resamples in
+    which the row ranks first, where every row shares the units)."""
     present = [(row, entry) for row, entry in entries if entry is not None and entry[0] is not None]
     if not present:
         return
     sign = 1.0 if column.higher_is_better else -1.0
-    best_row, best = max(present, key=lambda item: sign * item[1][0])
+    _, best = max(present, key=lambda item: sign * item[1][0])
     tied = {id(row) for row, entry in present if entry[0] == best[0]}  # equal values share the best mark
-    # only rows measured on the same images as the best row are compared with it (their resamples are paired)
-    same = {id(row) for row, entry in present if _images(entry) == _images(best)}
-    comparable = [(row, entry) for row, entry in present if entry[3] is not None and entry[3].numel()]
-    p_first: dict[int, float] = {}
-    if len(comparable) == len(present) == len(same) and len({e[3].numel() for _, e in comparable}) == 1:
-        stacked = torch.stack([e[3].double() for _, e in comparable])
-        stacked = stacked[:, ~torch.isnan(stacked).any(dim=0)]  # the resamples where every row has a number
-        if stacked.shape[1]:
-            probabilities = probability_first(stacked, higher_is_better=column.higher_is_better)
-            p_first = {id(row): float(p) for (row, _), p in zip(comparable, probabilities, strict=True)}
-    for row, (value, low, high, replicates, *_) in present:
-        significant = False
-        if id(row) not in tied and id(row) in same and replicates is not None and best[3] is not None \
-                and replicates.numel() == best[3].numel():
-            _, _, significant = paired_difference(replicates.double(), best[3].double(), intervals.level)
+    # the family: rows measured on the same units as the best row, with replicates over the same resamples
+    family = [(row, entry) for row, entry in present
+              if _units(entry) == _units(best) and entry[3] is not None and best[3] is not None
+              and entry[3].numel() == best[3].numel() and entry[3].numel() > 1]
+    worse: dict[int, bool] = {}
+    if len(family) > 1:
+        flags = worse_than_best(torch.tensor([e[0] for _, e in family], dtype=torch.float64),
+                                torch.stack([e[3].double().flatten() for _, e in family]), intervals.level,
+                                higher_is_better=column.higher_is_better)
+        worse = {id(row): bool(flag) for (row, _), flag in zip(family, flags, strict=True)}
+    shares: dict[int, float] = {}
+    if len(family) == len(present):
+        stacked = torch.stack([e[3].double().flatten() for _, e in family]) if family else torch.empty(0, 0)
+        stacked = stacked[:, ~torch.isnan(stacked).any(dim=0)] if family else stacked
+        if family and stacked.shape[1]:
+            shares = {id(row): float(p) for (row, _), p in zip(
+                family, share_first(stacked, higher_is_better=column.higher_is_better), strict=True)}
+    for row, (value, low, high, *_) in present:
         row["cells"][column.key] = {"value": value, "low": low, "high": high, "best": id(row) in tied,
-                                    "significant": bool(significant), "p_first": p_first.get(id(row)),
+                                    "significant": worse.get(id(row), False), "share_first": shares.get(id(row)),
                                     "unit": UNITS[column.method]}
 
 
-def _images(entry: tuple) -> str:
+def _units(entry: tuple) -> str:
     return entry[4] if len(entry) > 4 else ""
+
+
+def _is_checkpoint(spec: str) -> bool:
+    """A checkpoint of ``train.py`` (what OSCR needs: its protocol's test set)."""
+    return spec.endswith(".ckpt") and not spec.startswith("ensemble:")
+
+
+def _model_specs(entries: Sequence[Any]) -> tuple[list[str], dict[str, list[str]]]:
+    """The model specs of the card (members of several-seed models included, each once) and the several-seed
+    models by name."""
+    specs: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for entry in entries:
+        if hasattr(entry, "as_dict"):  # jsonargparse's Namespace of a {name, seeds} entry
+            entry = entry.as_dict()
+        if isinstance(entry, Mapping):
+            unknown = sorted(set(entry) - {"name", "seeds"})
+            if unknown:
+                raise ValueError(f"a model of several seeds takes name and seeds, got also {unknown}")
+            entry = ModelSeeds(**entry)
+        if isinstance(entry, ModelSeeds):
+            if entry.name in groups:
+                raise ValueError(f"two models of several seeds are named {entry.name!r}")
+            groups[entry.name] = list(dict.fromkeys(entry.seeds))
+            specs += groups[entry.name]
+        elif isinstance(entry, str):
+            specs.append(entry)
+        else:
+            raise TypeError(f"a report model is a spec (checkpoint, timm:NAME, ensemble:FILE) or "
+                            f"{{name, seeds}}, got {entry!r}")
+    for group, members in groups.items():
+        others = [g for g, m in groups.items() if g != group and set(m) & set(members)]
+        if others:
+            raise ValueError(f"models {group!r} and {others[0]!r} share a seed's run")
+    return list(dict.fromkeys(specs)), groups
+
+
+def mark_stale(folder: Path) -> None:
+    """Mark the card a previous run left in ``folder`` as stale while a new one runs (a run killed midway leaves
+    the mark): a banner at the top of ``index.html``, a first line in ``report.md``, ``"stale"`` in
+    ``report.json``. A finished run writes all three anew."""
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    text = (f"STALE: a report card run over this folder started at {started} and has not finished; the numbers "
+            "below are from an earlier run.")
+    page = folder / "index.html"
+    if page.is_file():
+        content = page.read_text()
+        if STALE_MARK not in content:
+            content = content.replace("<body>", f'<body>\n<p class="stale" {STALE_MARK} style="background:#fdd;'
+                                      f'padding:.5em;font-weight:bold">{text}</p>', 1)
+            atomic_write_text(page, content)
+    markdown = folder / "report.md"
+    if markdown.is_file() and not markdown.read_text().startswith("**STALE"):
+        atomic_write_text(markdown, f"**{text}**\n\n" + markdown.read_text())
+    payload = folder / "report.json"
+    if payload.is_file():
+        try:
+            report_json = json.loads(payload.read_text())
+        except ValueError:
+            report_json = None
+        if isinstance(report_json, dict):
+            report_json["stale"] = text
+            atomic_write_text(payload, json.dumps(report_json, indent=2) + "\n")
+
+
+STALE_MARK = 'data-stale="true"'
+COMPARISON_METHOD = ("studentised bootstrap max-T over all pairs of rows, stepped down (Romano & Wolf 2005), "
+                     "metrics.worse_than_best")
+SIGNIFICANT_TEXT = ("▼ (significantly worse than the best row of its column) is a simultaneous statement over the "
+                    "rows of that column compared on the same units: " + COMPARISON_METHOD + "; the chance that any "
+                    "▼ of a column is false is at most 1 − the card's level. Not controlled: marks across columns "
+                    "(each column is its own family).")
 
 
 def cell(value: Any, low: Any = None, high: Any = None) -> dict[str, Any] | Any:
@@ -595,7 +820,7 @@ def cell(value: Any, low: Any = None, high: Any = None) -> dict[str, Any] | Any:
     if value is None or isinstance(value, str):
         return value
     return {"value": _number(value), "low": _number(low), "high": _number(high), "best": False,
-            "significant": False, "p_first": None, "unit": ""}
+            "significant": False, "share_first": None, "unit": ""}
 
 
 def flat(value: Any) -> Any:
@@ -648,4 +873,4 @@ def versions() -> dict[str, str]:
     return found
 
 
-__all__ = ["HEADLINES", "Headline", "ReportCard", "compare_column", "report"]
+__all__ = ["HEADLINES", "Headline", "ModelSeeds", "ReportCard", "compare_column", "mark_stale", "report"]

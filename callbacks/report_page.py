@@ -10,11 +10,12 @@ The report (``report.json``, built by the evaluation) is a dict::
                    "images": [{"title", "path", "caption"}]}],
      "notes": [str]}
 
-with ``Cell = {"value", "low", "high", "best", "significant", "p_first", "unit"}``: the estimate and its
-``level`` interval (percentile bootstrap over ``unit``, or DeLong), whether the row is the best of its column,
-whether it differs significantly from the best row (the paired bootstrap interval of the difference excludes 0)
-and ``p_first``, the share of resamples in which the row ranks first. A key missing from ``cells`` was not
-measured and shows as "—".
+with ``Cell = {"value", "low", "high", "best", "significant", "share_first", "unit"}``: the estimate and its
+``level`` interval (percentile bootstrap over ``unit``, or the AUROC interval), whether the row is the best of
+its column, whether it is worse than the best row simultaneously over the column (``metrics.worse_than_best``:
+the chance of any false mark in a column is at most 1 - level) and ``share_first``, the share of resamples in
+which the row ranks first (not a probability of being the best: it favours the observed leader). A key
+missing from ``cells`` was not measured and shows as "—".
 
 :func:`render_html` makes a page that a browser opens offline: no script, style, font or image from anywhere
 else (images are inlined as ``data:`` URIs), every string of the report escaped, tables sortable by a small
@@ -270,7 +271,7 @@ def _sortable_header(title: str, column: int, *, extra: str = "", tooltip: str =
 
 
 def _cell_html(value: Any, *, level: Any, resamples: Any) -> str:
-    """One <td>: the formatted value in ``span.v``, the significance mark and p(first) beside it."""
+    """One <td>: the formatted value in ``span.v``, the mark "worse than the best" and the share of resamples ranked first beside it."""
     text = format_cell(value)
     number = sort_value(value)
     data = "" if number is None else f' data-value="{number!r}"' if math.isfinite(number) else \
@@ -285,14 +286,14 @@ def _cell_html(value: Any, *, level: Any, resamples: Any) -> str:
             tips.append("best of the column")
         if value.get("significant"):
             extra += f'<span class="sig" aria-label="significantly worse than the best">{SIGNIFICANT_MARK}</span>'
-            tips.append("significantly different from the best row")
+            tips.append("worse than the best row (simultaneously over the column)")
         if _finite(value.get("low")) and _finite(value.get("high")):
             unit = f" of {value['unit']}" if value.get("unit") else ""
             tips.append(f"{_percent(level)} interval, {resamples} resamples{unit}")
-        p_first = value.get("p_first")
-        if _finite(p_first):
-            extra += f'<sup class="pf">{p_first:.2f}</sup>'
-            tips.append(f"p(first) = {p_first:.2f}")
+        share = value.get("share_first")
+        if _finite(share):
+            extra += f'<sup class="pf">{share:.2f}</sup>'
+            tips.append(f"ranks first in {share:.0%} of the resamples")
     cls = f' class="{" ".join(classes)}"' if classes else ""
     tip = f' title="{_e("; ".join(tips))}"' if tips else ""
     # the interval on a line of its own under the estimate (a narrower column); the text stays format_cell's
@@ -405,12 +406,17 @@ def _key_value_table(rows: Sequence[Sequence[Any]], columns: Sequence[str], *, m
 
 def how_to_read(report: Mapping[str, Any], *, sortable: bool = True) -> str:
     """The short paragraph that explains the marks of the tables."""
-    return (f"Each number comes with its {_percent(report.get('level'))} interval in brackets: a percentile "
-            f"bootstrap over {report.get('resamples', '?')} resamples (seed {report.get('seed', '?')}) of the unit "
-            f"given under the table, or DeLong's interval where a column says so. Bold = the best row of its "
-            f"column; {SIGNIFICANT_MARK} = significantly different from (worse than) the best row (the "
-            f"paired bootstrap interval of the difference excludes 0); the small grey number = p(first), the share "
-            f"of resamples in which the row ranks first; {MISSING}: not measured."
+    level = _percent(report.get("level"))
+    comparison = (report.get("comparison") or {}).get("method", "a simultaneous comparison of the column's rows")
+    return (f"Each number comes with its {level} interval in brackets: a percentile bootstrap over "
+            f"{report.get('resamples', '?')} resamples (seed {report.get('seed', '?')}) of the unit given under the "
+            f"table, or the AUROC interval where a column says so. The intervals cover the sampling of the test data "
+            f"for one trained model, not training variance (a model of several seeds adds it). Bold = the best row "
+            f"of its column; {SIGNIFICANT_MARK} = worse than the best row, simultaneously over the rows of the column "
+            f"measured on the same units ({comparison}): the chance that any {SIGNIFICANT_MARK} of a column is false "
+            f"is at most 1 − {level}; marks of different columns are separate families (not controlled across "
+            f"columns). The small grey number = the share of resamples in which the row ranks first: not a "
+            f"probability of being the best (it favours the observed leader); {MISSING}: not measured."
             + (" Click a column's header to sort by it, again to reverse." if sortable else ""))
 
 
@@ -485,8 +491,8 @@ def _md_cell(value: Any) -> str:
     out = f"**{text}**" if value.get("best") else text
     if value.get("significant"):
         out += f" {SIGNIFICANT_MARK}"
-    if _finite(value.get("p_first")):
-        out += f" <sup>{value['p_first']:.2f}</sup>"
+    if _finite(value.get("share_first")):
+        out += f" <sup>{value['share_first']:.2f}</sup>"
     return out
 
 

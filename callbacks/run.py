@@ -22,6 +22,8 @@ from pytorch_lightning.loggers import Logger, WandbLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, TensorDataset
 
+from openset_common import dataclass_of
+
 
 @dataclass
 class TrainerOptions:
@@ -57,6 +59,11 @@ class TrainerOptions:
         if isinstance(self.devices, int) and self.devices < 1:
             raise ValueError(f"devices must be a positive number of devices (or 'auto', '-1', a list such as "
                              f"'0,1'), got {self.devices}")
+
+    @classmethod
+    def of(cls, value: TrainerOptions | dict[str, Any] | None) -> TrainerOptions:
+        """The options from ``None`` (the defaults), a mapping of their names (from Python or YAML), or themselves."""
+        return dataclass_of(cls, value, what="trainer")
 
 
 def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> Logger | bool:
@@ -99,7 +106,7 @@ class Evaluation:
     shared_passes: Any = None
 
     def __init__(self, *, trainer: TrainerOptions | None = None) -> None:
-        self.options = trainer or TrainerOptions()
+        self.options = TrainerOptions.of(trainer)
 
     def run(self) -> Any:
         raise NotImplementedError

@@ -22,12 +22,15 @@ the ID test images, and the OOD pool's estimation and test images.
    ``severity_auroc.png``.
 5. intervals (at test): every level's AUROC, the mean over the levels and the hardest level's AUROC get a
    percentile-bootstrap interval (:class:`callbacks.report.Intervals`) whose resampling unit is the class:
-   a level is a group of G classes, and a benchmark of other classes would be another draw of that group,
-   so each resample draws the level's G classes with replacement (every test image of a drawn class counts as
-   often as its class is drawn) and the ID test images with replacement (one ID resample for all levels, so
-   the mean over levels is computed per resample; the same resamples for every κ). Images of one class are not independent
-   draws, and an image-level interval would be too narrow. Columns ``ood-auroc low``/``ood-auroc high`` after
-   the paper's; ``summary.csv`` (mean and hardest level with intervals) and ``replicates.pt``.
+   a level is a group of G classes, and a benchmark of other classes would be another draw of that group.
+   Each resample draws the pool's classes with replacement, keyed by their index in the pool (every test image
+   of a drawn class counts as often as its class is drawn; a class has one weight in every level and every
+   (model, κ) row of the pool, so rows are compared on the same resamples), and the ID test images with
+   replacement (one ID resample for all levels and κ, so the mean over levels is computed per resample).
+   Images of one class are not independent draws, and an image-level interval would be too narrow. A level
+   whose classes all draw 0 in a resample is counted (``empty resamples``) and left out there. Columns
+   ``ood-auroc low``/``ood-auroc high`` after the paper's; ``summary.csv`` (mean and hardest level with
+   intervals) and ``replicates.pt``.
 """
 
 from __future__ import annotations
@@ -76,15 +79,15 @@ from metrics import (
     severity_table,
 )
 from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
-from openset_common import known_columns
+from openset_common import digest, known_columns
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")
 # the paper's columns, then the interval of the level's AUROC (classes within the level + ID images resampled)
-INTERVAL_TABLE_COLUMNS = (*TABLE_COLUMNS, *interval_columns("ood-auroc"))
+INTERVAL_TABLE_COLUMNS = (*TABLE_COLUMNS, *interval_columns("ood-auroc"), "empty resamples")
 SUMMARY_COLUMNS = ("model name", "confidence function", "mean auroc", *interval_columns("mean auroc"),
-                   "hardest auroc", *interval_columns("hardest auroc"), "levels")
-CLASS_UNIT = "classes within each level + ID images"
+                   "hardest auroc", *interval_columns("hardest auroc"), "levels", "empty resamples")
+CLASS_UNIT = "the pool's classes (keyed by pool index) + ID images"
 
 
 def model_name(pl_module: pl.LightningModule) -> str:
@@ -135,7 +138,7 @@ class SeverityAUROC(pl.Callback):
         intervals: Intervals | None = None,
     ) -> None:
         super().__init__()
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -163,6 +166,7 @@ class SeverityAUROC(pl.Callback):
         self.summary: list[dict[str, Any]] = []
         self.replicates: dict[str, Tensor] = {}
         self._weights: Tensor | None = None  # the bootstrap's ID resamples of the evaluation running
+        self._class_weights: Tensor | None = None  # and its pool-class resamples
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
 
@@ -307,29 +311,36 @@ class SeverityAUROC(pl.Callback):
                    test_classes: Tensor, groups: Tensor) -> None:
         """Per level the class-resampled bootstrap interval of its AUROC; the mean and hardest level's.
 
-        One resample draws the ID test images (one draw for every level and every κ) and, per level, that level's
-        G classes from its own G with replacement (a level always holds G classes; drawing the whole pool once
-        instead would leave a level of a small pool empty in some resamples). Levels that share classes
-        (overlapping windows of a small pool) are drawn independently, so the mean's interval is then slightly
-        narrow; ImageNet-scale pools have disjoint levels."""
+        One resample draws the ID test images (keyed by their index in the ID test set) and the pool's classes
+        (keyed by their index in the pool: ``cluster_weights(..., num_units=M)``, one draw of the whole pool),
+        once for every level, κ and model: class ``c`` has the same weight in every level that holds it and in
+        every row that is measured on this pool, so levels built of other classes by two (model, κ) rows are
+        compared on the same resamples. The levels keep their classes (they are not rebuilt per resample). A
+        level whose classes all draw 0 in a resample has no AUROC there (NaN); such resamples are counted
+        (``empty resamples``) and left out of that level's interval and of the mean's (the mean is taken in the
+        resamples in which every level has a value)."""
         options = self.intervals
         id_scores = scores["id_test"]
         if self._weights is None:  # once per evaluation, for every κ
             self._weights = resample_weights(id_scores.numel(), options.resamples, options.seed, stratum=0)
-        id_weights = self._weights
+            self._class_weights = cluster_weights(test_classes, options.resamples, options.seed, stratum=1,
+                                                  num_units=len(self.data.ood_classes))
+        id_weights, class_weights = self._weights, self._class_weights
         per_level = []
         for level, (row, group) in enumerate(zip(rows, groups, strict=True)):
             members = torch.isin(test_classes, group.to(test_classes.device))
-            ood_weights = cluster_weights(test_classes[members], options.resamples, options.seed, stratum=1 + level)
-            replicates = weighted_auroc(id_scores, scores["ood_test"][members], id_weights, ood_weights)
+            replicates = weighted_auroc(id_scores, scores["ood_test"][members], id_weights,
+                                        class_weights[:, members.cpu()])
             with_bounds(row, "ood-auroc", options.bounds(replicates))
+            row["empty resamples"] = int(torch.isnan(replicates).sum())
             self.replicates[f"{kappa_name}/level_{level:02d}"] = replicates
             per_level.append(replicates)
-        mean = torch.stack(per_level).mean(dim=0)
+        mean = torch.stack(per_level).mean(dim=0)  # NaN where a level is empty: left out of the interval
         self.replicates[f"{kappa_name}/mean"], self.replicates[f"{kappa_name}/hardest"] = mean, per_level[-1]
         aurocs = [row["ood-auroc"] for row in rows]
         summary = {"model name": rows[0]["model name"], "confidence function": kappa_name,
-                   "mean auroc": sum(aurocs) / len(aurocs), "hardest auroc": aurocs[-1], "levels": len(rows)}
+                   "mean auroc": sum(aurocs) / len(aurocs), "hardest auroc": aurocs[-1], "levels": len(rows),
+                   "empty resamples": int(torch.isnan(mean).sum())}
         with_bounds(summary, "mean auroc", options.bounds(mean))
         with_bounds(summary, "hardest auroc", options.bounds(per_level[-1]))
         self.summary = [r for r in self.summary if r["confidence function"] != kappa_name] + [summary]
@@ -392,7 +403,9 @@ class SeverityAUROC(pl.Callback):
         write_tables(out, "summary", self.summary, SUMMARY_COLUMNS, preamble=(
             f"Mean OOD AUROC over the {self.num_levels} severity levels and the hardest level's, with "
             f"{self.intervals.describe()}; resampling unit: {CLASS_UNIT}."))
-        write_replicates(out, self.replicates, self.intervals)
+        # the units the replicates resample: the ID test images and the pool's classes (their identity, for the card)
+        write_replicates(out, self.replicates, self.intervals, units={"*": digest(
+            {"id_test": self.data["id_test"].fingerprint(), "ood_test": self.data["ood_test"].fingerprint()})})
         if self.plots:
             figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},
                                    out / "severity_auroc.png", title=f"C-OOD severity: {name}")
@@ -437,7 +450,7 @@ class SeverityEvaluation(Evaluation):
                  pretrained_file: str | None = None, random_weights: bool = False, intervals: Intervals | None = None,
                  *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
-        self.intervals = intervals or Intervals()
+        self.intervals = Intervals.of(intervals)
         self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
         self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
         self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers

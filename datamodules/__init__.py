@@ -6,7 +6,14 @@ from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.evg import OODImagesDataModule
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ClassFolderDataModule, FolderProtocolDataModule, ImageNetProtocolDataModule
-from datamodules.images import ImageFileDataset, TensorImageDataset, UnreadableImageError, dataset_labels
+from datamodules.images import (
+    IMAGE_EXTENSIONS,
+    ImageFileDataset,
+    NonImageFilesWarning,
+    TensorImageDataset,
+    UnreadableImageError,
+    dataset_labels,
+)
 from datamodules.open_set import OpenSetDataModule
 from datamodules.protocols import Protocol, imagenet_protocol
 from datamodules.transforms import BackgroundClassTarget
@@ -18,6 +25,7 @@ warnings.filterwarnings("ignore", category=RuntimeWarning,
                         message=r"'datamodules\.\w+' found in sys.modules after import of package 'datamodules'")
 
 __all__ = [
+    "IMAGE_EXTENSIONS",
     "BackgroundClassTarget",
     "Batch",
     "ClassFolderDataModule",
@@ -25,6 +33,7 @@ __all__ = [
     "FashionMNISTOpenSetDataModule",
     "ImageFileDataset",
     "ImageNetProtocolDataModule",
+    "NonImageFilesWarning",
     "OODImagesDataModule",
     "OpenSetDataModule",
     "Protocol",

@@ -5,10 +5,15 @@ batches, and the OOD set as training data of the GAN-latent variation model.
 
 - ``id_val`` (role ``id_val``): standardises each detector's energy (nothing else uses it);
 - ``id_test`` (``id_test``): the positives of the clean and worst-case AUROC and of MinRank;
-- ``ood`` (``ood``): the unmodified OOD images (the clean AUROC) and the seeds of the chains: a seeded,
-  class-balanced choice of them (:meth:`EvGData.seed_indices`; the authors took the first 5,000 of an
-  unsorted test split), chain ``i`` varying seed ``i mod N_seeds`` (affine, colour, l∞), brought to the
-  search's image size by :meth:`EvGData.seed_images`.
+- ``ood`` (``ood``): the unmodified OOD images (the clean AUROC) and the seeds of the chains, chain ``i``
+  varying seed ``i mod N_seeds`` (affine, colour, l∞): a seeded, class-balanced choice of them (``balanced``,
+  this project's default: a class-sorted folder's first rows would be a few classes), or the first ``N`` of
+  the set (``first``, the authors' scripts: ``attack.py --n_sample 1000`` takes the first 1,000 images of the
+  unsorted SVHN / CelebA test split, 400 of their 224 px sets) (:meth:`EvGData.seed_indices`). The seeds are
+  the OOD images at their own size (:meth:`EvGData.seed_images`), or through a pipeline (the detectors'
+  common input, ``vary_at: input``); with an ``image_size`` every OOD image, clean ones too, is first
+  brought to it (:meth:`EvGData.through`, :class:`ThroughPipeline`), so that the clean images are the
+  chains' unvaried images.
 
 :class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
 ``[k·S, (k+1)·S)``, a fixed split of the chains, so a finished batch's result file can be found again and
@@ -23,16 +28,64 @@ is trained on the 1,797 images the chains then start from).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, Literal, get_args
 
 import pytorch_lightning as pl
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.batch import collate_samples
-from datamodules.evaluation import EvaluationData, EvaluationSet
-from datamodules.images import balanced_choice, dataset_labels
+from datamodules.batch import Sample, collate_samples
+from datamodules.evaluation import EvaluationData, EvaluationSet, dataset_fingerprint
+from datamodules.images import BALANCED_RULE, balanced_choice, dataset_labels
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
-from datamodules.transforms import ModelInput, TensorPipeline
+from datamodules.transforms import ModelInput, TensorPipeline, to_float_tensor
+from openset_common import digest
+
+SeedChoice = Literal["balanced", "first"]
+SEED_CHOICES: tuple[str, ...] = get_args(SeedChoice)
+SEED_RULES = {"balanced": BALANCED_RULE,
+              "first": "the first images of the OOD set in its order (the authors' attack.py --n_sample)"}
+
+
+def image_tensor(image: Any) -> torch.Tensor:
+    """A raw image -> float tensor ``(C, H, W)`` in ``[0, 1]`` at its own size: PIL images of a mode other than
+    ``L`` and ``RGB`` (palette, alpha, CMYK, 16 bit) converted to ``RGB`` first, as the models' pipelines do."""
+    if isinstance(image, Image.Image) and image.mode not in ("L", "RGB"):
+        image = image.convert("RGB")
+    return to_float_tensor(image)
+
+
+def image_size(image: Any) -> tuple[int, int]:
+    """``(H, W)`` of a raw image (a PIL image or a tensor ``(C, H, W)``)."""
+    if isinstance(image, Image.Image):
+        return image.height, image.width
+    return int(image.shape[-2]), int(image.shape[-1])
+
+
+class ThroughPipeline(Dataset):
+    """The samples of a data set with each raw image through ``pipeline`` (e.g. EvG's ``image_size`` resize):
+    raw images again (float tensors in ``[0, 1]``) for the models' own transforms; labels, source classes and
+    a fingerprint (the set's and the pipeline's ``repr``) of its own."""
+
+    def __init__(self, dataset: Dataset, pipeline: Callable[[Any], torch.Tensor]) -> None:
+        self.dataset, self.pipeline = dataset, pipeline
+        self.source_classes = getattr(dataset, "source_classes", None)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Sample:
+        sample = self.dataset[index]
+        if sample.image is None:
+            return sample
+        return Sample(self.pipeline(sample.image), sample.target, sample.index)
+
+    def labels(self) -> torch.Tensor:
+        return dataset_labels(self.dataset)
+
+    def fingerprint(self) -> str:
+        return digest({"through": repr(self.pipeline), "of": dataset_fingerprint(self.dataset)})
 
 
 class EvGData(EvaluationData):
@@ -56,21 +109,61 @@ class EvGData(EvaluationData):
                                       info=given.info if isinstance(given, EvaluationSet) else {}))
         super().__init__(sets, batch_size=batch_size, num_workers=num_workers, classes=classes)
 
-    def seed_indices(self, count: int, seed: int) -> torch.Tensor:
-        """The OOD images the chains start from: ``min(count, N_ood)`` indices chosen seeded and balanced over
-        the OOD set's own classes (:func:`datamodules.images.balanced_choice`; a digit, a Fashion-MNIST class,
-        an image folder's sub-folder), never the first rows of a class-sorted folder."""
+    def seed_indices(self, count: int, seed: int, *, choice: SeedChoice = "balanced") -> torch.Tensor:
+        """The OOD images the chains start from, ``min(count, N_ood)`` indices.
+
+        ``balanced``: chosen seeded and balanced over the OOD set's own classes
+        (:func:`datamodules.images.balanced_choice`; a digit, a Fashion-MNIST class, an image folder's
+        sub-folder), never the first rows of a class-sorted folder. ``first``: ``0 .. min(count, N_ood) - 1``,
+        the authors' choice (the first ``--n_sample`` images of an unsorted test split; ``seed`` unused).
+
+        Raises:
+            ValueError: an unknown ``choice``.
+        """
+        if choice not in SEED_CHOICES:
+            raise ValueError(f"seed choice must be one of {list(SEED_CHOICES)}, got {choice!r}")
         dataset = self["ood"].dataset
+        if choice == "first":
+            return torch.arange(min(count, len(dataset)))
         groups = getattr(dataset, "source_classes", None)
         if groups is None:
             groups = dataset_labels(dataset)
         return balanced_choice(groups, min(count, len(dataset)), seed)
 
-    def seed_images(self, indices: torch.Tensor, pipeline: Callable) -> torch.Tensor:
-        """The OOD images ``indices`` through ``pipeline`` (a raw image -> a float tensor in ``[0, 1]`` at the
-        search's size): ``(n, C, H, W)``, the seeds of the chains (chain ``i`` varies seed ``i mod n``)."""
+    def seed_sizes(self, indices: torch.Tensor) -> list[tuple[int, int]]:
+        """The distinct ``(H, W)`` of the OOD images ``indices``, in order of first appearance."""
         dataset = self["ood"].dataset
-        return torch.stack([pipeline(dataset[int(i)].image).float() for i in indices])
+        return list(dict.fromkeys(image_size(dataset[int(i)].image) for i in indices))
+
+    def seed_images(self, indices: torch.Tensor, pipeline: Callable | None = None) -> torch.Tensor:
+        """The OOD images ``indices`` as float tensors in ``[0, 1]``, ``(n, C, H, W)``: the seeds of the chains
+        (chain ``i`` varies seed ``i mod n``).
+
+        Args:
+            indices: ``(n,)`` indices into the OOD set.
+            pipeline: a raw image -> a float tensor at the search's size (e.g. the detectors' common input);
+                ``None``: each image at its own size (:func:`image_tensor`), the authors' (their loaders give
+                the variations the data's 32 px images, whatever the detector's input).
+
+        Raises:
+            ValueError: without a pipeline, images of several sizes or channel counts (named).
+        """
+        dataset = self["ood"].dataset
+        images = [(pipeline or image_tensor)(dataset[int(i)].image).float() for i in indices]
+        if {image.shape[0] for image in images} == {1, 3}:  # grey and colour files: grey repeated, as RGB models do
+            images = [image.expand(3, -1, -1) for image in images]
+        shapes = list(dict.fromkeys(tuple(image.shape) for image in images))
+        if len(shapes) > 1:
+            raise ValueError(f"the seed images have several shapes {shapes[:4]}: give a pipeline (or image_size) that "
+                             "brings them to one")
+        return torch.stack(images)
+
+    def through(self, pipeline: Callable[[Any], torch.Tensor]) -> EvGData:
+        """The same sets, every OOD image through ``pipeline`` first (:class:`ThroughPipeline`)."""
+        ood = self["ood"]
+        return EvGData(id_val=self["id_val"], id_test=self["id_test"],
+                       ood=EvaluationSet("ood", "ood", ThroughPipeline(ood.dataset, pipeline), info=ood.info),
+                       classes=self.classes, batch_size=self.batch_size, num_workers=self.num_workers)
 
 
 class ChainBatches(Dataset):

@@ -33,23 +33,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import UnidentifiedImageError
 
 from datamodules.evaluation import EvaluationData, EvaluationSet
 from datamodules.images import (
+    IMAGE_EXTENSIONS,
     BadImagePolicy,
     ImageFileDataset,
     TensorImageDataset,
-    UnreadableImageError,
     check_choice,
-    read_rgb_image,
+    image_files_under,
+    is_image_file,
+    without_unreadable,
 )
 
 MANIFEST_COLUMNS = ("file", "index", "seed", "source_index", "source_label", "ensemble_prediction", "mi", "lpips",
                     "generator_sha256")
 # written and read as exact integers (never through a float: a 64-bit seed does not survive float32)
 INTEGER_COLUMNS = ("index", "seed", "source_index", "source_label", "ensemble_prediction")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 class IncompleteGeneratedSet(FileNotFoundError):
@@ -189,32 +189,6 @@ def generated_set(folder: str | Path, kind: str, classes: Sequence[str] | None =
     return EvaluationSet(f"{kind}:{Path(folder).name}", kind, dataset, info=dataset.info)  # type: ignore[arg-type]
 
 
-def without_unreadable(dataset: ImageFileDataset, *, what: str) -> ImageFileDataset:
-    """The same files without those that cannot be decoded (each file decoded once, here), with one warning
-    that counts them and names the first: ``on_bad_image="skip"`` for an evaluation set, whose scoring pass
-    must cover every image it is given."""
-    keep, bad = [], []
-    for position, row in enumerate(dataset.rows):
-        try:
-            read_rgb_image(dataset.path(position))
-            keep.append(row)
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
-            bad.append(dataset.path(position))
-    if not bad:
-        return dataset
-    if not keep:
-        raise UnreadableImageError(f"{what}: none of its {len(bad)} images can be read (first: {bad[0]})")
-    warnings.warn(f"{what}: skipping {len(bad)} unreadable image(s) of {len(dataset.rows)}: {bad[:5]}", RuntimeWarning,
-                  stacklevel=2)
-    kept = ImageFileDataset(dataset.root, keep, transform=dataset.transform,
-                            target_transform=dataset.target_transform, on_bad_image="skip")
-    source_classes = getattr(dataset, "source_classes", None)
-    if source_classes is not None:
-        readable = torch.tensor([dataset.path(i) not in set(bad) for i in range(len(dataset.rows))])
-        kept.source_classes = source_classes[readable]  # type: ignore[attr-defined]
-    return kept
-
-
 def _folder_key(name: str) -> str:
     return re.sub(r"[^0-9a-z]", "", name.lower())
 
@@ -247,7 +221,7 @@ def real_shift_set(folder: str | Path, classes: Sequence[str], *, on_bad_image: 
     loose: dict[str, int] = {}
     for i, name in enumerate(classes):
         loose.setdefault(_folder_key(name), i)
-    stray = sorted(p.name for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
+    stray = sorted(p.name for p in root.iterdir() if p.is_file() and is_image_file(p.name))
     if stray:
         raise ValueError(f"real shifted set {root}: files {stray[:3]} lie outside the class folders "
                          f"(expected {root}/<class name or wnid>/*)")
@@ -262,11 +236,10 @@ def real_shift_set(folder: str | Path, classes: Sequence[str], *, on_bad_image: 
             raise ValueError(f"real shifted set {root}: the folders {seen[label]!r} and {sub.name!r} are both the class "
                              f"{classes[label]!r}")
         seen[label] = sub.name
-        rows += [(str(path.relative_to(root)), label) for path in sorted(sub.rglob("*"))
-                 if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
-                 and not any(part.startswith(".") for part in path.relative_to(root).parts)]
+        rows += [(f"{sub.name}/{relative}", label) for relative in image_files_under(sub)]
     if not rows:
-        raise FileNotFoundError(f"real shifted set {root} holds no image files ({list(IMAGE_SUFFIXES)}) in class folders")
+        raise FileNotFoundError(f"real shifted set {root} holds no image files ({' '.join(IMAGE_EXTENSIONS)}, any case) "
+                                "in class folders")
     dataset = ImageFileDataset(str(root), rows, on_bad_image=on_bad_image)
     return without_unreadable(dataset, what=f"real shifted set {root}") if on_bad_image == "skip" else dataset
 

@@ -71,8 +71,8 @@ class FolderProtocolDataModule(OpenSetDataModule):
         super().__init__(
             batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives, pin_memory=pin_memory
         )
-        if not protocol.known:
-            raise ValueError("the protocol has no known class")
+        if len(protocol.known) < 2:
+            raise ValueError(f"an open-set protocol needs at least 2 known classes, got {protocol.known}")
         self.root = str(root)
         self.protocol_number = name
         self.protocol = protocol
@@ -295,7 +295,15 @@ class ClassFolderDataModule(FolderProtocolDataModule):
             train = Path(root) / "train"
             if not train.is_dir():
                 raise FileNotFoundError(f"{train} does not exist: give the known classes or a root with train/<class>/")
-            known = [p.name for p in sorted(train.iterdir()) if p.is_dir() and p.name not in set(negative) | set(unknown)]
+            known = [p.name for p in sorted(train.iterdir())
+                     if p.is_dir() and not p.name.startswith(".") and p.name not in set(negative) | set(unknown)]
+            where = f"the class folders of {train} that are not negatives or unknowns"
+        else:
+            where = "the known classes given"
+        if len(known) < 2:  # a classifier of one class cannot be trained (nor rejected against)
+            raise ValueError(f"class folders {root}: an open-set protocol needs at least 2 known classes, found "
+                             f"{len(known)}: {sorted(known)} ({where}; negative {sorted(negative)}, unknown "
+                             f"{sorted(unknown)})")
         if str(name).isdigit():
             raise ValueError(f"name {name!r} would take the file names of ImageNet protocol P{name}: choose another")
         super().__init__(root=root, protocol=Protocol(list(known), negative, unknown), name=name,

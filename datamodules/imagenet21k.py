@@ -36,6 +36,7 @@ import csv
 import hashlib
 import io
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -45,10 +46,11 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.images import IMAGE_EXTENSIONS, NonImageFilesWarning, image_files, non_image_files
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.wordnet import load_wordnet, synset
 from datamodules.wordnet import wnid as synset_wnid
-from openset_common import atomic_write_text
+from openset_common import atomic_write_text, check_writable_folder
 
 RULES = ("id_class", "hypernym", "hyponym", "part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
 CURATED_RELATIONS = ("part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
@@ -224,8 +226,18 @@ def ood_classes(path: str | Path | None = None) -> list[str]:
     if path is None:
         text = resources.files("datamodules").joinpath("data/imagenet21k_ood_classes.csv").read_text()
     else:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"OOD classes file {path} does not exist (write one with "
+                                    "`python -m datamodules.imagenet21k classes --out-dir ...`)")
         text = Path(path).read_text()
-    return [row["wnid"] for row in csv.DictReader(io.StringIO(text))]
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or "wnid" not in reader.fieldnames:
+        raise ValueError(f"{path}: expected a CSV with a 'wnid' column (imagenet21k_ood_classes.csv of "
+                         f"`python -m datamodules.imagenet21k classes`), got the header {reader.fieldnames}")
+    wnids = [row["wnid"] for row in reader]
+    if not wnids:
+        raise ValueError(f"{path} lists no OOD class")
+    return wnids
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,18 +286,27 @@ def sample_pool(
         raise FileNotFoundError(f"ImageNet-21k folder {root} does not exist")
     rows: list[tuple[str, str, str]] = []
     dropped: list[tuple[str, int, str]] = []
+    ignored: list[tuple[str, int]] = []  # (wnid, files that are not images): left out, counted in one warning
     for wnid in sorted(classes):
         folder = root / wnid
         if not folder.is_dir():
             dropped.append((wnid, 0, "no folder"))
             continue
-        files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        files = image_files(folder, warn=False)
+        others = non_image_files(folder)
+        if others:
+            ignored.append((wnid, len(others)))
         if len(files) < min_images:
             dropped.append((wnid, len(files), f"fewer than {min_images} images"))
             continue
         chosen = class_rng(seed, wnid).choice(len(files), size=per_class, replace=False)
         for position, index in enumerate(chosen):
             rows.append((f"{wnid}/{files[index]}", wnid, "estimation" if position < estimation else "test"))
+    if ignored:
+        shown = ", ".join(f"{wnid} ({count})" for wnid, count in ignored[:5]) + (", ..." if len(ignored) > 5 else "")
+        warnings.warn(f"ignored {sum(count for _, count in ignored)} files in {len(ignored)} class folders of {root} "
+                      f"that are not images (by extension, any case: {' '.join(IMAGE_EXTENSIONS)}): {shown}",
+                      NonImageFilesWarning, stacklevel=2)
     return PoolSample(rows=rows, dropped=dropped)
 
 
@@ -349,7 +370,15 @@ def main(argv: list[str] | None = None) -> None:
     sample_cmd.add_argument("--classes", type=Path, default=None, help="OOD classes CSV (default: package data)")
     sample_cmd.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    try:
+        _run(args)
+    except (ValueError, OSError) as error:  # bad input: the message names the file, folder or value
+        raise SystemExit(f"{parser.prog} {args.command}: {error}") from None
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.command == "classes":
+        check_writable_folder(args.out_dir, what="the class-list output")
         result = filter_ood_classes(keep_biological_lookalikes=not args.remove_biological_lookalikes,
                                     exclude_ambiguous_manmade=not args.keep_ambiguous_manmade)
         for rule, left in result.remaining_after:
@@ -357,6 +386,9 @@ def main(argv: list[str] | None = None) -> None:
         kept, removed = write_class_csvs(result, args.out_dir)
         print(f"kept: {kept}\nremoved: {removed}")
     else:
+        if args.out.is_dir():
+            raise IsADirectoryError(f"the pool file {args.out} is a folder: give a file name (e.g. {args.out}/pool.csv)")
+        check_writable_folder(args.out.parent, what=f"the pool file {args.out.name}")
         sample = sample_pool(args.root, ood_classes(args.classes), seed=args.seed)
         path = write_pool_file(sample, args.out)
         print(f"{len(sample.classes())} classes x 200 images in {path}; {len(sample.dropped)} classes dropped "

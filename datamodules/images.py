@@ -35,9 +35,67 @@ def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
-def image_files(folder: Path) -> list[str]:
-    """The file names in a folder, sorted (hidden files left out)."""
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+# The one rule for what an image file is, everywhere in the project: the extensions PIL and torchvision read,
+# case-insensitive (ImageNet's files are ``.JPEG``). Any other file in an image folder is left out, counted.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class NonImageFilesWarning(UserWarning):
+    """Files in an image folder that are not images by extension were left out; the message counts them."""
+
+
+def is_image_file(name: str | os.PathLike) -> bool:
+    """Whether a file name is an image's: not hidden, with one of :data:`IMAGE_EXTENSIONS` (any case)."""
+    path = Path(name)
+    return not path.name.startswith(".") and path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def non_image_files(folder: str | os.PathLike) -> list[str]:
+    """The names of the files in a folder that are neither hidden nor images (:func:`is_image_file`), sorted."""
+    return sorted(p.name for p in Path(folder).iterdir()
+                  if p.is_file() and not p.name.startswith(".") and not is_image_file(p.name))
+
+
+def ignored_files_message(folder: str | os.PathLike, names: Sequence[str]) -> str:
+    """``ignored N files in FOLDER that are not images (...)``: the first few named."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return (f"ignored {len(names)} file{'s' if len(names) != 1 else ''} in {folder} that are not images "
+            f"(by extension, any case: {' '.join(IMAGE_EXTENSIONS)}): {shown}")
+
+
+def image_files(folder: str | os.PathLike, *, warn: bool = True) -> list[str]:
+    """The image file names in a folder (:func:`is_image_file`), sorted.
+
+    Args:
+        folder: the folder (its sub-folders are not read).
+        warn: warn (:class:`NonImageFilesWarning`) with the count and the first names of the other files,
+            which are left out; hidden files are left out silently.
+    """
+    folder = Path(folder)
+    files = [p.name for p in folder.iterdir() if p.is_file()]
+    if warn:
+        others = sorted(name for name in files if not name.startswith(".") and not is_image_file(name))
+        if others:
+            warnings.warn(ignored_files_message(folder, others), NonImageFilesWarning, stacklevel=2)
+    return sorted(name for name in files if is_image_file(name))
+
+
+def image_files_under(folder: str | os.PathLike, *, warn: bool = True) -> list[str]:
+    """Every image file under ``folder``, sub-folders included, as sorted paths relative to it.
+
+    Hidden files and anything under a hidden folder are left out silently; other files that are not images
+    (:func:`is_image_file`) are left out and, with ``warn``, counted in one :class:`NonImageFilesWarning`.
+    """
+    folder = Path(folder)
+    images, others = [], []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        (images if is_image_file(path.name) else others).append(str(relative))
+    if warn and others:
+        warnings.warn(ignored_files_message(folder, others), NonImageFilesWarning, stacklevel=2)
+    return images
 
 
 def read_rgb_image(path: str) -> Image.Image:
@@ -98,6 +156,32 @@ class ImageFileDataset(Dataset):
         """The same files and labels yielding raw (decoded PIL) images: an evaluation set, which the scoring
         model transforms itself."""
         return ImageFileDataset(self.root, self.rows, on_bad_image=self.on_bad_image)
+
+
+def without_unreadable(dataset: ImageFileDataset, *, what: str) -> ImageFileDataset:
+    """The same files without those that cannot be decoded (each file decoded once, here), with one warning
+    that counts them and names the first: ``on_bad_image="skip"`` for an evaluation set, whose scoring pass
+    must cover every image it is given."""
+    keep, bad = [], []
+    for position, row in enumerate(dataset.rows):
+        try:
+            read_rgb_image(dataset.path(position))
+            keep.append(row)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+            bad.append(dataset.path(position))
+    if not bad:
+        return dataset
+    if not keep:
+        raise UnreadableImageError(f"{what}: none of its {len(bad)} images can be read (first: {bad[0]})")
+    warnings.warn(f"{what}: skipping {len(bad)} unreadable image(s) of {len(dataset.rows)}: {bad[:5]}", RuntimeWarning,
+                  stacklevel=2)
+    kept = ImageFileDataset(dataset.root, keep, transform=dataset.transform,
+                            target_transform=dataset.target_transform, on_bad_image="skip")
+    source_classes = getattr(dataset, "source_classes", None)
+    if source_classes is not None:
+        readable = torch.tensor([dataset.path(i) not in set(bad) for i in range(len(dataset.rows))])
+        kept.source_classes = source_classes[readable]  # type: ignore[attr-defined]
+    return kept
 
 
 class TensorImageDataset(Dataset):

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from sklearn.model_selection import train_test_split
 
-from datamodules.images import image_files
+from datamodules.images import IMAGE_EXTENSIONS, image_files, non_image_files
 from datamodules.wordnet import descendants_in
-from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text
+from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text, check_writable_folder
 
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")
@@ -173,10 +173,16 @@ def _check_populated(root: Path, split: str, classes: list[str], required: list[
     """Refuse class folders with fewer than ``minimum`` images (a known class without images would be a
     class the model never sees; the train/val split needs two images of each class)."""
     counts = Counter(classes)
-    few = [f"{split}/{wnid} ({counts[wnid]})" for wnid in required if counts[wnid] < minimum]
+    few = []
+    for wnid in required:
+        if counts[wnid] >= minimum:
+            continue
+        others = non_image_files(root / split / wnid)
+        ignored = f"; {len(others)} other files ignored: {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+        few.append(f"{split}/{wnid} ({counts[wnid]} image{'s' if counts[wnid] != 1 else ''}{ignored if others else ''})")
     if few:
-        raise ValueError(f"{len(few)} class folders under {root} hold fewer than {minimum} images: "
-                         f"{', '.join(few)}")
+        raise ValueError(f"{len(few)} class folders under {root} hold fewer than {minimum} images "
+                         f"(image files by extension: {' '.join(IMAGE_EXTENSIONS)}): {', '.join(few)}")
 
 
 def _check_splits(splits: Sequence[str]) -> tuple[str, ...]:
@@ -372,7 +378,12 @@ def main(argv: list[str] | None = None) -> None:
     show.add_argument("--protocol", type=int, choices=(1, 2, 3), required=True)
     args = parser.parse_args(argv)
     if args.command == "write":
-        for split, path in write_protocol_csvs(args.imagenet_root, args.protocol, args.out_dir).items():
+        try:
+            check_writable_folder(args.out_dir, what="the protocol CSV output")
+            written = write_protocol_csvs(args.imagenet_root, args.protocol, args.out_dir)
+        except (ValueError, OSError) as error:  # bad input: the message names the folder, class or file
+            raise SystemExit(f"{parser.prog} write: {error}") from None
+        for split, path in written.items():
             print(f"{split}: {path}")
     else:
         protocol = imagenet_protocol(args.protocol)

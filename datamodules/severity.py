@@ -34,7 +34,14 @@ import torch
 
 from datamodules.evaluation import EvaluationData, EvaluationSet
 from datamodules.imagenet21k import class_names, class_rng, read_pool_file
-from datamodules.images import BadImagePolicy, ImageFileDataset, TensorImageDataset, image_files
+from datamodules.images import (
+    BadImagePolicy,
+    ImageFileDataset,
+    TensorImageDataset,
+    image_files,
+    non_image_files,
+    without_unreadable,
+)
 from datamodules.protocols import check_class_folders, imagenet1k_wnids, imagenet_protocol
 from datamodules.sources import (
     CLASS_NAMES,
@@ -80,6 +87,32 @@ class SeverityData(EvaluationData):
         self.add(EvaluationSet(name, ROLES[name], dataset))  # type: ignore[arg-type]
 
 
+def check_populated(root: str | Path, folders: dict[str, dict[str, Sequence[str]]]) -> None:
+    """Refuse class folders without an image: a known class without test images would be left out of the ID
+    test set (a benchmark of other classes than the model's), an unknown class would be a pool class without
+    test images.
+
+    Args:
+        root: the folder the class folders lie under.
+        folders: ``{split folder ("." for root itself): {role: classes}}``.
+
+    Raises:
+        ValueError: naming every empty class folder, its role and the files in it that are not images.
+    """
+    empty = []
+    for split, roles in folders.items():
+        for role, classes in roles.items():
+            for wnid in classes:
+                folder = Path(root, split, wnid)
+                if image_files(folder, warn=False):
+                    continue
+                others = non_image_files(folder)
+                ignored = f"; {len(others)} other files ignored: {', '.join(others[:3])}" if others else ""
+                empty.append(f"{Path(split, wnid).as_posix()} ({role} class{ignored})")
+    if empty:
+        raise ValueError(f"{len(empty)} class folders under {root} hold no image: {', '.join(empty)}")
+
+
 class _FileSeverityData(SeverityData):
     """Severity data read from image files: :meth:`rows` gives ``(path, label)`` per set, absolute or under
     :meth:`root`; the files are listed (and every class folder checked) in :meth:`setup`."""
@@ -97,7 +130,10 @@ class _FileSeverityData(SeverityData):
 
     def build(self) -> None:
         for name, rows in self.rows().items():
-            self._add_split(name, ImageFileDataset(self.root(name), rows, on_bad_image=self.on_bad_image))
+            dataset = ImageFileDataset(self.root(name), rows, on_bad_image=self.on_bad_image)
+            if self.on_bad_image == "skip":  # a scoring pass covers every image it is given: decode each once here
+                dataset = without_unreadable(dataset, what=f"severity set {name}")
+            self._add_split(name, dataset)
 
 
 class ImageNetSeverityData(_FileSeverityData):
@@ -128,6 +164,7 @@ class ImageNetSeverityData(_FileSeverityData):
         index = {wnid: i for i, wnid in enumerate(self.ood_classes)}
         check_class_folders(self.id_root, {".": self.classes or []})
         check_class_folders(self.pool_root, {".": self.ood_classes})
+        check_populated(self.id_root, {".": {"known": self.classes or []}})
         return {
             "id_test": [(f"{wnid}/{name}", label) for label, wnid in enumerate(self.classes or [])
                         for name in image_files(Path(self.id_root, wnid))],
@@ -176,6 +213,9 @@ class FolderSeverityData(_FileSeverityData):
         wnid = self.ood_classes[index]
         return f"{wnid} {class_names().get(wnid, '')}".strip()
 
+    def _check_populated(self) -> None:
+        check_populated(self.root_dir, {"val": {"known": self.known, "unknown": self.unknown}})
+
     def _sample(self, wnid: str, folder: str, count: int | None) -> list[str]:
         files = image_files(Path(self.root_dir, folder, wnid))
         if count is None:
@@ -187,6 +227,7 @@ class FolderSeverityData(_FileSeverityData):
 
     def rows(self) -> dict[str, list[tuple[str, int]]]:
         check_class_folders(self.root_dir, {"val": self.known + self.unknown, "train": self.unknown})
+        self._check_populated()
         self.ood_classes = list(self.unknown)
         rows: dict[str, list[tuple[str, int]]] = {
             "id_test": [(f"val/{wnid}/{name}", label) for label, wnid in enumerate(self.known)

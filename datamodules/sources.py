@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.images import ImageFileDataset, TensorImageDataset
+from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset, image_files_under
 from openset_common import UNKNOWN_LABEL
 
 DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -35,7 +35,6 @@ FASHION_MNIST_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
 
 class FashionMNISTMissing(FileNotFoundError):
@@ -110,10 +109,9 @@ def load_digits_images(size: int = 28) -> tuple[torch.Tensor, np.ndarray]:
 
 
 def folder_images(folder: str | Path) -> list[str]:
-    """Every image file under ``folder`` (sub-folders included), as sorted paths relative to it."""
-    folder = Path(folder)
-    return [str(p.relative_to(folder)) for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")]
+    """Every image file under ``folder`` (sub-folders included), as sorted paths relative to it; other files
+    are left out with a warning that counts them (:func:`datamodules.images.image_files_under`)."""
+    return image_files_under(folder)
 
 
 def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int] = (),
@@ -146,7 +144,7 @@ def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int] = (),
         raise FileNotFoundError(f"real OOD set {spec!r}: not 'digits', 'fashion:...' nor an existing folder")
     rows = [(path, UNKNOWN_LABEL) for path in folder_images(folder)]
     if not rows:
-        raise FileNotFoundError(f"real OOD set folder {folder} holds no image files ({sorted(IMAGE_SUFFIXES)})")
+        raise FileNotFoundError(f"real OOD set folder {folder} holds no image files ({' '.join(IMAGE_EXTENSIONS)}, any case)")
     subfolders = [Path(path).parts[0] if len(Path(path).parts) > 1 else "" for path, _ in rows]
     index = {name: i for i, name in enumerate(sorted(set(subfolders)))}
     return _with_source_classes(ImageFileDataset(str(folder), rows, transform=transform),

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from openset_common import check_writable_folder, staging_folder, stale_staging_folders
 
 DEBIAN_WORDNET_DIR = Path("/usr/share/wordnet")
 REQUIRED_FILES = ("data.noun", "index.noun", "data.verb", "index.verb", "data.adj", "index.adj",
@@ -71,9 +72,12 @@ def install_wordnet_corpus(target_dir: Path | None = None, source_dir: Path = DE
             f"wordnet-sense-index (apt-get install wordnet-base wordnet-sense-index) or pass --source"
         )
     corpus = target_dir / "corpora" / "wordnet"
-    corpus.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".wordnet-", dir=corpus.parent))
+    check_writable_folder(corpus, what="the WordNet corpus")
+    staging: Path | None = None
     try:
+        for stale in stale_staging_folders(corpus.parent, ".wordnet-"):  # of an install that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = staging_folder(corpus.parent, ".wordnet-")  # the permissions of any new folder, not 0700
         for name in REQUIRED_FILES + OPTIONAL_FILES:
             if (source_dir / name).is_file():
                 shutil.copyfile(source_dir / name, staging / name)  # a copy: NLTK rejects links here
@@ -81,9 +85,11 @@ def install_wordnet_corpus(target_dir: Path | None = None, source_dir: Path = DE
         if corpus.exists():
             shutil.rmtree(corpus)
         staging.rename(corpus)
+    except OSError as error:  # a full disk, a folder the checks above could not see was read-only
+        raise OSError(f"cannot install the WordNet corpus in {corpus}: {error.strerror or error}") from error
     finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
     return corpus
 
 
@@ -154,7 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import nltk
 
-    corpus = install_wordnet_corpus(args.target, args.source)
+    try:
+        corpus = install_wordnet_corpus(args.target, args.source)
+    except OSError as error:
+        raise SystemExit(f"{parser.prog} install: {error}") from None
     if str(corpus.parent.parent) not in nltk.data.path:  # NLTK reads only from its data path
         nltk.data.path.append(str(corpus.parent.parent))
     load_wordnet.cache_clear()

@@ -109,6 +109,26 @@ def check_archive(path: str | Path) -> None:
     _VERIFIED.add(stamp)
 
 
+def checkpoint_module_class(path: str | Path, checkpoint: dict[str, Any], *, expected: type | None = None,
+                            hint: str | None = None) -> type:
+    """The LightningModule class a checkpoint records (``model_class``), refused when not ``expected``.
+
+    Raises:
+        CheckpointError: no ``model_class`` (not written by ``train.py``), or a class that is not ``expected``
+            (or a subclass of it), naming both and ``hint``.
+    """
+    class_path = checkpoint.get("model_class")
+    if class_path is None:
+        raise CheckpointError(f"checkpoint {path} has no 'model_class': it was not written by train.py")
+    module_class = import_class(class_path)
+    if expected is not None and not issubclass(module_class, expected):
+        raise CheckpointError(
+            f"checkpoint {path} holds a {class_path}, but a {expected.__module__}.{expected.__qualname__} is "
+            f"expected here{': ' + hint if hint else ''}"
+        )
+    return module_class
+
+
 def load_module(
     path: str | Path, checkpoint: dict[str, Any] | None = None, *, expected: type | None = None,
     hint: str | None = None,
@@ -124,15 +144,7 @@ def load_module(
         hint: what to say when the class is not ``expected`` (e.g. "a classifier is expected here").
     """
     checkpoint = checkpoint if checkpoint is not None else read_checkpoint(path)
-    class_path = checkpoint.get("model_class")
-    if class_path is None:
-        raise CheckpointError(f"checkpoint {path} has no 'model_class': it was not written by train.py")
-    module_class = import_class(class_path)
-    if expected is not None and not issubclass(module_class, expected):
-        raise CheckpointError(
-            f"checkpoint {path} holds a {class_path}, but a {expected.__module__}.{expected.__qualname__} is "
-            f"expected here{': ' + hint if hint else ''}"
-        )
+    module_class = checkpoint_module_class(path, checkpoint, expected=expected, hint=hint)
     hyper_parameters = checkpoint.get("hyper_parameters", {})
     overrides: dict[str, Any] = {"pretrained": False} if "pretrained" in hyper_parameters else {}
     if "_class_path" in hyper_parameters:  # LightningCLI's record of the class, maybe under a module path of before
@@ -209,13 +221,15 @@ def class_indices(model_classes: Sequence[str] | None, data_classes: Sequence[st
     return torch.tensor([column[name] for name in data_classes], dtype=torch.long)
 
 
-def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, expected: type | None = None
-             ) -> tuple[pl.LightningModule, pl.LightningDataModule, dict[str, Any]]:
+def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, expected: type | None = None,
+             hint: str | None = None) -> tuple[pl.LightningModule, pl.LightningDataModule, dict[str, Any]]:
     """``(model, datamodule, checkpoint)`` of a checkpoint of ``train.py``: the model with its weights, and its
-    datamodule with ``overrides``; a datamodule of other known classes than the model's is refused."""
+    datamodule with ``overrides``; a datamodule of other known classes than the model's is refused, and with
+    ``expected`` a model of another class (:func:`load_module`, ``hint`` saying what is needed instead)."""
     checkpoint = read_checkpoint(path)
+    checkpoint_module_class(path, checkpoint, expected=expected, hint=hint)  # before the datamodule is built
     datamodule = datamodule_from_checkpoint(checkpoint, path, overrides)
-    model = load_module(path, checkpoint, expected=expected)
+    model = load_module(path, checkpoint, expected=expected, hint=hint)
     names = getattr(datamodule, "class_names", None)
     check_classes(checkpoint_classes(checkpoint, path), list(names) if names is not None else None,
                   model=f"checkpoint {path}", data=f"its datamodule with {overrides or {}}")

@@ -58,6 +58,8 @@ class OpenSetClassifier(pl.LightningModule):
         negative_weight: weight of the negative term of EOS (1 in the paper).
         optimizer: optimizer factory (the paper: Adam, lr 1e-3, no weight decay).
         lr_scheduler: optional scheduler factory (the paper: none).
+        lr_scheduler_interval: when the scheduler steps: ``"epoch"`` (Lightning's default) or ``"step"`` (every
+            optimiser step, e.g. a cosine schedule over a single epoch, as the demo's ensemble members train).
     """
 
     def __init__(
@@ -73,11 +75,14 @@ class OpenSetClassifier(pl.LightningModule):
         negative_weight: float = 1.0,
         optimizer: OptimizerCallable = torch.optim.Adam,
         lr_scheduler: LRSchedulerCallable | None = None,
+        lr_scheduler_interval: Literal["epoch", "step"] = "epoch",
     ) -> None:
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {num_classes}")
         train_negatives_for_loss(loss)
+        if lr_scheduler_interval not in ("epoch", "step"):
+            raise ValueError(f"lr_scheduler_interval must be 'epoch' or 'step', got {lr_scheduler_interval!r}")
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
@@ -242,7 +247,8 @@ class OpenSetClassifier(pl.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.lr_scheduler_factory is None:
             return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": self.lr_scheduler_factory(optimizer)}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer),
+                                                         "interval": self.hparams.lr_scheduler_interval}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         record_run(self, checkpoint)

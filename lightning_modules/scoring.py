@@ -93,7 +93,7 @@ def load_scoring_network(
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
         checkpoint = read_checkpoint(model)
         module = load_module(model, checkpoint, expected=OpenSetClassifier,
-                             hint="a classifier of train.py is expected here (an OpenSetClassifier checkpoint)")
+                             hint="scoring needs a classifier of train.py (an OpenSetClassifier checkpoint)")
         model_input, classes = checkpoint_input(checkpoint, model)
         return module, model_input, checkpoint_display_name(Path(model)), bool(module.background_class), classes
     network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file,

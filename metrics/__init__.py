@@ -5,6 +5,7 @@ This package imports nothing from the rest of the project.
 
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
+from metrics.comparisons import share_first, worse_than_best
 from metrics.ensemble import (
     MutualInformation,
     expected_entropy,
@@ -16,6 +17,7 @@ from metrics.ensemble import (
 from metrics.evg import energy_standardisation, min_rank, standardised_energy
 from metrics.gamma import Gamma, gamma
 from metrics.intervals import (
+    DeLongParts,
     auroc_interval,
     bootstrap_accuracy_ece,
     bootstrap_auroc,
@@ -23,12 +25,15 @@ from metrics.intervals import (
     bootstrap_open_set,
     cluster_weights,
     delong,
+    delong_parts,
+    newcombe_interval,
     paired_difference,
     percentile_interval,
     probability_first,
     resample_weights,
     weighted_auroc,
     weighted_min_rank,
+    wilson_interval,
 )
 from metrics.kappa import KAPPAS, Kappa, check_kappa, from_pytorch_ood, get_kappa, kappa_scores, pairs_with
 from metrics.open_set import GROUPS, fpr_key, open_set_report
@@ -45,10 +50,12 @@ from metrics.oscr import (
     oscr_curve,
 )
 from metrics.ranking import kendall_tau, rank_agreement
+from metrics.seeds import SeedMean, seed_mean, seed_mean_replicates
 from metrics.severity import (
     TABLE_COLUMNS,
     class_mean_scores,
     level_percentiles,
+    level_starts,
     severity_levels,
     severity_table,
 )
@@ -69,6 +76,7 @@ __all__ = [
     "pairs_with",
     "get_kappa",
     "level_percentiles",
+    "level_starts",
     "severity_levels",
     "severity_table",
     "DEFAULT_FPR_TARGETS",
@@ -109,4 +117,13 @@ __all__ = [
     "resample_weights",
     "weighted_auroc",
     "weighted_min_rank",
+    "SeedMean",
+    "seed_mean",
+    "seed_mean_replicates",
+    "DeLongParts",
+    "delong_parts",
+    "newcombe_interval",
+    "wilson_interval",
+    "share_first",
+    "worse_than_best",
 ]

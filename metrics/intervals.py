@@ -13,6 +13,9 @@ single sample has no sample variance: its term is taken as 0 (documented, not re
 interval then reflects the other side's uncertainty only. The Wald interval is AUROC ± z·√Var with
 ``z = Φ⁻¹((1 + level)/2)``, clipped to ``[0, 1]``.
 
+The interval methods built on it: :func:`auroc_interval` (``auto``, ``logit``, ``newcombe``, ``delong``,
+``bootstrap``), :func:`newcombe_interval` (Newcombe 2006) and :func:`wilson_interval` (Wilson 1927).
+
 **Bootstrap.** A resample is a row of integer weights, ``w_b[i]`` = how often sample ``i`` was drawn
 (multinomial counts: ``n`` draws with replacement from ``n`` units, each row sums to ``n``). Every metric is
 then computed for all rows over *one* sort of the scores: weighted cumulative sums instead of ``B`` copies
@@ -33,14 +36,22 @@ detectors scored on the same images with the same seed get the *same* resamples,
 negatives 1, unknowns 2 for the open-set metrics), so the two sides are resampled independently (stratified
 bootstrap: the numbers of ID and OOD samples are fixed by the test design, not random).
 
-Resampling units (what one draw picks):
+Resampling units (what one draw picks), each keyed by its identity so that a unit has one weight in every row
+and level of a resample (the condition of a paired comparison, :func:`metrics.worse_than_best`):
 
-- AUROC, CCR@FPR, γ, ECE / accuracy: the test samples, stratified by ID / OOD (knowns / negatives /
-  unknowns), because the samples are drawn independently within each group.
-- AUROC per severity level (Galil et al.): the OOD *classes* within the level (``ood_clusters``) and the
-  ID images, because a level is a draw of classes and images of one class are not independent.
-- Worst-case AUROC and MinRank of EvG (Yoon et al.): the chains (one worst-case outlier each) and the ID
-  images; a chain is one independent search.
+- AUROC, CCR@FPR, γ, ECE / accuracy: the test samples (by their index in the set), stratified by ID / OOD
+  (knowns / negatives / unknowns), because the samples are drawn independently within each group.
+- AUROC per severity level (Galil et al.): the pool's OOD *classes* (by their index in the pool:
+  :func:`cluster_weights` with ``num_units``, one draw for every level) and the ID images, because a level is a
+  draw of classes and images of one class are not independent.
+- Worst-case AUROC of EvG (Yoon et al.): the seed images (chains that share one are one unit) and the ID
+  images. MinRank is a maximum over the chains, whose bootstrap is invalid (Bickel & Freedman 1981): its
+  interval is conditional on the search (:func:`wilson_interval` of the count of ID images above the fixed
+  worst case).
+
+The AUROC's own interval (:func:`auroc_interval`, default ``auto``): the logit-transformed DeLong interval where
+enough samples overlap, Newcombe's score interval elsewhere; its coverage, and that of every other interval, is
+measured in ``benchmarks/interval_coverage.py``.
 
 Every function works on the full (gathered) tensors it is given, with deterministic weights, so results
 are identical on one process and under DDP (gather the scores first, e.g. ``IndexedPredictions``).
@@ -52,6 +63,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,7 +73,9 @@ from metrics._validation import check_probs_and_target, check_scores
 from metrics.open_set import GROUPS, fpr_key
 from metrics.oscr import AUTHORS_RELATIVE_TOLERANCE, DEFAULT_FPR_TARGETS
 
-METHODS = ("delong", "bootstrap")
+METHODS = ("auto", "logit", "newcombe", "delong", "bootstrap")
+# "auto": the logit DeLong interval needs this many samples of each side in a discordant or tied pair
+AUTO_INVOLVED = 40
 # Elements per (chunk, n) work array: chunks of rows keep memory at a few hundred MB at N = 1e6.
 CHUNK_ELEMENTS = 1 << 23
 # Resamples per generator: row b of a stratum is drawn by the generator seeded (seed, stratum, b // BLOCK_ROWS).
@@ -133,19 +147,42 @@ def _chunk_rows(n: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# DeLong
+# DeLong and the AUROC intervals
 
 
-def delong(id_scores: Tensor, ood_scores: Tensor) -> tuple[float, float]:
-    """AUROC and its DeLong variance from the structural components (ties ½), in O(N log N).
+@dataclass(frozen=True)
+class DeLongParts:
+    """DeLong's estimate of one AUROC and what the interval methods need of it.
+
+    Attributes:
+        area: the AUROC (ties ½, ID positive).
+        variance: DeLong's variance ``S10/N_id + S01/N_ood``, or with OOD clusters the ID term plus
+            Obuchowski's (1997) clustered OOD term.
+        num_id, num_ood: the sample sizes the score interval takes (``num_ood``: the number of OOD clusters
+            when the OOD samples are clustered).
+        involved_id, involved_ood: the ID samples with some OOD score at or above them (``V10 < 1``) and the
+            OOD samples (clusters) with some ID score at or below them (``V01 < 1``): the samples that take
+            part in a discordant or tied pair, on which the variance estimate rests.
+    """
+
+    area: float
+    variance: float
+    num_id: int
+    num_ood: int
+    involved_id: int
+    involved_ood: int
+
+
+def delong_parts(id_scores: Tensor, ood_scores: Tensor, *, ood_clusters: Tensor | None = None) -> DeLongParts:
+    """DeLong's AUROC and variance from the structural components (ties ½), in O(N log N) (module docstring).
+
+    With ``ood_clusters`` (the identity of the unit each OOD sample belongs to, e.g. the seed image of an EvG
+    chain) the OOD term is Obuchowski's clustered variance (*Biometrics* 1997): with cluster totals
+    ``T_c = Σ_{j ∈ c} V01_j`` of ``n_c`` samples, ``I`` clusters and ``N`` OOD samples,
+    ``I / ((I - 1) N²) Σ_c (T_c - n_c·AUROC)²`` (``S01/N`` when every cluster holds one sample).
 
     Args:
-        id_scores: ``(N_id,)`` confidence of ID samples (higher = more in-distribution, ID positive).
-        ood_scores: ``(N_ood,)`` confidence of OOD samples.
-
-    Returns:
-        ``(auroc, variance)`` with ``variance = S10/N_id + S01/N_ood`` (module docstring); the term of a
-        side with one sample is 0. Computed on the full tensors given (identical under DDP once gathered).
+        id_scores: ``(N_id,)``; ood_scores: ``(N_ood,)``; ood_clusters: ``(N_ood,)`` integer ids or None.
     """
     id_scores, ood_scores = _pair(id_scores, ood_scores, "DeLong")
     num_id, num_ood = id_scores.numel(), ood_scores.numel()
@@ -161,24 +198,137 @@ def delong(id_scores: Tensor, ood_scores: Tensor) -> tuple[float, float]:
     twice_u = int((id_count * (2 * ood_below + ood_count)).sum())
     area = twice_u / (2.0 * num_id * num_ood)
     s10 = float((id_count * (v10 - area) ** 2).sum()) / (num_id - 1) if num_id > 1 else 0.0
-    s01 = float((ood_count * (v01 - area) ** 2).sum()) / (num_ood - 1) if num_ood > 1 else 0.0
-    return area, s10 / num_id + s01 / num_ood
+    involved_id = int(id_count[(2 * ood_below + ood_count) < 2 * num_ood].sum())
+    ood_v01 = v01[inverse[num_id:]]  # each OOD sample's component
+    if ood_clusters is None:
+        s01 = float((ood_count * (v01 - area) ** 2).sum()) / (num_ood - 1) if num_ood > 1 else 0.0
+        return DeLongParts(area, s10 / num_id + s01 / num_ood, num_id, num_ood, involved_id,
+                           int((ood_v01 < 1).sum()))
+    ids, num_clusters = _cluster_inverse(ood_clusters, num_ood)
+    ids = ids.to(ood_v01.device)
+    totals = torch.zeros(num_clusters, dtype=torch.float64, device=ood_v01.device).index_add_(0, ids, ood_v01)
+    sizes = torch.bincount(ids, minlength=num_clusters).double()
+    ood_term = (num_clusters / ((num_clusters - 1) * num_ood ** 2) * float(((totals - sizes * area) ** 2).sum())
+                if num_clusters > 1 else 0.0)
+    involved_clusters = int((torch.zeros(num_clusters, dtype=torch.int64, device=ids.device)
+                             .index_add_(0, ids, (ood_v01 < 1).long()) > 0).sum())
+    return DeLongParts(area, s10 / num_id + ood_term, num_id, num_clusters, involved_id, involved_clusters)
+
+
+def delong(id_scores: Tensor, ood_scores: Tensor) -> tuple[float, float]:
+    """AUROC and its DeLong variance from the structural components (ties ½), in O(N log N).
+
+    Args:
+        id_scores: ``(N_id,)`` confidence of ID samples (higher = more in-distribution, ID positive).
+        ood_scores: ``(N_ood,)`` confidence of OOD samples.
+
+    Returns:
+        ``(auroc, variance)`` with ``variance = S10/N_id + S01/N_ood`` (module docstring); the term of a
+        side with one sample is 0. Computed on the full tensors given (identical under DDP once gathered).
+    """
+    parts = delong_parts(id_scores, ood_scores)
+    return parts.area, parts.variance
+
+
+def _z(level: float) -> float:
+    return statistics.NormalDist().inv_cdf((1.0 + level) / 2.0)
+
+
+def newcombe_variance(theta: float, num_id: int, num_ood: int) -> float:
+    """Hanley & McNeil's (1982) AUROC variance with both sample sizes minus one replaced by ``N* - 1``,
+    ``N* = (N_id + N_ood)/2`` (Newcombe 2006, Part 2)::
+
+        Var(θ) = θ(1 - θ) [(2N* - 1) - (3N* - 3) / ((2 - θ)(1 + θ))] / (N_id N_ood)
+    """
+    half = (num_id + num_ood) / 2.0
+    return theta * (1.0 - theta) * ((2 * half - 1) - (3 * half - 3) / ((2 - theta) * (1 + theta))) / (num_id * num_ood)
+
+
+def newcombe_interval(area: float, num_id: int, num_ood: int, level: float = 0.95) -> tuple[float, float]:
+    """Newcombe's (*Stat. Med.* 2006, Part 2, Method 5) score interval of an AUROC: the θ with
+    ``(AUROC - θ)² <= z² Var(θ)`` for :func:`newcombe_variance` (the variance at the hypothesised θ, not at
+    the estimate, as Wilson's interval of a proportion), found by bisection to 1e-12 on each side. It never
+    has zero width from a finite sample: a perfectly separated sample (AUROC 1) gets ``[low, 1]`` with
+    ``low < 1``."""
+    level = _check_level(level)
+    z2 = _z(level) ** 2
+
+    def outside(theta: float) -> bool:
+        return (area - theta) ** 2 > z2 * newcombe_variance(theta, num_id, num_ood)
+
+    bounds = []
+    for start, end in ((0.0, area), (1.0, area)):  # from the outside end towards the estimate
+        if not outside(start):
+            bounds.append(start)
+            continue
+        out, inside = start, end
+        while abs(inside - out) > 1e-12:
+            middle = (out + inside) / 2
+            if outside(middle):
+                out = middle
+            else:
+                inside = middle
+        bounds.append(inside)
+    return bounds[0], bounds[1]
+
+
+def _logit_interval(parts: DeLongParts, level: float) -> tuple[float, float]:
+    """logit(AUROC) ± z·√Var / (AUROC (1 - AUROC)), back-transformed (Pepe 2003, §5.2.3)."""
+    area = parts.area
+    centre = math.log(area / (1.0 - area))
+    half = _z(level) * math.sqrt(parts.variance) / (area * (1.0 - area))
+    return 1.0 / (1.0 + math.exp(-(centre - half))), 1.0 / (1.0 + math.exp(-(centre + half)))
+
+
+def _interval_of(parts: DeLongParts, level: float, method: str) -> tuple[float, float]:
+    """The interval of one :class:`DeLongParts` by ``method`` (``auto``, ``logit``, ``newcombe``, ``delong``)."""
+    area, variance = parts.area, max(parts.variance, 0.0)
+    if method == "delong":
+        half = _z(level) * math.sqrt(variance)
+        return max(0.0, area - half), min(1.0, area + half)
+    regular = 0.0 < area < 1.0 and variance > 0.0
+    if method == "logit" and regular:
+        return _logit_interval(parts, level)
+    if method == "auto" and regular and min(parts.involved_id, parts.involved_ood) >= AUTO_INVOLVED:
+        return _logit_interval(parts, level)
+    return newcombe_interval(area, parts.num_id, parts.num_ood, level)
 
 
 def auroc_interval(
     id_scores: Tensor,
     ood_scores: Tensor,
     level: float = 0.95,
-    method: str = "delong",
+    method: str = "auto",
     *,
     resamples: int = 1000,
     seed: int = 0,
+    ood_clusters: Tensor | None = None,
 ) -> tuple[float, float]:
-    """Confidence interval of the AUROC (DESIGN.md §4).
+    """Confidence interval of the AUROC (DESIGN.md §4), ID positive, ties ½.
 
-    ``"delong"``: the Wald interval AUROC ± z·√Var(DeLong), z = Φ⁻¹((1 + level)/2), clipped to [0, 1].
-    ``"bootstrap"``: the percentile interval of :func:`bootstrap_auroc` (``resamples`` rows, ``seed``);
-    resampling units: ID and OOD samples, stratified (resampled separately).
+    Methods (their coverage is measured in ``benchmarks/interval_coverage.py``, RESULTS.md):
+
+    - ``"auto"`` (the default): the logit-transformed DeLong interval where DeLong's variance rests on at
+      least ``AUTO_INVOLVED`` (40) samples of each side that take part in a discordant or tied pair
+      (:attr:`DeLongParts.involved_id` / ``involved_ood``), else Newcombe's score interval. The logit
+      interval holds its coverage wherever the variance estimate is sound (it adapts to the score
+      distributions), but a variance estimated from a few overlapping samples is too small exactly when
+      the AUROC is overestimated, and it is 0 at perfect separation; there the score interval, whose
+      variance is taken at the hypothesised value (Hanley–McNeil's model), keeps the coverage and never has
+      zero width. Perme & Manevski (*SMMR* 2018) reach the same pairing: DeLong's variance on the logit
+      scale, with a correction where the samples separate.
+    - ``"logit"``: the logit-transformed DeLong interval alone (Pepe 2003); Newcombe's where the AUROC is 0
+      or 1 or the variance 0.
+    - ``"newcombe"``: Newcombe's (2006) score interval alone (:func:`newcombe_interval`).
+    - ``"delong"``: the Wald interval AUROC ± z·√Var(DeLong), z = Φ⁻¹((1 + level)/2), clipped to [0, 1]
+      (under-covers at small n and near 1; ``[1, 1]`` at perfect separation).
+    - ``"bootstrap"``: the percentile interval of :func:`bootstrap_auroc` (``resamples`` rows, ``seed``);
+      resampling units: ID and OOD samples, stratified (resampled separately).
+
+    Args:
+        ood_clusters: ``(N_ood,)`` integer id of the unit each OOD sample belongs to (e.g. the seed image of
+            an EvG chain): DeLong's OOD term becomes Obuchowski's clustered one and the score interval counts
+            clusters (:func:`delong_parts`); ``"bootstrap"`` resamples the clusters.
 
     Raises:
         ValueError: ``level`` outside (0, 1), an unknown ``method``, an empty side or non-finite scores.
@@ -187,10 +337,27 @@ def auroc_interval(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "bootstrap":
-        return percentile_interval(bootstrap_auroc(id_scores, ood_scores, resamples, seed), level)
-    area, variance = delong(id_scores, ood_scores)
-    half = statistics.NormalDist().inv_cdf((1.0 + level) / 2.0) * math.sqrt(max(variance, 0.0))
-    return max(0.0, area - half), min(1.0, area + half)
+        return percentile_interval(bootstrap_auroc(id_scores, ood_scores, resamples, seed, ood_clusters=ood_clusters),
+                                   level)
+    return _interval_of(delong_parts(id_scores, ood_scores, ood_clusters=ood_clusters), level, method)
+
+
+def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's (1927) score interval of a binomial proportion ``successes / trials``::
+
+        (p̂ + z²/2n ± z √(p̂(1 - p̂)/n + z²/4n²)) / (1 + z²/n)
+
+    Never of zero width: 0 of n gives ``[0, z²/(n + z²)]``."""
+    level = _check_level(level)
+    if isinstance(trials, bool) or int(trials) != trials or trials < 1:
+        raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    if int(successes) != successes or not 0 <= successes <= trials:
+        raise ValueError(f"successes must be an integer in [0, {trials}], got {successes!r}")
+    z, n = _z(level), float(trials)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,7 +450,10 @@ def resample_weights(n: int, resamples: int, seed: int, *, stratum: int = 0) -> 
     return _weight_rows(n, resamples, seed, stratum)
 
 
-def _cluster_inverse(clusters: Tensor | object, n: int | None = None) -> tuple[Tensor, int]:
+def _cluster_inverse(clusters: Tensor | object, n: int | None = None,
+                     num_units: int | None = None) -> tuple[Tensor, int]:
+    """Each sample's unit and the number of units: by the sorted distinct ids (``num_units`` None), or the ids
+    themselves, integers in ``[0, num_units)``, when the universe of units is given (keyed by identity)."""
     clusters = torch.as_tensor(clusters)
     if clusters.ndim != 1 or clusters.numel() == 0:
         raise ValueError(f"clusters must be a non-empty (N,) tensor of cluster ids, got shape {tuple(clusters.shape)}")
@@ -291,21 +461,38 @@ def _cluster_inverse(clusters: Tensor | object, n: int | None = None) -> tuple[T
         raise ValueError(f"clusters must have one id per sample ({n}), got {clusters.numel()}")
     if clusters.is_floating_point() and not bool(torch.isfinite(clusters).all()):
         raise ValueError("clusters holds NaN or infinite ids")
-    _, inverse = torch.unique(clusters.cpu(), sorted=True, return_inverse=True)
-    return inverse, int(inverse.max()) + 1
+    if num_units is None:
+        _, inverse = torch.unique(clusters.cpu(), sorted=True, return_inverse=True)
+        return inverse, int(inverse.max()) + 1
+    if isinstance(num_units, bool) or not isinstance(num_units, int) or num_units < 1:
+        raise ValueError(f"num_units must be a positive integer, got {num_units!r}")
+    if clusters.is_floating_point() or clusters.dtype == torch.bool:
+        raise ValueError(f"keyed units must be integer ids, got {clusters.dtype}")
+    low, high = int(clusters.min()), int(clusters.max())
+    if low < 0 or high >= num_units:
+        raise ValueError(f"unit ids must lie in [0, {num_units}) (num_units), got ids from {low} to {high}")
+    return clusters.cpu().long(), num_units
 
 
-def cluster_weights(clusters: Tensor, resamples: int, seed: int, *, stratum: int = 0) -> Tensor:
-    """Cluster bootstrap: the distinct cluster ids are resampled with replacement; each sample gets its
-    cluster's count (e.g. OOD classes within a severity level, where images of a class are not independent).
+def cluster_weights(clusters: Tensor, resamples: int, seed: int, *, stratum: int = 0,
+                    num_units: int | None = None) -> Tensor:
+    """Cluster bootstrap: units (clusters) are resampled with replacement; each sample gets its unit's count
+    (e.g. OOD classes, whose images are not independent draws; EvG chains that share a seed image).
 
     Args:
-        clusters: ``(N,)`` cluster id of every sample (any values; the sorted distinct ids are the units).
+        clusters: ``(N,)`` unit id of every sample.
+        num_units: the universe of units, ``0 .. num_units - 1``: the weights are **keyed by identity**, row
+            ``b`` being ``resample_weights(num_units, ...)[b]`` read at each sample's id, so unit ``u`` gets the
+            same weight in every call with the same ``(num_units, seed, stratum)``, whichever of the units a
+            call holds (two severity levels sharing a class, two detectors' levels built of other classes of
+            one pool). A call's units may then all draw 0 in a row (its statistic is then undefined there:
+            NaN for the AUROC). ``None``: the units are the sorted distinct ids of this call (``C`` draws from
+            its ``C`` units; positions, not identities, so two calls pair only when they hold the same ids).
 
     Returns:
-        ``(resamples, N)`` int32: ``resample_weights(C, ...)[:, cluster index of each sample]``.
+        ``(resamples, N)`` int32 counts.
     """
-    inverse, num_clusters = _cluster_inverse(clusters)
+    inverse, num_clusters = _cluster_inverse(clusters, num_units=num_units)
     return resample_weights(num_clusters, resamples, seed, stratum=stratum)[:, inverse]
 
 
@@ -582,8 +769,12 @@ def _min_rank_rows(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor, oo
 def bootstrap_min_rank(id_scores: Tensor, chain_scores: Tensor, resamples: int = 1000, seed: int = 0) -> Tensor:
     """MinRank of ``resamples`` bootstrap resamples of the ID images (stratum 0) and the EvG chains (stratum 1).
 
-    Resampling units: the ID images, and the chains (one worst-case outlier per chain, each chain an
-    independent search). The same weights as :func:`bootstrap_auroc` of the same inputs.
+    Resampling units: the ID images, and the chains (one worst-case outlier per chain). The same weights as
+    :func:`bootstrap_auroc` of the same inputs. Not an interval for MinRank: MinRank is a maximum over the
+    chains, and the bootstrap of a maximum is inconsistent (Bickel & Freedman 1981; its percentile interval
+    covers E[MinRank] in about 60% of repetitions, ``benchmarks/interval_coverage.py``). The EvG report's
+    interval is conditional on the search instead (:func:`wilson_interval`); this function stays for that
+    comparison.
 
     Returns:
         ``(resamples,)`` int64.
@@ -1141,4 +1332,9 @@ __all__ = [
     "resample_weights",
     "weighted_auroc",
     "weighted_min_rank",
+    "DeLongParts",
+    "delong_parts",
+    "newcombe_interval",
+    "newcombe_variance",
+    "wilson_interval",
 ]

@@ -3,7 +3,8 @@
 For a (model, κ) pair, each OOD class ȳ gets the severity score ``s(ȳ) = mean κ over its estimation
 images``: a class the model is confident on is hard to detect. The classes are sorted by ``s`` ascending,
 a sliding window of ``G = |Y_ID|`` classes gives ``M - G + 1`` windows, and for ``q = 0, 0.1, ..., 1``
-the window starting at ``int(q · (M - G + 1))`` (the last start minus 1) is severity level ``i``:
+the window starting at ``int(q · (M - G + 1))`` (the last start minus 1; computed exactly as
+``floor(i · (M - G + 1) / (L - 1))``, :func:`level_starts`) is severity level ``i``:
 level 0 is the easiest group, level 10 the hardest. Each level is evaluated on the ID test set plus the
 test images of its G classes.
 """
@@ -30,6 +31,30 @@ def level_percentiles(num_levels: int = 11) -> list[float]:
         raise ValueError(f"num_levels must be at least 2, got {num_levels}")
     step = 1.0 / (num_levels - 1)
     return [i * step for i in range(num_levels)]
+
+
+def level_starts(num_windows: int, num_levels: int = 11) -> list[int]:
+    """Window start of each level: ``floor(i · W / (L - 1))`` for ``i = 0 .. L - 1``, the last minus 1.
+
+    The paper's ``int(q · W)`` with ``q = i / (L - 1)``, in integer arithmetic: a floating-point ``q`` can
+    land just below an integer (``49 · (1/49) = 0.9999999999999999``) and pick the window before the one
+    meant, which for the last level is not the hardest window. For 11 levels the floats of the published
+    percentiles (0.1, 0.2, 0.30000000000000004, ...) are never below ``i / 10``, so both rules agree.
+
+    Args:
+        num_windows: ``W = M - G + 1``, the number of sliding windows.
+        num_levels: ``L``, at least 2.
+
+    Returns:
+        ``L`` window starts in ``0 .. W - 1``, non-decreasing; the last is ``W - 1`` (the hardest window).
+    """
+    if num_levels < 2:
+        raise ValueError(f"num_levels must be at least 2, got {num_levels}")
+    if num_windows < 1:
+        raise ValueError(f"num_windows must be positive, got {num_windows}")
+    starts = [i * num_windows // (num_levels - 1) for i in range(num_levels)]
+    starts[-1] -= 1
+    return starts
 
 
 def class_mean_scores(scores: Tensor, classes: Tensor, num_classes: int | None = None) -> Tensor:
@@ -83,9 +108,7 @@ def severity_levels(class_scores: Tensor, group_size: int, num_levels: int = 11)
     # Sliding-window means of width G from a cumulative sum: window j covers sorted classes j .. j+G-1.
     cumulative = torch.cat([sorted_scores.new_zeros(1), torch.cumsum(sorted_scores, dim=0)])
     window_means = (cumulative[group_size:] - cumulative[:-group_size]) / group_size
-    num_windows = num_classes - group_size + 1
-    starts = [int(q * num_windows) for q in level_percentiles(num_levels)]
-    starts[-1] -= 1
+    starts = level_starts(num_classes - group_size + 1, num_levels)
     offsets = torch.arange(group_size, device=order.device)
     groups = torch.stack([order[start + offsets] for start in starts])
     return groups, window_means[torch.tensor(starts, device=window_means.device)]

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from benchmarks import (
+    ensemble_training,
     evg_sampler,
     generators_benchmark,
     gpu_throughput,
+    interval_coverage,
     intervals_benchmark,
     oscr_benchmark,
     report_card,
@@ -83,12 +85,36 @@ def test_generators_tiny_checks_the_ensemble_against_its_members() -> None:
         assert row["plain_s"] > 0 and row["regularised_s"] > 0
 
 
+def test_ensemble_training_tiny_trains_every_case_from_the_members_own_seeds() -> None:
+    result = ensemble_training.main(["--tiny"])
+
+    assert result["members"] == 2 and result["steps"] == 4  # 4 x 32 training images in batches of 32
+    assert result["init_equal"] is True  # the batched model starts from each member's own seeded weights
+    assert [row["case"] for row in result["rows"]] == [
+        "`train.py ensemble`: M sequential Lightning fits", "one batched model (`torch.func` vmap, one Adam)",
+        "M plain PyTorch loops, one after the other"]
+    for row in result["rows"]:
+        assert row["seconds"] > 0 and len(row["accuracies"]) == 2 and all(0 <= a <= 1 for a in row["accuracies"])
+
+
 def test_intervals_tiny_checks_the_bootstrap_against_sklearn_on_the_same_resamples() -> None:
     result = intervals_benchmark.main(["--tiny"])
     # the sklearn loop on the same resamples agrees exactly (the benchmark raises otherwise)
     assert result["max_difference"] <= 1e-12
     for key in ("auroc_s", "delong_s", "bootstrap_s", "bootstrapper_s", "sklearn_s", "open_set_s"):
         assert result[key] > 0, key
+
+
+def test_interval_coverage_tiny_runs_every_study() -> None:
+    result = interval_coverage.main(["--tiny"])
+    assert {r["family"] for r in result["auroc"]} == {"binormal"} and len(result["auroc"]) == 3 * 2
+    for row in result["auroc"]:
+        assert all(row[m].total == 8 for m in ("auto", "logit", "newcombe", "delong"))
+        assert row["auto"].zero == 0  # never an interval of zero width
+    assert [r["detectors"] for r in result["marks"]] == [5, 10, 10]
+    assert all(0 <= r["after"] <= 1 for r in result["marks"])
+    for name in ("open_set", "ece", "severity", "evg", "difference", "seeds"):
+        assert result[name], name
 
 
 def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:
@@ -100,7 +126,8 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
-                                    gpu_throughput, evg_sampler, report_card, intervals_benchmark])
+                                    gpu_throughput, evg_sampler, report_card, intervals_benchmark,
+                                    ensemble_training, interval_coverage])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])

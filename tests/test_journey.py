@@ -36,7 +36,9 @@ SEVERITY_CALLBACK = ["--trainer.callbacks.init_args.data_args", '{"protocol": 1,
                      "--trainer.callbacks.init_args.every_n_epochs", "1"]
 GENERATOR = [*CPU, *SMALL_DATA, "--data.init_args.batch_size", "8", "--trainer.max_steps", "4",
              "--model.init_args.image_size", "32", "--model.init_args.base_width", "8",
-             "--model.init_args.lpips_net", "alex", "--model.init_args.lpips_random_backbone", "true"]
+             "--model.init_args.lpips_net", "alex", "--model.init_args.lpips_random_backbone", "true",
+             # the tiny ensemble (1 epoch on 5 random images a class) is below the sanity bar: allowed by name
+             "--model.init_args.allow_weak_ensemble", "true"]
 EVALUATE = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar"]
 SHRINK = {
     "protocol": [],
@@ -50,12 +52,14 @@ SHRINK = {
     "shift-generator": GENERATOR,
     "near-ood-generator": [*GENERATOR, "--model.init_args.architecture", "dcgan"],  # DCGAN: the 32 px family
     "generate": [*EVALUATE, "--num", "4", "--batch-size", "4", "--reference", "4"],
-    "generated": [*EVALUATE, "--random-weights"],
+    "generated": [*EVALUATE, "--random-weights", "--allow-weak-ensemble"],
     "ood-gan": [*CPU, "--trainer.max_steps", "4", "--model.init_args.image_size", "32", "--data.init_args.image_size",
                 "32", "--model.init_args.architecture", "dcgan", "--model.init_args.base_width", "8",
                 "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8"],
     "evg": [*EVALUATE, "--chains", "4", "--steps", "3", "--chains-per-batch", "4", "--trace-every", "1"],
     "report": [*EVALUATE, "--severity", '{"kappa": [softmax, energy], "data_args": {"estimation": 3}}',
+               "--generated", '{"near_ood": [data/p1-near-ood], "shift": [data/p1-shift], '
+               '"ensemble": runs/p1-ensemble/ensemble.txt, "allow_weak_ensemble": true}',
                "--intervals", '{"resamples": 100}'],
     "folders-train": CLASSIFIER,
 }
@@ -225,10 +229,14 @@ def test_generate_and_evg_on_two_processes_and_resumed(world: dict[str, Path]) -
         for a, b in zip(first, second, strict=True):
             for key in ("mi", "lpips"):
                 if a.get(key):
-                    assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5), (name, key)
+                    # the ranks batch other images through the networks: equal to float32 rounding
+                    assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-4, abs=1e-5), (name, key)
 
+    # --batch-size 1: the passes over the fixed sets (ID test, standardisation set, seeds) run one image at a time,
+    # so the 2 processes' shards give every image the arithmetic of the 1-process run (in batches, other images
+    # share a convolution, whose float32 output may then differ in the last bits on some CPUs)
     evg = ("python evaluate.py evg --model runs/p1-eos/checkpoints/best.ckpt --kappa softmax energy --ood /data/ood "
-           "--variation affineV2 colorV2 --chains 6 --steps 3 --trace-every 1 --seed 2")  # the 224 px presets
+           "--variation affineV2 colorV2 --chains 6 --steps 3 --trace-every 1 --seed 2 --batch-size 1")  # 224 px presets
     run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-one", EVALUATE)
     run(world, f"{evg} --chains-per-batch 6 --output-dir runs/evg-two-fresh", TWO_PROCESSES)  # 1 batch, 2 processes
     run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-two", TWO_PROCESSES)
@@ -238,13 +246,21 @@ def test_generate_and_evg_on_two_processes_and_resumed(world: dict[str, Path]) -
     (work / "runs/evg-two/report.json").unlink()
     output = run(world, f"{evg} --chains-per-batch 4 --output-dir runs/evg-two", TWO_PROCESSES)
     assert "chains 0-3 have results" in output and files[1].is_file()
-    # the same batches on 2 processes: the same bytes; other batches: the same to float32 tolerance (the
-    # convolution's blocking may move the last bit of an energy between batch sizes)
+    # the same batches of chains on 2 processes: the same bytes; other batches of chains (6 in one, not 4 + 2):
+    # the detector scores other proposals together, and the convolution's blocking may move the last bit of an
+    # energy or a score between batch sizes. A worst case may then swap places with an ID score it nearly ties:
+    # each swap moves the worst-case AUROC by 1 / (ID images x chains) and a MinRank by 1. The seeds' clean
+    # AUROC comes from the passes, the same in both runs.
     assert (work / "runs/evg-two/results.csv").read_text() == (work / "runs/evg-one/results.csv").read_text()
-    for one, fresh in zip(numbers(work / "runs/evg-one/results.csv", ("worst-case auroc", "min rank", "seed auroc")),
-                          numbers(work / "runs/evg-two-fresh/results.csv", ("worst-case auroc", "min rank", "seed auroc")),
-                          strict=True):
-        assert fresh == pytest.approx(one, abs=1e-4)
+    with open(work / "runs/evg-one/results.csv", newline="") as one, \
+            open(work / "runs/evg-two-fresh/results.csv", newline="") as fresh:
+        pairs = list(zip(csv.DictReader(one), csv.DictReader(fresh), strict=True))
+    for a, b in pairs:
+        same = ("detector", "variation", "sampler", "chains", "id test images", "seed auroc")
+        assert [a[k] for k in same] == [b[k] for k in same]
+        swap = 1 / (int(a["id test images"]) * int(a["chains"]))
+        assert float(b["worst-case auroc"]) == pytest.approx(float(a["worst-case auroc"]), abs=3 * swap + 1e-12)
+        assert abs(float(b["min rank"]) - float(a["min rank"])) <= 3
     assert (work / "runs/evg-two-fresh/report.json").is_file() and (work / "runs/evg-two/report.json").is_file()
     assert_finite(numbers(work / "runs/evg-two/results.csv", ("worst-case auroc", "seed auroc")), "evg on 2 processes")
     with open(work / "runs/evg-two/results.csv", newline="") as handle:

@@ -19,6 +19,7 @@ import torch
 import evaluate
 from callbacks.report import Intervals, read_replicates
 from callbacks.report_card import HEADLINES, Headline, ReportCard, compare_column
+from metrics import worse_than_best
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
@@ -56,21 +57,24 @@ def test_compare_column_marks_the_best_and_the_significantly_worse_rows() -> Non
     stacked = torch.stack(replicates)
     firsts = (stacked == stacked.max(dim=0).values).double()
     expected = (firsts / firsts.sum(dim=0)).mean(dim=1)
-    assert [c["p_first"] for c in cells] == pytest.approx(expected.tolist(), abs=1e-12)
-    assert sum(c["p_first"] for c in cells) == pytest.approx(1.0)
+    assert [c["share_first"] for c in cells] == pytest.approx(expected.tolist(), abs=1e-12)
+    assert sum(c["share_first"] for c in cells) == pytest.approx(1.0)
+    # the marks are worse_than_best's, simultaneous over the column
+    flags = worse_than_best(torch.tensor([e[1][0] for e in entries]), torch.stack(replicates))
+    assert [c["significant"] for c in cells] == flags.tolist()
     # lower is better: the minimum is best
     rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
     entries = [(rows[0], (0.1, 0.05, 0.15, None)), (rows[1], (0.3, 0.2, 0.4, None))]
     compare_column(entries, Headline("y", "y", "generated", False, ""), Intervals())
     assert rows[0]["cells"]["y"]["best"] and not rows[1]["cells"]["y"]["best"]
-    assert rows[1]["cells"]["y"]["p_first"] is None and rows[1]["cells"]["y"]["significant"] is False
+    assert rows[1]["cells"]["y"]["share_first"] is None and rows[1]["cells"]["y"]["significant"] is False
     # rows measured on other images (another protocol's test set) are never compared with the best row
     rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
     entries = [(rows[0], (0.9, 0.89, 0.91, replicates[0], "P1")), (rows[1], (0.7, 0.69, 0.71, replicates[2], "P2"))]
     compare_column(entries, column, Intervals(resamples=500))
     assert [r["cells"]["x"]["best"] for r in rows] == [True, False]
     assert [r["cells"]["x"]["significant"] for r in rows] == [False, False]
-    assert [r["cells"]["x"]["p_first"] for r in rows] == [None, None]
+    assert [r["cells"]["x"]["share_first"] for r in rows] == [None, None]
     # equal values share the best mark
     rows = [{"model": m, "kappa": "softmax", "cells": {}} for m in "ab"]
     compare_column([(rows[0], (0.5, 0.4, 0.6, None)), (rows[1], (0.5, 0.4, 0.6, None))], column, Intervals())
@@ -174,7 +178,9 @@ def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> N
         low, high = percentile(replicates[f"{kappa}/mean"].numpy(), 0.95)
         assert (cells["severity_mean"]["low"], cells["severity_mean"]["high"]) == pytest.approx((low, high), abs=1e-9)
         assert replicates[f"{kappa}/mean"].numel() == RESAMPLES
-        assert not torch.isnan(replicates[f"{kappa}/mean"]).any()  # a level never loses all its classes
+        # a resample in which a level drew none of its classes has no mean: counted in the summary, left out
+        summary = next(r for r in read_rows(root / "severity" / name / "summary.csv") if r["confidence function"] == kappa)
+        assert int(summary["empty resamples"]) == int(torch.isnan(replicates[f"{kappa}/mean"]).sum())
     # generated: the first near-OOD set's row of detectors.csv, DeLong's interval around it
     detectors = read_rows(root / "generated" / "detectors.csv")
     for (name, kappa), cells in by_row.items():
@@ -201,8 +207,8 @@ def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> N
         present = [cells[key] for cells in by_row.values() if key in cells]
         assert all(c["low"] is not None and c["low"] <= c["high"] for c in present)
         assert sum(c["best"] for c in present) == 1
-        if len(present) > 1 and all(c["p_first"] is not None for c in present):
-            assert sum(c["p_first"] for c in present) == pytest.approx(1.0)
+        if len(present) > 1 and all(c["share_first"] is not None for c in present):
+            assert sum(c["share_first"] for c in present) == pytest.approx(1.0)
 
 
 @pytest.mark.slow
@@ -210,16 +216,12 @@ def test_significance_follows_the_paired_replicates(card: dict) -> None:
     rows = card["runs"][0]["rows"]
     root = card["root"] / "card"
     detectors = read_replicates(root / "generated")
-    cells = {(row["model"], row["kappa"]): row["cells"]["near_ood"] for row in rows}
-    best = next(k for k, c in cells.items() if c["best"])
     near_ood = next(r["set"] for r in read_rows(root / "generated" / "detectors.csv") if r["kind"] == "near_ood")
-    for key, found in cells.items():
-        if key == best:
-            continue
-        difference = (detectors[f"{key[0]}|{key[1]}|{near_ood}|auroc"]
-                      - detectors[f"{best[0]}|{best[1]}|{near_ood}|auroc"]).numpy()
-        low, high = percentile(difference, 0.95)
-        assert found["significant"] == (low > 0 or high < 0)
+    keys = [(row["model"], row["kappa"]) for row in rows]
+    cells = [row["cells"]["near_ood"] for row in rows]
+    replicates = torch.stack([detectors[f"{m}|{k}|{near_ood}|auroc"] for m, k in keys])
+    expected = worse_than_best(torch.tensor([c["value"] for c in cells]), replicates, 0.95)
+    assert [c["significant"] for c in cells] == expected.tolist()
 
 
 @pytest.mark.slow
@@ -267,3 +269,99 @@ def test_set_differences_pair_the_sets_of_one_kind_per_detector() -> None:
     low, high = percentile(difference, 0.95)
     assert (found[1]["AUROC A − B"]["low"], found[1]["AUROC A − B"]["high"]) == pytest.approx((low, high))
     assert found[1]["significant"] == ("yes" if low > 0 or high < 0 else "no")
+
+
+# -- careless input, refused before anything runs ---------------------------------------------------------------
+
+
+def test_pairs_types_and_the_python_entry_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    # a κ that pairs with no model of the card, OSCR without a checkpoint: refused as the other commands refuse them
+    with pytest.raises(SystemExit, match="'ensemble_mi' pairs with no model of the report"):
+        evaluate.main(["report", "--model", "x.ckpt", "--kappa", "ensemble_mi", "--severity", "{}"])
+    with pytest.raises(SystemExit, match="oscr needs a classifier checkpoint of train.py"):
+        evaluate.main(["report", "--model", "ensemble:members.txt", "--kappa", "ensemble_mi", "--oscr", "{}"])
+    # section values checked by type, naming the section and the key
+    with pytest.raises(SystemExit, match=r"report section severity: .*num_levels.*eleven"):
+        evaluate.main(["report", "--model", "x.ckpt", "--severity", "{num_levels: eleven}"])
+    with pytest.raises(SystemExit, match=r"report section evg: .*chains.*4.5"):
+        evaluate.main(["report", "--model", "x.ckpt", "--evg", "{chains: 4.5}"])
+    # from Python: one κ as a string, intervals and trainer options as mappings
+    card = ReportCard("x.ckpt", "softmax", severity={}, intervals={"level": 0.9, "resamples": 50},
+                      trainer={"accelerator": "cpu", "wandb_mode": "disabled"})
+    assert card.kappa == ["softmax"] and card.model == ["x.ckpt"]
+    assert (card.intervals.level, card.intervals.resamples) == (0.9, 50) and card.options.accelerator == "cpu"
+    with pytest.raises(ValueError, match=r"intervals: \['levle'\] are not options of Intervals"):
+        ReportCard(["x.ckpt"], severity={}, intervals={"levle": 0.9})
+    with pytest.raises(ValueError, match="a mean over seeds needs at least two different runs"):
+        ReportCard([{"name": "eos", "seeds": ["a.ckpt", "a.ckpt"]}], severity={})
+
+
+def test_a_section_config_is_read_relative_to_the_config_file(tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "severity.yaml").write_text("data: fashion\nnum_levels: 5\n")
+    (folder / "card.yaml").write_text(json.dumps({"model": ["x.ckpt"], "severity": {"config": "severity.yaml"}}))
+    monkeypatch.chdir(tmp_path / "configs" / "..")  # not the config's folder
+    _, card = evaluate.parse(["report", "--config", str(folder / "card.yaml")])
+    assert card.section_options["severity"] == {"data": "fashion", "num_levels": 5}
+
+
+def test_section_folders_are_checked_before_the_first_section_runs(demo_checkpoint: Path, tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    card = ReportCard([str(demo_checkpoint)], oscr={}, severity={"data": "fashion", "output_dir": str(blocked / "s")},
+                      output_dir=str(tmp_path / "card"), cache_dir=None,
+                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled"})
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        card.run()
+    assert not (tmp_path / "card" / "open_set").exists()  # OSCR, the first section, never ran
+
+
+def test_a_card_killed_midway_leaves_its_old_page_marked_stale(tmp_path: Path) -> None:
+    from callbacks.report_card import mark_stale
+    from callbacks.report_page import write_page
+
+    report = {"title": "t", "leaderboard": {"columns": [], "rows": []}, "sections": [], "notes": []}
+    write_page(report, tmp_path)
+    mark_stale(tmp_path)
+    mark_stale(tmp_path)  # once is enough
+    page = (tmp_path / "index.html").read_text()
+    assert page.count("STALE: a report card run over this folder started") == 1
+    assert (tmp_path / "report.md").read_text().startswith("**STALE")
+    assert json.loads((tmp_path / "report.json").read_text())["stale"].startswith("STALE")
+    write_page(report, tmp_path)  # a finished run writes the page whole
+    assert "STALE" not in (tmp_path / "index.html").read_text()
+
+
+# -- several training seeds as one model --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_several_seeds_make_one_row_with_the_seed_mean_interval(demo_checkpoint: Path, tmp_path: Path) -> None:
+    from metrics import seed_mean
+    from tests.conftest import train_demo_checkpoint
+
+    seeds = [str(demo_checkpoint)] + [str(train_demo_checkpoint(tmp_path / f"seed{s}", "eos", seed=s)) for s in (1, 2)]
+    card = ReportCard([{"name": "eos", "seeds": seeds}], ["softmax", "energy"],
+                      severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
+                      output_dir=str(tmp_path / "card"), cache_dir=None, intervals={"resamples": RESAMPLES},
+                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False})
+    rows = card.run()
+    assert [(r["model"], r["kappa"]) for r in rows] == [("eos", "softmax"), ("eos", "energy")]  # members folded in
+    names = ["demo-best", "seed1-best", "seed2-best"]
+    for row in rows:
+        kappa, found = row["kappa"], row["cells"]["severity_mean"]
+        per_seed = [read_replicates(tmp_path / "card" / "severity" / name)[f"{kappa}/mean"] for name in names]
+        values = []
+        for name in names:
+            table = [r for r in read_rows(tmp_path / "card" / "severity" / name / "severity.csv")
+                     if r["confidence function"] == kappa]
+            values.append(sum(float(r["ood-auroc"]) for r in table) / len(table))
+        combined = seed_mean(torch.tensor(values, dtype=torch.float64), torch.stack(per_seed))
+        assert found["value"] == pytest.approx(float(np.mean(values)), abs=1e-12)
+        assert (found["low"], found["high"]) == pytest.approx((max(0.0, combined.low), min(1.0, combined.high)))
+    section = next(s for s in card.card["sections"] if s["method"] == "seeds")
+    table = section["tables"][0]["rows"]
+    assert {(r["κ"], r["metric"]) for r in table} >= {("softmax", "mean AUROC"), ("energy", "hardest level")}
+    assert all(len([k for k in r if k.startswith("seed ")]) == 3 for r in table)
+    assert [m["seed of"] for m in card.card["models"]] == ["eos"] * 3

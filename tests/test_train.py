@@ -115,7 +115,8 @@ def test_fast_dev_run(config, tiny_imagenet, tmp_path, monkeypatch, members_file
         args += ["--trainer.enable_progress_bar=false", "--model.init_args.base_width=8", "--trainer.logger=false",
                  f"--data.init_args.ood={tiny_imagenet / 'val'}", "--data.init_args.num_workers=0"]
     elif config.startswith("generators/fashion"):
-        args += [*DEMO_FAST, *GENERATOR_FAST, f"--model.init_args.ensemble={members_file}"]
+        args += [*DEMO_FAST, *GENERATOR_FAST, f"--model.init_args.ensemble={members_file}",
+                 "--model.init_args.allow_weak_ensemble=true"]  # members of 2 steps: below any quality bar
     elif config.startswith("generators/imagenet"):
         # the P1 members would be ImageNet classifiers: the ensemble term is checked by the Fashion configs
         args += [*imagenet_overrides(tiny_imagenet, tmp_path / "protocols"), *GENERATOR_FAST,
@@ -190,6 +191,37 @@ def test_test_subcommand_writes_report(tiny_imagenet, tmp_path, monkeypatch):
     )
 
 
+def folders_args(root: Path, protocol_dir: Path, *extra: str) -> list[str]:
+    """``train.py fit`` of the class folders config on ``root`` (a small CNN at 32 px, one CPU process)."""
+    return ["fit", *config_args(["trainer/default.yaml", "protocol/folders.yaml", "loss/eos.yaml"]),
+            "--model.class_path=lightning_modules.OpenSetClassifier", "--model.init_args.backbone=small_cnn",
+            f"--data.init_args.root={root}", f"--data.init_args.protocol_dir={protocol_dir}",
+            "--data.init_args.num_workers=0", "--data.init_args.resize_size=36", "--data.init_args.crop_size=32",
+            "--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.max_epochs=1",
+            "--trainer.enable_progress_bar=false", *extra]
+
+
+def test_class_folders_bad_input_is_a_clear_error(tmp_path, monkeypatch):
+    """One known class: the classes found, not jsonargparse's union traceback; a class of text files: the
+    folder and its ignored files, not a training on 0 images (also under on_bad_image: skip)."""
+    from tests.conftest import make_imagenet_folder
+
+    monkeypatch.chdir(tmp_path)
+    one = make_imagenet_folder(tmp_path / "one", ["cat", "fox", "owl"], train=5, val=2)
+    with pytest.raises(SystemExit, match=r"^train\.py fit: class folders .*one: an open-set protocol needs at least 2 "
+                                         r"known classes, found 1: \['cat'\] .*negative \['fox'\], unknown \['owl'\]\)$"):
+        train.run(folders_args(one, tmp_path / "csv", "--data.init_args.negative=[fox]", "--data.init_args.unknown=[owl]"))
+    text = make_imagenet_folder(tmp_path / "text", ["cat", "dog", "fox"], train=5, val=2)
+    for path in (text / "train" / "dog").iterdir():
+        path.rename(path.with_suffix(".txt"))
+    with pytest.warns(UserWarning, match="ignored 5 files"), \
+            pytest.raises(SystemExit, match=r"^train\.py fit: 1 class folders under .*text hold fewer than 2 images .*"
+                                            r"train/dog \(0 images; 5 other files ignored: dog_1\.txt"):
+        train.run(folders_args(text, tmp_path / "csv", "--data.init_args.negative=[fox]",
+                               "--data.init_args.on_bad_image=skip"))
+    assert not list(tmp_path.rglob("*.ckpt")) and not (tmp_path / "csv").exists()
+
+
 def test_resume_continues_the_same_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     base = ["fit", "--config", str(CONFIGS / "demo/fashion_mnist_eos.yaml"), *DEMO_FAST]
@@ -234,16 +266,27 @@ def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.ddp
 def test_ddp_two_processes_equal_one_process(tmp_path, monkeypatch):
     """Train with 2 gloo processes: gamma from 2 processes equals gamma of 1 process (the open-set report of
-    the checkpoint on 2 processes: tests/test_ddp.py)."""
+    the checkpoint on 2 processes: tests/test_ddp.py).
+
+    The claim is about the metric (per-sample values gathered, the sampler's padding dropped), so both runs
+    give every image the same arithmetic: one image per batch and one thread per process. With batches, the
+    2 processes' shards put other images together through the convolutions than 1 process does, and their
+    float32 outputs may then differ in the last bits on some CPUs (oneDNN's blocking, the vector width)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the training processes' threads (child_env passes it on)
     config = str(CONFIGS / "demo/fashion_mnist_eos.yaml")
     small = ["--data.init_args.max_train_per_class=60", "--trainer.max_epochs=1", "--trainer.logger=false",
-             "--trainer.enable_progress_bar=false"]
+             "--trainer.enable_progress_bar=false", "--data.init_args.batch_size=1"]
     run_script(str(ROOT / "train.py"), "fit", "--config", config, *small, "--trainer.devices=2",
                "--trainer.strategy=ddp", cwd=tmp_path)
     best = tmp_path / "runs/demo/checkpoints/best.ckpt"
     checkpoint = torch.load(best, weights_only=False)
     ddp_gamma = next(v["best_model_score"] for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint"))
     # gamma of the validation set: logged by the 2-process training, recomputed by 1 process
-    single = train.main(["validate", "--config", config, *small, f"--ckpt_path={best}"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = train.main(["validate", "--config", config, *small, f"--ckpt_path={best}"])
+    finally:
+        torch.set_num_threads(threads)
     assert single.trainer.callback_metrics["val/gamma"].item() == ddp_gamma.item()

@@ -6,9 +6,19 @@ box: ``scores(images)`` is κ (higher = more in-distribution) of the images a va
 ``energy(images)`` the standardised outlier score ``(-κ - μ) / (σ + 1e-3)``. No detector gradients are used
 by the search.
 
-The images arrive as float tensors in ``[0, 1]`` at the search's image size (the seeds' pipeline); the
-detector brings them to its model's input (channels, size) and applies the model's normalisation, then
-scores them through the same outputs and κ dispatch as every other method
+The images arrive as float tensors in ``[0, 1]`` at the size the variations act at. By default
+(``varied_images="raw"``) they are raw evaluation images, as every in-memory image of this project: the
+model's own input transform brings them to its input -- its pipeline, then its normalisation
+(:meth:`datamodules.transforms.ModelInput.transform`), the very transform the engine's passes apply to the ID
+test and clean OOD images -- so the identity variation of a seed scores exactly what its clean image scores
+(the authors' detectors take every image through their own ``transform``, e.g. ``vit_eval``'s ``Resize(224)``
+of ``cifar_vit_hf_md.yml``). A :class:`datamodules.transforms.TensorPipeline` runs batched on the images'
+device (the same operations as per image); any other pipeline (timm's and torchvision's PIL resize and
+crop) runs image by image on the CPU, the image rounded to 8 bits as if written to a PNG file, as for every
+in-memory image. With ``varied_images="model_input"`` the images are already what the model's pipeline
+makes (the seeds went through it, ``vary_at: input``): only the normalisation is applied, after a bilinear
+resize and a channel conversion for images of another size or channels (a GAN's). Either way they are
+scored through the same outputs and κ dispatch as every other method
 (:func:`lightning_modules.scoring.forward_outputs`, :func:`metrics.kappa_scores`).
 
 μ and σ are the fitted state of the detector: buffers (``energy_mean``, ``energy_scale``, float64), set by
@@ -18,14 +28,18 @@ then (an energy asked of an unfitted detector is an error).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from datamodules.transforms import TensorPipeline
 from lightning_modules.scoring import ScoringModel, forward_outputs
 from metrics import Kappa, check_kappa, energy_standardisation, get_kappa, kappa_scores, standardised_energy
+
+VariedImages = Literal["raw", "model_input"]
+VARIED_IMAGES: tuple[str, ...] = get_args(VariedImages)
 
 
 class Detector(nn.Module):
@@ -36,14 +50,21 @@ class Detector(nn.Module):
         kappa: the confidence function (a name of :data:`metrics.KAPPAS` or a :class:`metrics.Kappa`).
         name: how tables call it, e.g. ``demo-best/softmax`` (default: ``<model>/<κ>``).
         kappa_args: keyword arguments of κ (e.g. ODIN's temperature).
+        varied_images: what the images it scores are: ``"raw"`` images (the model's whole input transform
+            brings them to its input, as every clean image) or ``"model_input"`` (already its pipeline's output:
+            only the normalisation).
 
     Raises:
-        ValueError: a κ the model cannot serve (an ensemble κ on one model, ...), naming both.
+        ValueError: a κ the model cannot serve (an ensemble κ on one model, ...), naming both; an unknown
+            ``varied_images``.
     """
 
     def __init__(self, model: ScoringModel, kappa: str | Kappa, *, name: str | None = None,
-                 kappa_args: dict[str, Any] | None = None) -> None:
+                 kappa_args: dict[str, Any] | None = None, varied_images: VariedImages = "raw") -> None:
         super().__init__()
+        if varied_images not in VARIED_IMAGES:
+            raise ValueError(f"varied_images must be one of {list(VARIED_IMAGES)}, got {varied_images!r}")
+        self.varied_images = varied_images
         self.model = model.eval().requires_grad_(False)
         self.kappa = get_kappa(kappa) if isinstance(kappa, str) else kappa
         check_kappa(self.kappa, model=model.display_name, ensemble=model.ensemble, background=model.background_class)
@@ -57,9 +78,16 @@ class Detector(nn.Module):
         return self.model.fingerprint()
 
     def adapt(self, images: Tensor) -> Tensor:
-        """Images ``(N, C, H, W)`` in ``[0, 1]`` -> the model's input: its channels (the mean of the channels,
-        or repeated to 3), its size (bilinear, antialiased) and its normalisation."""
+        """Images ``(N, C, H, W)`` in ``[0, 1]`` -> the model's input ``(N, C', H', W')``.
+
+        ``"raw"``: ``normalise(pipeline(x_n))`` for each image, the model's own transform of every raw image
+        (batched for a :class:`TensorPipeline`). ``"model_input"``: the model's channels (the mean of the
+        channels, or repeated to 3) and size (bilinear, antialiased) where the images' differ, then its
+        normalisation.
+        """
         model_input = self.model.model_input
+        if self.varied_images == "raw":
+            return model_input.normalise(self._pipeline(images))
         channels = model_input.channels
         if channels is not None and images.shape[1] != channels:
             images = images.mean(dim=1, keepdim=True) if channels == 1 else images.expand(-1, channels, -1, -1)
@@ -67,6 +95,21 @@ class Detector(nn.Module):
             images = F.interpolate(images, size=tuple(model_input.size), mode="bilinear", align_corners=False,
                                    antialias=True)
         return model_input.normalise(images)
+
+    def _pipeline(self, images: Tensor) -> Tensor:
+        """The model's pipeline of raw images, image by image as the engine's passes apply it."""
+        pipeline = self.model.model_input.pipeline
+        if isinstance(pipeline, TensorPipeline):  # TensorPipeline.__call__'s operations on the whole batch
+            images = images.float()  # as to_float_tensor: float32, whatever the search's precision
+            if pipeline.channels is not None and images.shape[1] != pipeline.channels:
+                images = (images.mean(dim=1, keepdim=True) if pipeline.channels == 1
+                          else images.expand(-1, pipeline.channels, -1, -1))
+            if pipeline.size is not None and tuple(images.shape[-2:]) != pipeline.size:
+                images = F.interpolate(images, size=pipeline.size, mode="bilinear", align_corners=False,
+                                       antialias=True)
+            return images
+        made = [pipeline(image) for image in images.detach().cpu()]  # e.g. timm's PIL resize and crop
+        return torch.stack(made).to(images.device)
 
     def scores(self, images: Tensor) -> Tensor:
         """κ ``(N,)`` (float32) of images ``(N, C, H, W)`` in ``[0, 1]``."""

@@ -9,7 +9,9 @@ O(steps × chains × D), plus the thinned trace of energies, O(steps / trace_eve
 - :func:`metropolis_hastings`, exactly as the authors' ``sample_mh``: start uniform in the domain, propose
   ``z' = project(z + 0.1·N(0, I))`` (clamp to the box, or renormalise onto the sphere), accept when
   ``exp(-(E(z') - E(z)) / T) >= U``, ``U ~ U[0, 1)``, T = 1, 2000 steps. One detector call per step.
-- :func:`random_search`: a fresh uniform point every step (the authors' ``RandomSampler``).
+- :func:`random_search`: ``steps`` independent uniform points of the domain, the minimum over them (the
+  authors' ``RandomSampler``: ``n_step`` = 2000 draws, 2,000 detector calls in all; MH makes 2,001, its
+  start and 2,000 proposals, as their ``sample_mh``). The first draw is MH's start.
 - :func:`coordinate_descent`, the coordinate descent of the paper's Figure 2 (the authors' deterministic
   ``coordinate_descent``): at iteration ``i`` (from 0) the coordinate ``d = i mod D`` gets the forward
   finite difference ``g = (E(project(z + h·e_d)) - E(z)) / h`` and moves ``z_d -= step_size·h·g``, projected
@@ -195,21 +197,38 @@ def metropolis_hastings(
 
 def random_search(energy: Energy, domain: Domain, chains: Tensor, *, steps: int = 2000, seed: int = 0,
                   trace_every: int = 10) -> SearchResult:
-    """A uniform point of the domain at every step (the same start as MH at step 0)."""
+    """The minimum of ``steps`` uniform points of the domain per chain (see the module docstring).
+
+    Draw ``t`` (``t = 0 .. steps - 1``) is ``start_points`` at ``t = 0`` (MH's start) and the chain's uniforms of
+    step ``t`` after it: ``steps`` detector calls in all, as the authors' ``RandomSampler`` (``n_step`` draws).
+
+    Args:
+        energy: points ``(chains, D)`` -> energies ``(chains,)``.
+        domain: the variation model's domain.
+        chains: ``(chains,)`` chain indices (keys of their random generators).
+        steps: the draws (detector calls) per chain, at least 1 (the authors' 2000).
+        seed: the run's seed.
+        trace_every: keep the current and best energies every this many draws (0: none).
+
+    Raises:
+        ValueError: steps < 1.
+    """
+    if steps < 1:
+        raise ValueError(f"random search needs at least one draw, got steps={steps}")
     x = start_points(domain, seed, chains).to(chains.device)
     checked = _Counted(energy, chains)
     e = checked(x)
     tracker = _Tracker(x, e, trace_every, checked)
     numbers = ChainNumbers(seed, chains)
-    for step in range(1, steps + 1):
-        uniform = numbers.uniform(step, STREAM_START, domain.dim, last_step=steps)
-        normal = (numbers.normal(step, STREAM_START_NORMAL, domain.dim, last_step=steps) if domain.kind == "sphere"
-                  else uniform)
+    for step in range(1, steps):
+        uniform = numbers.uniform(step, STREAM_START, domain.dim, last_step=steps - 1)
+        normal = (numbers.normal(step, STREAM_START_NORMAL, domain.dim, last_step=steps - 1)
+                  if domain.kind == "sphere" else uniform)
         x = domain.from_uniform(uniform, normal).to(x.dtype)
         e = checked(x)
         tracker.update(step, x, e)
-        tracker.trace(step, e, step == steps)
-    return tracker.result(torch.full_like(e, float("nan"), dtype=torch.float64), steps + 1)
+        tracker.trace(step, e, step == steps - 1)
+    return tracker.result(torch.full_like(e, float("nan"), dtype=torch.float64), steps)
 
 
 def coordinate_descent(energy: Energy, domain: Domain, chains: Tensor, *, steps: int = 2000, h: float = 0.1,

@@ -6,7 +6,8 @@ Adversarial Generation of Outliers*; DESIGN.md §5.4).
 variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
 matrix). Lightning spreads the batches of chains over the devices (without padding in prediction), and a
-chain's result does not depend on its batch or process, so 2 processes give the 1-process results bit for bit.
+chain's random numbers do not depend on its batch or process, so 2 processes give the 1-process results bit for
+bit wherever the detectors' outputs are the same (float32 outputs may differ in their last bits with the batch).
 The report is the job of :class:`callbacks.EvGReport`.
 
 Its fitted state is its detectors' energy standardisation (buffers), set by one explicit call,

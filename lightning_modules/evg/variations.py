@@ -20,7 +20,8 @@ per-sample parameters (no Python loop over samples), so one call moves every cha
   ``colour`` mean the size default (:func:`default_affine_preset`: this project's rule, the nearer of the two
   sizes the authors ran, 32 px -> ``affineV1`` and 224 px -> ``affineV2``, by the image's longer side;
   ``colour`` is ``colorV1`` at every size). The preset's name is kept on the model (``preset``), so the
-  run's configuration and report show it.
+  run's configuration and report show it. The pixel bounds are for those sizes: :func:`build_variation` warns
+  (:class:`PresetSizeWarning`, naming preset and size) when a translation reaches half the images' side.
 - :class:`ColourVariation`, D = 4, brightness, contrast, saturation, hue (a fraction of the hue circle, ×2π
   rad for kornia), applied in that order as blends with black, the mean gray level and the grayscale image,
   then a hue rotation in HSV: torchvision's ``adjust_*`` (``colorV0``, the authors'
@@ -38,7 +39,8 @@ per-sample parameters (no Python loop over samples), so one call moves every cha
   The paper's variation is a projected-GAN StyleGAN2 (z on the unit sphere, D 16 or 64, truncation ψ 0.8–0.9).
   Truncation ψ: passed through as ``truncation_psi`` to a generator whose ``forward`` takes that argument
   (StyleGAN2's truncation towards the mean ``w``); otherwise this project's rule scales the latent towards
-  the prior's mean 0, ``G(ψ·r·z)``.
+  the prior's mean 0, ``G(ψ·r·z)``. Images of another size than the seeds' are resized to it as the authors'
+  ``AdversarialDistributionStyleGAN2`` resizes: bilinear, ``align_corners=False``, no antialiasing.
 - :class:`PixelPerturbation`, the black-box l∞ baseline of the paper: ``z`` is the perturbation itself,
   ``[-ε, ε]^(C·H·W)`` with ε = 0.01, image ``clamp(x + z, 0, 1)``.
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -84,6 +87,28 @@ COLOUR_PRESETS: dict[str, dict[str, Any]] = {
 the library each used (colorV0 torchvision, colorV1/colorV2 kornia)."""
 
 DEFAULT_COLOUR_PRESET = "colorV1"
+
+
+class PresetSizeWarning(UserWarning):
+    """An affine variation whose pixel bounds do not fit the images it varies (see :func:`translation_note`)."""
+
+
+def translation_note(name: str, model: AffineVariation, side: tuple[int, int]) -> str:
+    """What is wrong with an affine variation's translation bounds on images of ``side`` ``(H, W)``, or ``""``.
+
+    The bounds are pixels (the authors' presets are for their sizes: affineV0/affineV1 at 32 px, affineV2/
+    affineV3 at 224 px), so a bound of half the shorter side or more can move the image's centre out of the
+    frame: the chains then find images that are mostly zero fill, which a detector may trust completely
+    (affineV3, ±70 px, on 28 px digits gives blank worst cases and a worst-case AUROC of a blank image).
+    """
+    height, width = side
+    reach = max(abs(t) for t in model.translation)
+    if reach < min(height, width) / 2:
+        return ""
+    return (f"variation {name!r} (preset {model.preset}) translates by up to ±{reach:g} px, at least half of the "
+            f"{height}x{width} px images it varies: the image's centre can leave the frame and the worst cases can "
+            "be (nearly) blank zero fill; the authors' presets are for their sizes (affineV0/affineV1 at 32 px, "
+            "affineV2/affineV3 at 224 px): choose one for this size or give variation_args translation")
 
 
 def default_affine_preset(side: int) -> str:
@@ -208,6 +233,7 @@ class AffineVariation(nn.Module):
                                                             "scale": self.scale, "shear": self.shear})
         self.domain = Domain("box", 5)
         self.active_parameters = self.parameter_names
+        self.size_note = ""  # set by build_variation when the bounds do not fit the images (translation_note)
 
     @property
     def dim(self) -> int:
@@ -471,12 +497,15 @@ class LatentVariation(nn.Module):
             :class:`lightning_modules.generated.generators.NearOODGenerator`), a factory path
             ``pkg.mod:factory`` returning one, or a checkpoint of this project's plain GAN; frozen here.
         latent_dim: D; read from ``generator.latent_dim`` when the generator has it.
-        image_size: resize the generated images to this size (bilinear, antialiased), e.g. the detector's.
+        image_size: resize the generated images to this side where theirs differs, e.g. the seeds' (the size
+            the variations act at): bilinear without antialiasing, as the authors' ``F.interpolate(i, resize,
+            mode="bilinear", align_corners=False)`` (``antialias`` changes that).
         radius: ``r``; default ``√D`` (the typical norm of ``N(0, I)`` latents; 1 for the paper's unit sphere).
         truncation: ψ in ``(0, 1]``, or ``None`` for none. Passed as ``truncation_psi`` to a generator whose
             ``forward`` takes it; otherwise this project's rule, the latent scaled towards the prior mean 0:
             ``G(ψ·r·z)``.
         generator_args: keyword arguments of a factory.
+        antialias: antialias that resize (this project's option; the authors' is plain bilinear).
 
     Raises:
         ValueError: a bad factory path, a class-conditional generator, no latent dimension, a ψ outside
@@ -490,7 +519,7 @@ class LatentVariation(nn.Module):
 
     def __init__(self, generator: nn.Module | str, latent_dim: int | None = None, image_size: int | None = None,
                  radius: float | None = None, truncation: float | None = None,
-                 generator_args: dict[str, Any] | None = None) -> None:
+                 generator_args: dict[str, Any] | None = None, antialias: bool = False) -> None:
         super().__init__()
         generator, self.source = resolve_generator(generator, generator_args)
         if getattr(generator, "num_classes", None):
@@ -502,7 +531,7 @@ class LatentVariation(nn.Module):
         if truncation is not None and not 0 < truncation <= 1:
             raise ValueError(f"the truncation ψ must lie in (0, 1], got {truncation}")
         self.generator = generator.eval().requires_grad_(False)
-        self.latent_dim, self.image_size = int(dim), image_size
+        self.latent_dim, self.image_size, self.antialias = int(dim), image_size, bool(antialias)
         self.radius = float(radius) if radius is not None else math.sqrt(self.latent_dim)
         self.truncation = None if truncation is None else float(truncation)
         self.truncation_rule = ("none" if truncation is None else "truncation_psi of the generator"
@@ -516,6 +545,11 @@ class LatentVariation(nn.Module):
         return self.latent_dim
 
     def _generate(self, latents: Tensor) -> Tensor:
+        # the samplers' points are float32; a generator converted by the precision (64-true) takes its own type
+        weight = next((t for t in (*self.generator.parameters(), *self.generator.buffers()) if t.is_floating_point()),
+                      None)
+        if weight is not None:
+            latents = latents.to(weight.dtype)
         if self.truncation is None:
             return self.generator(latents)
         if self.truncation_rule.startswith("truncation_psi"):
@@ -551,8 +585,9 @@ class LatentVariation(nn.Module):
         out = self._generate(points * self.radius)
         self._check_images(out, points.shape[0])
         if self.image_size is not None and tuple(out.shape[-2:]) != (self.image_size, self.image_size):
-            out = F.interpolate(out, size=(self.image_size, self.image_size), mode="bilinear", antialias=True,
-                                align_corners=False).clamp(0.0, 1.0)
+            # bilinear without antialiasing is a convex combination of pixels: the images stay in [0, 1]
+            out = F.interpolate(out, size=(self.image_size, self.image_size), mode="bilinear",
+                                antialias=self.antialias, align_corners=False).clamp(0.0, 1.0)
         if images is not None and images.shape[1] != out.shape[1]:
             if out.shape[1] == 1:
                 out = out.expand(-1, images.shape[1], -1, -1)
@@ -619,6 +654,8 @@ def build_variation(name: str, options: dict | None = None, *, seed_shape: tuple
     ``affine`` is the preset :func:`default_affine_preset` of the images' longer side, ``colour`` is
     ``colorV1``; a preset name (``affineV2``, ``colorV0``, ...) is that preset; ``{"preset": ...}`` in the
     options of ``affine`` or ``colour`` chooses another. The preset's name is kept on the model (``preset``).
+    An affine model whose translation reaches half the images' shorter side is built with a
+    :class:`PresetSizeWarning` naming the preset and the size (:func:`translation_note`, kept as ``size_note``).
 
     Args:
         options: its keyword arguments (e.g. ``{"scale": [0.9, 1.2]}``); an unknown one is refused by name.
@@ -663,6 +700,11 @@ def build_variation(name: str, options: dict | None = None, *, seed_shape: tuple
     elif name == "linf":
         options.setdefault("shape", tuple(seed_shape))
     try:
-        return kind(**options)
+        model = kind(**options)
     except TypeError as error:
         raise ValueError(f"variation model {name!r}: {error}") from error
+    if isinstance(model, AffineVariation):
+        model.size_note = translation_note(name, model, (int(seed_shape[-2]), int(seed_shape[-1])))
+        if model.size_note:
+            warnings.warn(model.size_note, PresetSizeWarning, stacklevel=2)
+    return model

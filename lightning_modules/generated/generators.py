@@ -22,6 +22,13 @@ serves normalised images (``normalize: true``) is refused at setup, naming its m
 With ``lambda_perceptual = lambda_semantic = 0`` neither is loaded and the modules are the plain Pix2Pix
 and the plain GAN (the latter is EvG's GAN variation model).
 
+The MI term is only as meaningful as the ensemble: members near chance disagree everywhere. At ``fit`` with
+``lambda_semantic > 0`` the ensemble's quality is read from the record ``train.py ensemble`` wrote next to its
+members file (or the members are measured on their ID test split; :mod:`lightning_modules.ensemble_quality`),
+and an ensemble with a member below its bar (the bar stated at training, else the sanity bar) is refused
+unless ``allow_weak_ensemble``; the checkpoint records what was checked (``ensemble_quality``), so the sets a
+generator makes say whether a weak ensemble shaped them.
+
 The Mukhoti et al. text this project works from has lost its equations, tables and hyper-parameters: every
 λ, image size, step count and learning rate here and in ``configs/generators/`` is this project's own choice.
 Choices the paper leaves open (documented options; the README says why the defaults):
@@ -76,6 +83,7 @@ from torch import Tensor, nn
 
 from datamodules.batch import unpack_batch
 from lightning_modules.checkpoint import record_run
+from lightning_modules.ensemble_quality import EnsembleQuality, check_ensemble
 from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.nets.gans import PatchGANDiscriminator, UNetGenerator, build_gan
 from lightning_modules.nets.lpips import PerceptualDistance
@@ -164,6 +172,7 @@ class RegularisedGenerator(pl.LightningModule):
         adversarial_loss: AdversarialLoss,
         regularise_every: int = 1,
         training_seed: int | None = None,
+        allow_weak_ensemble: bool = False,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -185,6 +194,8 @@ class RegularisedGenerator(pl.LightningModule):
         self.lambda_perceptual, self.lambda_semantic = lambda_perceptual, lambda_semantic
         self.lr, self.betas, self.adversarial_loss = lr, tuple(betas), adversarial_loss
         self.ensemble = DeepEnsemble.from_checkpoints(ensemble) if ensemble else None
+        self.ensemble_members, self.allow_weak_ensemble = ensemble, allow_weak_ensemble
+        self.ensemble_quality: EnsembleQuality | None = None  # checked at fit (see the module docstring)
         self.perceptual = (PerceptualDistance(lpips_net, random_backbone=lpips_random_backbone)
                            if lambda_perceptual > 0 else None)
         self._ddp_params_and_buffers_to_ignore = self.frozen_names()
@@ -197,12 +208,30 @@ class RegularisedGenerator(pl.LightningModule):
         return sorted({name for name, _ in named if name.startswith(FROZEN_PREFIXES)})
 
     def setup(self, stage: str) -> None:
-        """Refuse a datamodule of normalised images; list the frozen tensors for DDP (which wraps the module
-        after this hook)."""
+        """Refuse a datamodule of normalised images, and at ``fit`` an MI regulariser's ensemble below its quality
+        bar (unless ``allow_weak_ensemble``); list the frozen tensors for DDP (which wraps the module after this
+        hook)."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
             refuse_normalised_data(datamodule)
+        if stage == "fit":
+            self.check_ensemble_quality()
         self._ddp_params_and_buffers_to_ignore = self.frozen_names()
+
+    def check_ensemble_quality(self) -> EnsembleQuality | None:
+        """The MI regulariser's ensemble held to its quality bar (``None``: no MI term, nothing to check).
+
+        Raises:
+            lightning_modules.ensemble_quality.WeakEnsembleError: a member below the bar and not
+                ``allow_weak_ensemble``.
+        """
+        if self.ensemble is None or self.lambda_semantic <= 0 or not self.ensemble_members:
+            return None
+        device = self.trainer.strategy.root_device if self._trainer is not None else self.device
+        self.ensemble_quality = check_ensemble(
+            self.ensemble_members, what="the generator's MI regulariser (lambda_semantic > 0)",
+            allow_weak=self.allow_weak_ensemble, option="--model.init_args.allow_weak_ensemble=true", device=device)
+        return self.ensemble_quality
 
     @property
     def noise_seed(self) -> int:
@@ -259,6 +288,8 @@ class RegularisedGenerator(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         record_run(self, checkpoint)
+        if self.ensemble_quality is not None:  # what the MI term's ensemble was held to (evaluate.py generate reads it)
+            checkpoint["ensemble_quality"] = self.ensemble_quality.as_dict()
         # LPIPS is rebuilt from its package and the torch cache, not stored with every generator
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("perceptual.")}
 
@@ -322,6 +353,8 @@ class ShiftGenerator(RegularisedGenerator):
         training_seed: the seed of the training randomness (dropout masks; see :func:`step_seed`); ``None``:
             the run's ``seed_everything`` seed. (Not ``seed``: the datamodules' ``seed`` hyper-parameter would
             clash with it in the logger's merged hyper-parameters.)
+        allow_weak_ensemble: train the MI term against an ensemble below its quality bar anyway (see the module
+            docstring); the checkpoint and the sets generated from it say so.
     """
 
     def __init__(
@@ -344,11 +377,13 @@ class ShiftGenerator(RegularisedGenerator):
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
         training_seed: int | None = None,
+        allow_weak_ensemble: bool = False,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, training_seed=training_seed)
+                         regularise_every=regularise_every, training_seed=training_seed,
+                         allow_weak_ensemble=allow_weak_ensemble)
         self.save_hyperparameters()
         if discriminator not in ("unconditional", "conditional"):
             raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
@@ -452,8 +487,9 @@ class NearOODGenerator(RegularisedGenerator):
         lambda_adversarial, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
             ``+LPIPS(G(z), x_real)`` and of ``-MI(G(z))``.
         pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
-        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, training_seed: as
-            :class:`ShiftGenerator` (``training_seed``: of the latent noise, the fake labels and the random pairing).
+        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, training_seed,
+            allow_weak_ensemble: as :class:`ShiftGenerator` (``training_seed``: of the latent noise, the fake labels
+            and the random pairing).
     """
 
     def __init__(
@@ -477,11 +513,13 @@ class NearOODGenerator(RegularisedGenerator):
         adversarial_loss: AdversarialLoss = "non_saturating",
         regularise_every: int = 1,
         training_seed: int | None = None,
+        allow_weak_ensemble: bool = False,
     ) -> None:
         super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
                          lambda_semantic=lambda_semantic, lpips_net=lpips_net,
                          lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, training_seed=training_seed)
+                         regularise_every=regularise_every, training_seed=training_seed,
+                         allow_weak_ensemble=allow_weak_ensemble)
         self.save_hyperparameters()
         if pairing not in ("random", "nearest"):
             raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")

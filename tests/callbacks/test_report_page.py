@@ -33,9 +33,9 @@ NAN = float("nan")
 
 
 def cell(value: float | None, low: float | None = None, high: float | None = None, *, best: bool = False,
-         significant: bool = False, p_first: float | None = None, unit: str = "images (ID and OOD separately)"):
+         significant: bool = False, share_first: float | None = None, unit: str = "images (ID and OOD separately)"):
     return {"value": value, "low": low, "high": high, "best": best, "significant": significant,
-            "p_first": p_first, "unit": unit}
+            "share_first": share_first, "unit": unit}
 
 
 def write_png(path: Path, seed: int = 0) -> Path:
@@ -68,28 +68,28 @@ def make_report(folder: Path) -> dict[str, Any]:
     levels = "classes within the level + ID images"
     rows = [
         {"model": "demo-best", "kappa": "softmax", "cells": {
-            "oscr": cell(0.8581, 0.8412, 0.874, best=True, p_first=0.62),
-            "ccr_fpr": cell(0.7012, 0.6801, 0.7203, significant=True, p_first=0.1),
-            "worst_auroc": cell(0.6123, 0.58, 0.645, p_first=0.31, unit=levels),
-            "near_ood": cell(0.9012, 0.889, 0.913, best=True, p_first=0.9),
-            "min_rank": cell(3.0, 1.0, 7.0, significant=True, p_first=0.0, unit=chains)}},
+            "oscr": cell(0.8581, 0.8412, 0.874, best=True, share_first=0.62),
+            "ccr_fpr": cell(0.7012, 0.6801, 0.7203, significant=True, share_first=0.1),
+            "worst_auroc": cell(0.6123, 0.58, 0.645, share_first=0.31, unit=levels),
+            "near_ood": cell(0.9012, 0.889, 0.913, best=True, share_first=0.9),
+            "min_rank": cell(3.0, 1.0, 7.0, significant=True, share_first=0.0, unit=chains)}},
         {"model": "demo-best", "kappa": "energy", "cells": {
-            "oscr": cell(0.8402, 0.8221, 0.8577, significant=True, p_first=0.2),
-            "ccr_fpr": cell(0.7344, 0.7102, 0.7555, best=True, p_first=0.7),
-            "worst_auroc": cell(0.6302, 0.601, 0.66, best=True, p_first=0.45, unit=levels),
+            "oscr": cell(0.8402, 0.8221, 0.8577, significant=True, share_first=0.2),
+            "ccr_fpr": cell(0.7344, 0.7102, 0.7555, best=True, share_first=0.7),
+            "worst_auroc": cell(0.6302, 0.601, 0.66, best=True, share_first=0.45, unit=levels),
             "near_ood": cell(NAN, None, None),
-            "min_rank": cell(12.0, 8.0, 19.0, best=True, p_first=0.8, unit=chains)}},
+            "min_rank": cell(12.0, 8.0, 19.0, best=True, share_first=0.8, unit=chains)}},
         {"model": EVIL, "kappa": "softmax", "cells": {  # no ccr_fpr: not measured
-            "oscr": cell(0.8501, 0.8302, 0.8688, p_first=0.18),
-            "worst_auroc": cell(0.5902, 0.55, 0.62, significant=True, p_first=0.04, unit=levels),
-            "near_ood": cell(0.8755, 0.861, 0.889, significant=True, p_first=0.1),
-            "min_rank": cell(5.0, 2.0, 9.0, p_first=0.2, unit=chains)}},
+            "oscr": cell(0.8501, 0.8302, 0.8688, share_first=0.18),
+            "worst_auroc": cell(0.5902, 0.55, 0.62, significant=True, share_first=0.04, unit=levels),
+            "near_ood": cell(0.8755, 0.861, 0.889, significant=True, share_first=0.1),
+            "min_rank": cell(5.0, 2.0, 9.0, share_first=0.2, unit=chains)}},
         {"model": EVIL, "kappa": "energy", "cells": {
             "oscr": cell(None, None, None),
-            "ccr_fpr": cell(0.7201, 0.6999, 0.7406, p_first=0.2),
-            "worst_auroc": cell(0.6002, 0.571, 0.632, p_first=0.2, unit=levels),
-            "near_ood": cell(0.8803, 0.866, 0.894, significant=True, p_first=0.0),
-            "min_rank": cell(9.0, 4.0, 15.0, p_first=0.0, unit=chains)}},
+            "ccr_fpr": cell(0.7201, 0.6999, 0.7406, share_first=0.2),
+            "worst_auroc": cell(0.6002, 0.571, 0.632, share_first=0.2, unit=levels),
+            "near_ood": cell(0.8803, 0.866, 0.894, significant=True, share_first=0.0),
+            "min_rank": cell(9.0, 4.0, 15.0, share_first=0.0, unit=chains)}},
     ]
     sections = [
         {"method": "open_set", "title": "Open set: OSCR", "text": "Known classes against unknown unknowns.\n\n"
@@ -191,7 +191,7 @@ def leaderboard_rows(root: Node) -> list[dict[str, Any]]:
                                 "best": "best" in (td.attrs.get("class") or "").split(),
                                 "bold": td.find("span", class_="v") is not None and "best" in td.attrs.get("class", ""),
                                 "mark": td.find("span", class_="sig") is not None,
-                                "p_first": (td.find("sup", class_="pf") or Node("x", {}, None)).text(),
+                                "share_first": (td.find("sup", class_="pf") or Node("x", {}, None)).text(),
                                 "value": td.attrs.get("data-value")} for td in tds[2:]]})
     return rows
 
@@ -252,7 +252,7 @@ def test_the_leaderboard_is_report_json_row_by_row(report, tmp_path):
             assert got["bold"] == got["best"] == bool(source.get("best")), (want["model"], key)
             assert got["mark"] == bool(source.get("significant")), (want["model"], key)
             finite = source.get("value") is not None and not math.isnan(source["value"])
-            assert got["p_first"] == (f"{source['p_first']:.2f}" if finite else "")
+            assert got["share_first"] == (f"{source['share_first']:.2f}" if finite else "")
             assert got["value"] == (repr(float(source["value"])) if finite else None)
     # the values themselves, spelt out
     assert [c["text"] for c in rows[0]["cells"]] == ["0.858 [0.841, 0.874]", "0.701 [0.680, 0.720]",
@@ -266,7 +266,7 @@ def test_the_leaderboard_is_report_json_row_by_row(report, tmp_path):
     groups = [(th.text(), th.attrs["colspan"]) for th in root.find("tr", class_="groups").iter("th")][1:]
     assert groups == [("Open set", "2"), ("Severity", "1"), ("Generated", "1"), ("EvG", "1")]
     how = root.find("p", id="how-to-read").text()
-    assert "95% interval" in how and "1000 resamples" in how and SIGNIFICANT_MARK in how and "p(first)" in how
+    assert "95% interval" in how and "1000 resamples" in how and SIGNIFICANT_MARK in how and "share of resamples" in how and "simultaneously" in how
 
 
 def test_sections_provenance_and_every_string_escaped(report, tmp_path):

@@ -25,7 +25,7 @@ from datamodules.generated import (
     IncompleteGeneratedSet,
     LatentSeeds,
 )
-from datamodules.images import TensorImageDataset
+from datamodules.images import NonImageFilesWarning, TensorImageDataset
 from datamodules.sources import DEMO_KNOWN, load_fashion_mnist, real_ood_set
 
 
@@ -198,9 +198,12 @@ def test_an_image_folder_is_read_with_unknown_labels(tmp_path: Path, fashion_fol
         (tmp_path / "ood" / name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(array).save(tmp_path / "ood" / name)
     (tmp_path / "ood" / "notes.txt").write_text("not an image")
-    folder = real_ood_set(str(tmp_path / "ood"), data_dir=fashion_folder, known=DEMO_KNOWN)
-    assert len(folder) == 2
-    first, second = folder[0], folder[1]
+    Image.fromarray(pixels["b/two.png"]).save(tmp_path / "ood" / "b" / "three.PGM")  # netpbm, upper case
+    with pytest.warns(NonImageFilesWarning, match=r"ignored 1 file in .*ood that are not images .*: notes\.txt$"):
+        folder = real_ood_set(str(tmp_path / "ood"), data_dir=fashion_folder, known=DEMO_KNOWN)
+    assert [path for path, _ in folder.rows] == ["a/one.png", "b/three.PGM", "b/two.png"]
+    assert folder.source_classes.tolist() == [0, 1, 1]
+    first, second = folder[0], folder[2]
     assert (first.target, second.target) == (-2, -2)
     # raw images (an evaluation set: each model applies its own transform), decoded as RGB
     assert isinstance(first.image, Image.Image) and first.image.mode == "RGB"
@@ -351,7 +354,9 @@ def test_real_shift_folders_are_labelled_with_the_known_classes(tmp_path: Path) 
     classes = ["T-shirt/top", "Trouser", "n01440764"]
     pixels = write_class_folders(tmp_path / "r", {"n01440764": 3, "t-shirt_top": 2, "Trouser": 1})
     (tmp_path / "r" / "Trouser" / "notes.txt").write_text("not an image")
-    dataset = real_shift_set(tmp_path / "r", classes)
+    (tmp_path / "r" / "README.md").write_text("ImageNet-R, three classes")  # beside the class folders: no image
+    with pytest.warns(NonImageFilesWarning, match=r"ignored 1 file in .*Trouser that are not images"):
+        dataset = real_shift_set(tmp_path / "r", classes)
     # sorted folders: Trouser (exact), n01440764 (exact wnid), t-shirt_top (T-shirt/top up to case and punctuation)
     assert dataset.labels().tolist() == [1, 2, 2, 2, 0, 0]
     assert [path for path, _ in dataset.rows][:4] == ["Trouser/0.png", "n01440764/0.png", "n01440764/1.png",

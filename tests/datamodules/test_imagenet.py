@@ -248,3 +248,52 @@ def test_a_users_own_class_folders_are_a_protocol(tmp_path):
     assert severity["ood_estimation"].labels().tolist() == [0, 0, 0]
     with pytest.raises(ValueError, match="would take the file names of ImageNet protocol P1"):
         ClassFolderDataModule(root=str(root), name="1")
+
+
+def text_files_class(tmp_path: Path) -> Path:
+    """Class folders cat, dog, fox, owl whose ``train/dog`` holds text files only (and a JPEG named upper case)."""
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox", "owl"], train=5, val=2)
+    for path in (root / "train" / "dog").iterdir():
+        path.unlink()
+    for i in range(5):
+        (root / "train" / "dog" / f"notes_{i}.txt").write_text("not an image")
+    return root
+
+
+@pytest.mark.parametrize("on_bad_image", ["fail", "skip"])
+def test_a_class_folder_of_text_files_is_named_not_trained_empty(tmp_path, on_bad_image):
+    from datamodules import ClassFolderDataModule
+    from datamodules.images import NonImageFilesWarning
+
+    root = text_files_class(tmp_path)
+    (root / "train" / "cat" / "labels.csv").write_text("x")  # one stray file beside images: ignored, counted
+    data = ClassFolderDataModule(root=str(root), negative=["fox"], unknown=["owl"], protocol_dir=str(tmp_path / "csv"),
+                                 num_workers=0, on_bad_image=on_bad_image)
+    with pytest.warns(NonImageFilesWarning, match=r"ignored 1 file in .*train/cat.*labels\.csv"), \
+            pytest.raises(ValueError, match=r"train/dog \(0 images; 5 other files ignored: notes_0\.txt"):
+        data.prepare_data()
+    assert not (tmp_path / "csv").exists() or not any((tmp_path / "csv").iterdir())  # nothing half-written
+
+
+def test_upper_case_extensions_are_images(tmp_path):
+    from datamodules import ClassFolderDataModule
+
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox"], train=5, val=2)
+    for path in (root / "train" / "cat").iterdir():
+        path.rename(path.with_suffix(".JPG"))
+    data = ClassFolderDataModule(root=str(root), negative=["fox"], protocol_dir=str(tmp_path / "csv"), num_workers=0)
+    data.prepare_data()
+    data.setup("fit")
+    assert sum(label == 0 for label in data.split_labels("train").tolist() + data.split_labels("val").tolist()) == 5
+
+
+def test_fewer_than_two_known_classes_name_the_classes_found(tmp_path):
+    from datamodules import ClassFolderDataModule
+
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "fox", "owl"], train=5, val=2)
+    (root / "train" / ".ipynb_checkpoints").mkdir()  # hidden folders are no class
+    with pytest.raises(ValueError, match=r"at least 2 known classes, found 1: \['cat'\] .*negative \['fox'\], "
+                                         r"unknown \['owl'\]"):
+        ClassFolderDataModule(root=str(root), negative=["fox"], unknown=["owl"], protocol_dir=str(tmp_path / "csv"))
+    with pytest.raises(ValueError, match=r"at least 2 known classes, found 0: \[\]"):
+        ClassFolderDataModule(root=str(root), known=[], negative=["fox"], protocol_dir=str(tmp_path / "csv"))

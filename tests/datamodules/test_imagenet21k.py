@@ -1,5 +1,6 @@
 import csv
 import io
+import os
 from importlib import resources
 
 import pytest
@@ -123,9 +124,55 @@ def test_pool_sampling(tmp_path):
     assert (tmp_path / "pool_dropped.csv").read_text().splitlines()[1] == "n00000002,199,fewer than 200 images"
 
 
+def test_pool_sampling_counts_images_by_extension(tmp_path):
+    from datamodules.images import NonImageFilesWarning
+
+    root = make_pool_folder(tmp_path / "in21k", {"n00000001": 199, "n00000003": 200})
+    for i in range(3):  # non-images do not make up the 200 a class needs, and are never sampled
+        (root / "n00000001" / f"meta_{i}.xml").write_bytes(b"")
+        (root / "n00000003" / f"meta_{i}.xml").write_bytes(b"")
+    with pytest.warns(NonImageFilesWarning, match=r"ignored 6 files in 2 class folders .* n00000001 \(3\), n00000003 \(3\)"):
+        sample = sample_pool(root, ["n00000001", "n00000003"], seed=0)
+    assert sample.dropped == [("n00000001", 199, "fewer than 200 images")]
+    assert sample.classes() == ["n00000003"] and all(r[0].endswith(".JPEG") for r in sample.rows)
+    clean = make_pool_folder(tmp_path / "clean", {"n00000003": 200})
+    assert sample.rows == sample_pool(clean, ["n00000003"], seed=0).rows
+
+
 def test_bad_pool_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="datamodules.imagenet21k sample"):
         read_pool_file(tmp_path / "none.csv")
     (tmp_path / "bad.csv").write_text("path,wnid,split\na.JPEG,n1,train\n")
     with pytest.raises(ValueError, match=r"bad\.csv:2: split 'train'"):
         read_pool_file(tmp_path / "bad.csv")
+
+
+def test_the_commands_name_bad_input_without_a_traceback(tmp_path, monkeypatch):
+    from datamodules import imagenet21k
+
+    def fails(*argv: str) -> str:
+        with pytest.raises(SystemExit) as raised:
+            imagenet21k.main(list(argv))
+        return str(raised.value.code)
+
+    (tmp_path / "file").write_text("in the way")
+    assert fails("classes", "--out-dir", str(tmp_path / "file" / "lists")) == (
+        f"python -m datamodules.imagenet21k classes: the class-list output goes to {tmp_path / 'file' / 'lists'}, "
+        f"but {tmp_path / 'file'} is a file")  # before the WordNet filter runs
+    assert fails("sample", "--root", str(tmp_path / "none"), "--out", str(tmp_path / "pool.csv")) == (
+        f"python -m datamodules.imagenet21k sample: ImageNet-21k folder {tmp_path / 'none'} does not exist")
+    (tmp_path / "in21k").mkdir()
+    assert fails("sample", "--root", str(tmp_path / "in21k"), "--out", str(tmp_path / "pool.csv")).endswith(
+        f"no pool class has enough images (18252 classes dropped: no folder); {tmp_path / 'pool.csv'} is not written")
+    assert "is a folder: give a file name" in fails("sample", "--root", str(tmp_path / "in21k"), "--out", str(tmp_path))
+    (tmp_path / "classes.csv").write_text("name\nfoo\n")
+    assert fails("sample", "--root", str(tmp_path / "in21k"), "--out", str(tmp_path / "pool.csv"), "--classes",
+                 str(tmp_path / "classes.csv")).endswith("expected a CSV with a 'wnid' column (imagenet21k_ood_classes.csv "
+                                                         "of `python -m datamodules.imagenet21k classes`), got the header "
+                                                         "['name']")
+    assert "OOD classes file" in fails("sample", "--root", str(tmp_path / "in21k"), "--out", str(tmp_path / "p.csv"),
+                                       "--classes", str(tmp_path / "absent.csv"))
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(tmp_path / "in21k"))  # a non-root user's
+    assert fails("sample", "--root", str(tmp_path / "in21k"), "--out", str(tmp_path / "in21k" / "pool.csv")).endswith(
+        f"the pool file pool.csv goes to {tmp_path / 'in21k'}, but {tmp_path / 'in21k'} cannot be written")
+    assert not list(tmp_path.rglob("*.csv*")) or sorted(p.name for p in tmp_path.rglob("*.csv*")) == ["classes.csv"]

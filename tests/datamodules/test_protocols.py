@@ -1,5 +1,6 @@
 import csv
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -275,10 +276,30 @@ def test_class_folders_with_too_few_images_are_named(tmp_path):
         for i in range(count):
             Image.new("RGB", (4, 4), (i, 0, 0)).save(tmp_path / split / wnid / f"{i}.jpg")
     protocol = Protocol(["a", "b"], [], [])
-    with pytest.raises(ValueError, match=r"1 class folders under .* hold fewer than 2 images: train/b \(1\)"):
+    with pytest.raises(ValueError, match=r"1 class folders under .* hold fewer than 2 images \(image files by extension: "
+                                         r"\.jpg .*\.pgm\): train/b \(1 image\)$"):
         protocol_rows(tmp_path, protocol)
-    with pytest.raises(ValueError, match=r"fewer than 1 images: val/b \(0\)"):
+    (tmp_path / "val" / "b" / "0.txt").write_text("a label, not an image")
+    with pytest.raises(ValueError, match=r"fewer than 1 images .*: val/b \(0 images; 1 other files ignored: 0\.txt\)$"):
         protocol_rows(tmp_path, protocol, splits=["test"])
     Image.new("RGB", (4, 4)).save(tmp_path / "train" / "b" / "1.jpg")
     with pytest.raises(ValueError, match=r"cannot be split 80/20 by class: .*test_size = 1 should be greater"):
         protocol_rows(tmp_path, protocol, splits=["train", "val"])  # 5 images: one validation image for 2 classes
+
+
+def test_the_write_command_names_bad_folders_without_a_traceback(tmp_path, monkeypatch):
+    from datamodules import protocols
+
+    with pytest.raises(SystemExit, match=rf"^python -m datamodules.protocols write: ImageNet root {tmp_path / 'none'} "
+                                         r"does not exist$"):
+        protocols.main(["write", "--imagenet-root", str(tmp_path / "none"), "--protocol", "2", "--out-dir",
+                        str(tmp_path / "csv")])
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(SystemExit, match=r"write: the protocol CSV output goes to .*file/csv, but .*file is a file$"):
+        protocols.main(["write", "--imagenet-root", str(tmp_path / "none"), "--protocol", "2", "--out-dir",
+                        str(tmp_path / "file" / "csv")])
+    (tmp_path / "locked").mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(tmp_path / "locked"))  # a non-root user's
+    with pytest.raises(SystemExit, match=r"write: the protocol CSV output goes to .*locked, but .*locked cannot be written$"):
+        protocols.main(["write", "--imagenet-root", str(tmp_path / "none"), "--protocol", "2", "--out-dir",
+                        str(tmp_path / "locked")])

@@ -59,6 +59,10 @@ def test_imagenet_severity_data(tmp_path):
     (tmp_path / "empty.csv").write_text("path,wnid,split\n")
     with pytest.raises(ValueError, match="empty.csv lists no image"):  # refused before any pass
         ImageNetSeverityData(str(id_root), str(pool_root), str(tmp_path / "empty.csv")).setup()
+    for path in (id_root / "n01440764").iterdir():  # an ID class without images: named, not left out
+        path.unlink()
+    with pytest.raises(ValueError, match=r"1 class folders under .*in1k/val hold no image: n01440764 \(known class\)$"):
+        ImageNetSeverityData(str(id_root), str(pool_root), str(pool_file)).setup()
 
 
 def test_fashion_pool_holds_no_training_image():
@@ -159,3 +163,43 @@ def test_fingerprint_follows_the_image_files(tiny_p2):
     stat = os.stat(tiny_p2 / path)
     os.utime(tiny_p2 / path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched
     assert fingerprints()["ood_test"] != after["ood_test"]
+
+
+def folder_severity(root, **kwargs):
+    from datamodules.severity import FolderSeverityData
+
+    data = FolderSeverityData(root=str(root), known=["cat", "dog"], unknown=["owl", "yak"], negative=["fox"],
+                              estimation=3, num_workers=0, **kwargs)
+    data.setup()
+    return data
+
+
+def test_a_class_without_images_is_refused_not_left_out(tmp_path):
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox", "owl", "yak"], train=4, val=2)
+    assert folder_severity(root)["id_test"].labels().tolist() == [0, 0, 1, 1]
+    for path in (root / "val" / "dog").iterdir():
+        path.rename(path.with_suffix(".txt"))  # the ID test set would hold no dog: a benchmark of other classes
+    with pytest.raises(ValueError, match=r"class folders under .*mine hold no image: val/dog \(known class; 2 other "
+                                         r"files ignored: ILSVRC2012_val_00000003\.txt"):
+        folder_severity(root)
+    for path in (root / "val" / "dog").iterdir():
+        path.rename(path.with_suffix(".JPEG"))
+    for path in (root / "val" / "yak").iterdir():
+        path.unlink()
+    with pytest.raises(ValueError, match=r"hold no image: val/yak \(unknown class\)$"):
+        folder_severity(root)
+
+
+def test_skipping_unreadable_images_leaves_them_out_of_every_set(tmp_path):
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox", "owl", "yak"], train=4, val=2)
+    broken = [root / "val" / "owl" / "ILSVRC2012_val_00000007.JPEG", root / "val" / "cat" / "ILSVRC2012_val_00000001.JPEG"]
+    for path in broken:
+        path.write_bytes(path.read_bytes()[:60])  # truncated JPEGs
+    with pytest.warns(RuntimeWarning, match=r"skipping 1 unreadable image\(s\) of 4: .*cat"):
+        data = folder_severity(root, on_bad_image="skip")
+    assert data["id_test"].labels().tolist() == [0, 1, 1]
+    assert data["ood_test"].labels().tolist() == [0, 1, 1]
+    assert all(str(b) not in {data["ood_test"].dataset.path(i) for i in range(3)} for b in broken)
+    for name in ("id_test", "ood_test", "ood_estimation"):  # every image left is one the scoring pass can read
+        dataset = data[name].dataset
+        assert all(dataset[i].image is not None for i in range(len(dataset)))

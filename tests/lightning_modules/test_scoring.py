@@ -72,7 +72,7 @@ def test_a_module_needs_its_input_and_a_generator_is_not_a_classifier():
     given = ScoringModel(nn.Linear(4, 2), model_input=ModelInput(TensorPipeline(None, None)), name="linear",
                          classes=["a", "b"])
     assert given.display_name == "linear" and given.classes == ["a", "b"] and not given.ensemble
-    with pytest.raises(CheckpointError, match="classifier of train.py is expected here"):
+    with pytest.raises(CheckpointError, match="OpenSetClassifier is expected here: scoring needs a classifier of train.py"):
         ScoringModel(str(ROOT / "tests/data/legacy/near_ood.ckpt"))
 
 

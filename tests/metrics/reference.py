@@ -6,6 +6,9 @@ tested against them.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 
 
@@ -102,5 +105,17 @@ def severity_reference(class_scores, group_size, num_levels=11):
     means = [sum(scores[c] for c in window) / group_size for window in windows]
     starts = [int(i * 0.1 * num_windows) if num_levels == 11 else int(i / (num_levels - 1) * num_windows)
               for i in range(num_levels)]
+    starts[-1] -= 1
+    return [windows[s] for s in starts], [means[s] for s in starts]
+
+
+def severity_reference_exact(class_scores, group_size, num_levels):
+    """The same procedure with exact rational percentiles: ``q_i = Fraction(i, L - 1)``, start ``floor(q_i · W)``."""
+    scores = [float(s) for s in class_scores]
+    order = sorted(range(len(scores)), key=lambda i: (scores[i], i))
+    num_windows = len(scores) - group_size + 1
+    windows = [order[j:j + group_size] for j in range(num_windows)]
+    means = [sum(scores[c] for c in window) / group_size for window in windows]
+    starts = [math.floor(Fraction(i, num_levels - 1) * num_windows) for i in range(num_levels)]
     starts[-1] -= 1
     return [windows[s] for s in starts], [means[s] for s in starts]

@@ -3,8 +3,8 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from metrics import class_mean_scores, level_percentiles, severity_levels, severity_table
-from tests.metrics.reference import severity_reference
+from metrics import class_mean_scores, level_percentiles, level_starts, severity_levels, severity_table
+from tests.metrics.reference import severity_reference, severity_reference_exact
 
 
 def test_percentiles_match_the_published_table():
@@ -22,6 +22,42 @@ def test_against_reference(num_classes, group_size, seed):
     assert groups.shape == (11, group_size)
     assert groups.tolist() == ref_groups
     np.testing.assert_allclose(level_scores.numpy(), ref_scores, rtol=1e-12)
+
+
+@pytest.mark.parametrize("num_levels", range(2, 61))
+def test_any_number_of_levels_against_exact_fractions(num_levels):
+    # q_i = i / (L - 1) in floating point lands below an integer window start (49 · (1/49) = 0.9999999999999999):
+    # the starts are exact rationals, floor(i · W / (L - 1)), the last minus 1
+    rng = np.random.default_rng(num_levels)
+    for num_classes, group_size in [(num_levels + 9, 10), (100, 1), (150, 51), (200, 200), (61, 3), (2 * num_levels, 2)]:
+        scores = torch.from_numpy(rng.random(num_classes))
+        groups, level_scores = severity_levels(scores, group_size, num_levels)
+        ref_groups, ref_scores = severity_reference_exact(scores.tolist(), group_size, num_levels)
+        assert groups.shape == (num_levels, group_size)
+        assert groups.tolist() == ref_groups, (num_classes, group_size)
+        np.testing.assert_allclose(level_scores.numpy(), ref_scores, rtol=1e-12)
+        # the last level is the hardest window there is, the first the easiest
+        assert groups[-1].tolist() == torch.argsort(scores, stable=True)[-group_size:].tolist()
+        assert groups[0].tolist() == torch.argsort(scores, stable=True)[:group_size].tolist()
+
+
+def test_fifty_levels_hardest_is_the_last_window():
+    # M = 100, G = 1: 100 windows; float q_49 · 100 = 99.99999999999999 picked window 98 as the "hardest"
+    scores = torch.arange(100, dtype=torch.float64) / 100
+    groups, level_scores = severity_levels(scores, 1, 50)
+    assert groups[-1].tolist() == [99]
+    assert level_scores[-1].item() == pytest.approx(0.99, abs=1e-12)
+    assert groups[:, 0].tolist()[:3] == [0, 2, 4]  # floor(i · 100 / 49) = 0, 2, 4
+
+
+def test_eleven_levels_equal_the_papers_float_rule():
+    # the default keeps int(q · W) with the published percentiles q = 0, 0.1, ..., 1, for every W up to 3000
+    for num_windows in range(1, 3001):
+        paper = [int(q * num_windows) for q in level_percentiles(11)]
+        paper[-1] -= 1
+        assert level_starts(num_windows, 11) == paper, num_windows
+    groups, _ = severity_levels(torch.arange(230, dtype=torch.float64), 1, 11)  # G = 1: window j is class j
+    assert groups[:, 0].tolist() == [0, 23, 46, 69, 92, 115, 138, 161, 184, 207, 229]
 
 
 def test_levels_get_harder_and_hand_computed_case():

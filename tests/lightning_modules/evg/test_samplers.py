@@ -142,13 +142,28 @@ def test_thinned_trace_keeps_every_kth_step_and_the_last() -> None:
 
 
 def test_random_search_is_the_minimum_over_uniform_draws() -> None:
+    """``steps`` draws in all, as the authors' ``RandomSampler`` (``n_step`` = 2000 draws, 2,000 detector calls;
+    MH makes 2,001: its start and 2,000 proposals)."""
     chains, steps = torch.arange(10), 50
-    result = random_search(two_wells, BOX2, chains, steps=steps, seed=3, trace_every=1)
-    draws = torch.stack([chain_uniform(3, chains, t, STREAM_START, 2).float() for t in range(steps + 1)])  # (T, C, 2)
+    calls: list[int] = []
+
+    def counted(points: torch.Tensor) -> torch.Tensor:
+        calls.append(points.shape[0])
+        return two_wells(points)
+
+    result = random_search(counted, BOX2, chains, steps=steps, seed=3, trace_every=1)
+    draws = torch.stack([chain_uniform(3, chains, t, STREAM_START, 2).float() for t in range(steps)])  # (T, C, 2)
     energies = torch.stack([two_wells(d) for d in draws])
     torch.testing.assert_close(result.energy, energies.min(dim=0).values)
     assert torch.equal(result.best_step, energies.argmin(dim=0))
-    assert bool(result.acceptance.isnan().all()) and result.calls == steps + 1
+    assert bool(result.acceptance.isnan().all()) and result.calls == steps == len(calls)
+    assert result.trace_steps.tolist() == list(range(steps))
+    mh = metropolis_hastings(two_wells, BOX2, chains, steps=steps, seed=3)
+    assert mh.calls == steps + 1
+    torch.testing.assert_close(result.start_energy, mh.start_energy)  # the first draw is MH's start
+    assert random_search(two_wells, BOX2, chains, steps=1).calls == 1
+    with pytest.raises(ValueError, match="at least one draw, got steps=0"):
+        random_search(two_wells, BOX2, chains, steps=0)
 
 
 def test_sphere_domain_stays_on_the_sphere() -> None:

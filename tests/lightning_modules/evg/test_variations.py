@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -23,9 +24,11 @@ from lightning_modules.evg.variations import (
     Domain,
     LatentVariation,
     PixelPerturbation,
+    PresetSizeWarning,
     affine_batch,
     build_variation,
     default_affine_preset,
+    translation_note,
 )
 from tests.lightning_modules.evg import tiny_generators
 
@@ -173,15 +176,43 @@ def test_affine_presets_are_the_authors_bounds() -> None:
                                               (128, "affineV2"), (224, "affineV2"), (512, "affineV2")])
 def test_the_size_default_is_the_nearer_of_the_authors_sizes(side: int, preset: str) -> None:
     assert default_affine_preset(side) == preset
-    model = build_variation("affine", None, seed_shape=(3, side, side))
+    with warnings.catch_warnings():  # 8 px, or 20 px high: the translation reaches half the side (warned, below)
+        warnings.simplefilter("ignore", PresetSizeWarning)
+        model = build_variation("affine", None, seed_shape=(3, side, side))
+        assert build_variation("affine", None, seed_shape=(3, 20, side)).preset == preset  # the longer side
     assert model.preset == preset and model.translation == AFFINE_PRESETS[preset]["translation"]
-    assert build_variation("affine", None, seed_shape=(3, 20, side)).preset == preset  # the longer side
     assert build_variation("colour", None, seed_shape=(3, side, side)).preset == "colorV1"
+
+
+@pytest.mark.parametrize(("name", "side", "reach"), [("affineV3", 28, 70), ("affineV2", 32, 45), ("affineV0", 20, 10),
+                                                    ("affineV3", 128, 70)])
+def test_a_preset_whose_translation_leaves_the_image_is_warned(name: str, side: int, reach: int) -> None:
+    """affineV3 (±70 px) on 28 px digits moves every image out of the frame: blank worst cases, whose AUROC is
+    a blank image's. Warned, naming preset and size, and kept on the model for the report."""
+    with pytest.warns(PresetSizeWarning, match=rf"'{name}' \(preset {name}\) translates by up to ±{reach} px, at "
+                                               rf"least half of the {side}x{side} px images"):
+        model = build_variation(name, None, seed_shape=(1, side, side))
+    assert model.size_note.startswith(f"variation '{name}' (preset {name})")
+    # the warning is right: a translation of half the side puts the centre pixel at the border or beyond
+    images = torch.ones(1, 1, side, side)
+    point = model.identity_point().clone()
+    point[1] = point[2] = 1.0  # the largest translation in x and y
+    assert float(model(point[None], images).mean()) < 0.3  # most of the frame is zero fill
+
+
+@pytest.mark.parametrize(("name", "side"), [("affineV1", 28), ("affineV0", 32), ("affineV2", 224), ("affineV3", 224),
+                                            ("affine", 11), ("affineV3", 141)])
+def test_presets_within_the_image_are_not_warned(name: str, side: int) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetSizeWarning)
+        model = build_variation(name, None, seed_shape=(3, side, side))
+    assert model.size_note == ""
+    assert translation_note("x", model, (side, 2 * max(model.translation))) != ""  # the shorter side decides
 
 
 def test_presets_are_chosen_by_name_or_option() -> None:
     assert {"affineV0", "affineV1", "affineV2", "affineV3", "colorV0", "colorV1", "colorV2"} <= set(VARIATIONS)
-    v3 = build_variation("affineV3", None, seed_shape=(3, 32, 32))
+    v3 = build_variation("affineV3", None, seed_shape=(3, 224, 224))
     assert isinstance(v3, AffineVariation) and v3.preset == "affineV3" and v3.translation == (-70.0, 70.0)
     by_option = build_variation("affine", {"preset": "affineV0"}, seed_shape=(3, 224, 224))
     assert by_option.preset == "affineV0" and by_option.translation == (-10.0, 10.0)
@@ -322,9 +353,20 @@ def test_latent_variation_uses_the_sphere_of_radius_sqrt_d() -> None:
     images = variation(z)
     torch.testing.assert_close(generator.norms[-1], torch.full((4,), math.sqrt(8.0)))
     assert images.shape == (4, 1, 28, 28)
-    expected = torch.nn.functional.interpolate(generator(z * math.sqrt(8.0)), size=(28, 28), mode="bilinear",
-                                               antialias=True, align_corners=False)
-    torch.testing.assert_close(images, expected.clamp(0, 1))
+    # the authors' resize (AdversarialDistributionStyleGAN2.generate): bilinear, align_corners=False, no antialias,
+    # written out here: output pixel i samples the input at (i + 0.5)·16/28 - 0.5, clamped at the border
+    small = generator(z * math.sqrt(8.0)).detach().double().numpy()[:, 0]
+    source = np.clip((np.arange(28) + 0.5) * 16 / 28 - 0.5, 0, None)
+    low = np.floor(source).astype(int)
+    high, weight = np.minimum(low + 1, 15), source - np.floor(source)
+    rows = small[:, low] * (1 - weight)[None, :, None] + small[:, high] * weight[None, :, None]
+    expected = rows[:, :, low] * (1 - weight)[None, None, :] + rows[:, :, high] * weight[None, None, :]
+    np.testing.assert_allclose(images[:, 0].double().numpy(), expected, atol=3e-6, rtol=0)  # float32
+    smoothed = LatentVariation(generator, image_size=8, antialias=True)  # this project's option: antialiased
+    torch.testing.assert_close(smoothed(z), torch.nn.functional.interpolate(
+        generator(z * math.sqrt(8.0)), size=(8, 8), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1))
+    same = LatentVariation(generator, image_size=16)  # the generator's own size: not resized
+    torch.testing.assert_close(same(z), generator(z * math.sqrt(8.0)))
     assert not any(p.requires_grad for p in variation.parameters())  # frozen
     conditional = LinearGenerator()
     conditional.num_classes = 4
@@ -369,6 +411,16 @@ def test_latent_variation_takes_a_factory_path() -> None:
     direct = LatentVariation(f"{FACTORIES}:make_sigmoid", generator_args={"gain": 0.5}, radius=1.0)
     torch.testing.assert_close(direct(z, torch.zeros(3, 3, 6, 6)),
                                torch.sigmoid(0.5 * z @ weight).view(3, 1, 6, 6).expand(-1, 3, -1, -1))
+
+
+def test_a_generator_in_double_precision_takes_the_samplers_float32_points() -> None:
+    """``--precision 64-true`` converts the generator; the samplers' points stay float32."""
+    variation = LatentVariation(f"{FACTORIES}:make_sigmoid").double()
+    z = unit_latents(3, 5)
+    weight = tiny_generators.SigmoidGenerator().weight.detach().double()
+    out = variation(z)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, torch.sigmoid(math.sqrt(5) * z.double() @ weight).view(3, 1, 6, 6))
 
 
 def test_truncation_is_passed_through_or_scales_the_latent() -> None:

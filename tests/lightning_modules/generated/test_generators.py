@@ -65,7 +65,9 @@ def real() -> Tensor:
 
 def make(kind: str, ensemble: list[str] | str | None = None, **kwargs: Any) -> RegularisedGenerator:
     """A tiny generator; the LPIPS backbone is random, asked for by name (no ImageNet weights here)."""
-    kwargs = {"ensemble": ensemble, "lpips_net": "alex", "lpips_random_backbone": True, "base_width": 8, **kwargs}
+    # the test members train for a few steps, below any quality bar: allowed by name (tested on its own)
+    kwargs = {"ensemble": ensemble, "lpips_net": "alex", "lpips_random_backbone": True, "base_width": 8,
+              "allow_weak_ensemble": True, **kwargs}
     if kind == "shift":
         return ShiftGenerator(**kwargs)
     return NearOODGenerator(latent_dim=16, **kwargs)
@@ -273,8 +275,9 @@ def test_one_generator_pass_a_detached_fake_and_frozen_scorers(
     # (running statistics, not batch statistics: an image's logits do not depend on its batch)
     for name, value in frozen_ensemble.items():
         assert torch.equal(getattr(module.ensemble, name), value), name
-    with torch.no_grad():
-        torch.testing.assert_close(module.ensemble(real[:2]), module.ensemble(real)[:, :2])
+    with torch.no_grad():  # a batch of 2 and one of 8 through the members: equal to float32 rounding (batch
+        # statistics would move them by far more), which depends on the CPU's convolution kernels
+        torch.testing.assert_close(module.ensemble(real[:2]), module.ensemble(real)[:, :2], rtol=1e-4, atol=1e-5)
 
     # the checkpoint holds the two networks only, and restores the generator (scorers rebuilt from hparams)
     path = tmp_path / "generator.ckpt"
@@ -411,11 +414,14 @@ def test_mi_sees_generated_images_as_the_members_saw_theirs(kind: str, normalisi
     resized = F.interpolate(images, size=(SIZE, SIZE), mode="bilinear", align_corners=False, antialias=True)
     expected_logits = by_hand(normalising_members, resized)
     with torch.no_grad():
-        torch.testing.assert_close(module.ensemble_logits(images), expected_logits, rtol=1e-5, atol=1e-5)
+        logits = module.ensemble_logits(images)
+        # the members' own networks by hand run other kernels (contiguous, member by member) than the ensemble's
+        # (channels-last members): equal to float32 rounding, whose size depends on the CPU
+        torch.testing.assert_close(logits, expected_logits, rtol=1e-4, atol=1e-5)
         mi = module.mutual_information(images)
         unnormalised = mutual_information_by_hand(module.ensemble(resized).double().numpy())
-    np.testing.assert_allclose(mi.numpy(), mutual_information_by_hand(expected_logits.double().numpy()),
-                               rtol=1e-4, atol=1e-6)
+    # MI, a difference of two entropies, from the logits the module itself computed (float32 against float64)
+    np.testing.assert_allclose(mi.numpy(), mutual_information_by_hand(logits.double().numpy()), rtol=1e-4, atol=1e-6)
     assert not np.allclose(mi.numpy(), unnormalised, rtol=1e-2)  # without the normalisation MI would differ
 
 

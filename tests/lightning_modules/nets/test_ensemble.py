@@ -1,5 +1,6 @@
 """DeepEnsemble: one batched forward equal to the per-member loop, frozen, mismatched members refused."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import torch
 import train
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import CheckpointError
+from lightning_modules.ensemble_quality import QUALITY_FILE, measure_member, recorded_quality
 from lightning_modules.nets.ensemble import DeepEnsemble, member_paths
+from openset_common import file_sha256
 from tests.conftest import ROOT, train_demo_checkpoint
 
 
@@ -38,8 +41,11 @@ def test_batched_forward_equals_the_member_loop(batched):
         batched = ensemble(images)
         loop = torch.stack([m(images) for m in models])
     assert batched.shape == (3, 6, 4)
-    torch.testing.assert_close(batched, loop, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(ensemble.member_forward(1, images), loop[1], rtol=1e-5, atol=1e-6)
+    # vmap and the channels-last members run other convolution kernels than the plain loop: equal to float32
+    # rounding, whose size depends on the CPU (vector width, oneDNN blocking); a wrong member, order or
+    # batch-norm statistic moves the logits by far more
+    torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ensemble.member_forward(1, images), loop[1], rtol=1e-4, atol=1e-5)
     assert not torch.allclose(loop[0], loop[1])  # the members differ
 
 
@@ -105,6 +111,15 @@ def test_train_ensemble_command(tmp_path, monkeypatch):
     ensemble = DeepEnsemble.from_checkpoints(checkpoints)
     with torch.no_grad():
         assert ensemble(torch.rand(2, 1, 28, 28)).shape == (2, 2, 4)
+    # each member's ID-test accuracy, measured as it was trained, recorded next to the members file
+    record = json.loads((tmp_path / "ens" / QUALITY_FILE).read_text())
+    assert record["min_accuracy"] is None and [m["seed"] for m in record["members"]] == [7, 8]
+    assert [m["path"] for m in record["members"]] == listed.read_text().split()
+    for entry, checkpoint in zip(record["members"], checkpoints, strict=True):
+        again, _ = measure_member(checkpoint)  # anew, through the datamodule the checkpoint records
+        assert entry["sha256"] == file_sha256(checkpoint) and entry["images"] == again.images == 4000
+        assert entry["accuracy"] == pytest.approx(again.accuracy, abs=2 / 4000)  # other batches: a near-tie may flip
+    assert recorded_quality(listed).members[1].accuracy == entry["accuracy"]  # what later commands read
     pl.seed_everything(0)
 
 
@@ -167,18 +182,18 @@ def test_unit_logits_apply_the_members_normalisation_and_forward_does_not(normal
     torch.manual_seed(0)
     images = torch.rand(5, 3, SIZE, SIZE)
     expected = by_hand(normalising_members, images)
-    with torch.no_grad():
-        torch.testing.assert_close(ensemble.unit_logits(images), expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # tolerances: the channels-last members against the plain networks (float32 rounding)
+        torch.testing.assert_close(ensemble.unit_logits(images), expected, rtol=1e-4, atol=1e-5)
         # forward takes the members' own (already normalised) input: it does not normalise a second time
         torch.testing.assert_close(ensemble(images), by_hand(normalising_members, images * torch.tensor(STD).view(
-            1, 3, 1, 1) + torch.tensor(MEAN).view(1, 3, 1, 1)), rtol=1e-5, atol=1e-5)
+            1, 3, 1, 1) + torch.tensor(MEAN).view(1, 3, 1, 1)), rtol=1e-4, atol=1e-5)
         assert (ensemble(images) - expected).abs().max() > 1e-2  # the normalisation matters: the test can fail
         # images of another size are resized to the members' (bilinear, antialiased), then normalised
         larger = torch.rand(3, 3, 2 * SIZE, 2 * SIZE)
         resized = torch.nn.functional.interpolate(larger, size=(SIZE, SIZE), mode="bilinear", align_corners=False,
                                                   antialias=True)
         torch.testing.assert_close(ensemble.unit_logits(larger), by_hand(normalising_members, resized),
-                                   rtol=1e-5, atol=1e-5)
+                                   rtol=1e-4, atol=1e-5)
 
 
 def test_the_scoring_engine_and_unit_logits_give_the_same_logits(normalising_members):
@@ -200,9 +215,9 @@ def test_the_scoring_engine_and_unit_logits_give_the_same_logits(normalising_mem
         engine = scoring(torch.stack([transform(Image.fromarray(p)) for p in pixels]))  # PIL -> pipeline -> Normalize
         engine_tensors = scoring(scoring.model_input.normalise(unit))  # EvG's path for tensors in [0, 1]
         generators = scoring.network.unit_logits(unit)
-    torch.testing.assert_close(engine, generators, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(engine_tensors, generators, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(generators, by_hand(normalising_members, unit), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(engine, generators, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(engine_tensors, generators, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(generators, by_hand(normalising_members, unit), rtol=1e-4, atol=1e-5)
 
 
 def test_a_bad_normalisation_is_refused(normalising_members, tmp_path):

@@ -126,7 +126,9 @@ def test_matches_the_lpips_formula_on_unit_interval_images(random_distances):
             fy = fy / (fy.square().sum(1, keepdim=True).sqrt() + 1e-10)
             weights = distance.lpips.lins[layer].model[1].weight.flatten()
             expected += ((fx - fy).square() * weights[None, :, None, None]).sum(1).mean((1, 2))
-        torch.testing.assert_close(distance(x, y), expected, rtol=1e-5, atol=1e-7)
+        # lpips weighs the channels with a 1x1 convolution, this sum runs elementwise: other kernels on the same
+        # features, whose float32 sums over up to 512 channels agree to ~1e-6 (bound 512 ulps), CPU-dependent
+        torch.testing.assert_close(distance(x, y), expected, rtol=1e-4, atol=1e-7)
 
 
 def test_gradients_reach_the_inputs_and_not_the_parameters(random_distances):
@@ -228,7 +230,9 @@ def test_pairwise_and_nearest_agree_with_the_pairwise_forward(random_distances):
         torch.testing.assert_close(table, expected, rtol=1e-4, atol=1e-5)
         indices, nearest = distance.nearest(x, references, chunk_size=4)  # the copies lie in the second chunk
     assert indices[0] == 5 and indices[2] == 4 and indices[1] == expected[1].argmin()
-    torch.testing.assert_close(nearest, table.min(dim=1).values, rtol=0, atol=0)
+    # the chunks put 4 and 2 references through the backbone (and the cross-term matmul) where the table put 6:
+    # equal to float32 rounding only, whose size depends on the CPU's kernels
+    torch.testing.assert_close(nearest, table.min(dim=1).values, rtol=1e-4, atol=1e-5)
     assert nearest[0] < 1e-5 and nearest[2] < 1e-5
     with pytest.raises(ValueError, match=r"\(0, 1, 28, 28\)"):
         distance.nearest(x, references[:0])
