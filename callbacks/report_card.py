@@ -402,7 +402,8 @@ class ReportCard(Evaluation):
                     row = {"model": group, "κ": kappa, "metric": headline.title,
                            **{f"seed {i + 1}": e[0] for i, e in enumerate(entries)}}
                     usable = (all(e[3] is not None for e in entries) and len({e[3].numel() for e in entries}) == 1
-                              and len({e[4] for e in entries}) == 1)
+                              and len({e[4] for e in entries}) == 1
+                              and int(torch.stack([e[3] for e in entries]).isfinite().all(dim=0).sum()) >= 2)
                     if not usable:
                         continue
                     estimates = torch.tensor([e[0] for e in entries], dtype=torch.float64)

@@ -293,7 +293,8 @@ def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
     sets = {kind: generate(paths[kind], tmp_path / kind, "--num", "6") for kind in ("shift", "near_ood")}
     result = evaluate.main(["generated", "--config", config, "--model", str(demo_checkpoint), f"ensemble:{members}",
                             "--near-ood", str(sets["near_ood"]), "--shift", str(sets["shift"]), "--ensemble", members,
-                            "--allow-weak-ensemble", "--reference", "4", "--output-dir", str(tmp_path / "report"), *CLI])
+                            "--allow-weak-ensemble", "--reference", "4", "--output-dir", str(tmp_path / "report"),
+                            "--cache-dir", str(tmp_path / "cache"), *CLI])
     kinds = {row["set"]: row["kind"] for row in result["detectors"]}
     assert kinds == {"id_test": "id", "near_ood:near_ood": "near_ood", "shift:shift": "shift",
                      "shift:shift (label kept)": "shift", "real:unknown": "real_ood", "real:digits": "real_ood"}
@@ -304,4 +305,5 @@ def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
     # a κ that pairs with none of the models: refused before any pass, not an empty table
     with pytest.raises(SystemExit, match=r"\['ensemble_mi'\] pair with none of the models"):
         evaluate.main(["generated", "--config", config, "--model", str(demo_checkpoint), "--kappa", "softmax",
-                       "ensemble_mi", "--near-ood", str(sets["near_ood"]), "--output-dir", str(tmp_path / "x"), *CLI])
+                       "ensemble_mi", "--near-ood", str(sets["near_ood"]), "--output-dir", str(tmp_path / "x"),
+                       "--cache-dir", str(tmp_path / "cache"), *CLI])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from metrics import seed_mean, seed_mean_replicates
+from metrics import seed_mean, seed_mean_replicates, worse_than_best
 
 
 def reference(estimates, replicates, level=0.95):
@@ -48,9 +48,14 @@ def test_replicates_carry_both_sources_and_stay_paired():
     replicates = torch.tensor(estimates[:, None] + shared[None] + rng.normal(0, 0.002, (3, 4000)))
     combined = seed_mean(torch.tensor(estimates), replicates)
     draws = seed_mean_replicates(torch.tensor(estimates), replicates, seed=3)
-    assert float(draws.var()) == pytest.approx(combined.variance, rel=0.1)
+    mean = replicates.mean(dim=0)
+    # the seeds' part: Student's t on S - 1 = 2 degrees of freedom, scaled by √(Var - var_b(mean))
+    scaled = ((draws - mean) / np.sqrt(combined.variance - float(mean.var()))).numpy()
+    quantiles = [0.75, 0.9, 0.975]
+    assert np.quantile(scaled, quantiles) == pytest.approx(stats.t.ppf(quantiles, 2), rel=0.15)
+    assert np.quantile(scaled, 0.5) == pytest.approx(0.0, abs=0.05)
     # the shared test sampling is kept: the replicates correlate with the shared component
-    assert np.corrcoef(draws.numpy(), shared)[0, 1] > 0.4
+    assert stats.spearmanr(draws.numpy(), shared).statistic > 0.4
     assert torch.equal(draws, seed_mean_replicates(torch.tensor(estimates), replicates, seed=3))  # seeded
 
 
@@ -58,7 +63,26 @@ def test_replicates_carry_both_sources_and_stay_paired():
     ([0.8], [[0.8, 0.8]], "at least 2"),
     ([0.8, 0.9], [[0.8, 0.8]], r"\(S, B\)"),
     ([0.8, float("nan")], [[0.8, 0.8], [0.8, 0.8]], "finite"),
+    ([0.8, 0.9], [[0.8, float("nan"), 0.7], [0.8, 0.9, float("nan")]], "at least 2 resamples in which every seed"),
 ])
 def test_bad_input(estimates, replicates, message):
     with pytest.raises(ValueError, match=message):
         seed_mean(torch.tensor(estimates), torch.tensor(replicates))
+
+
+def test_equal_recipes_of_three_seeds_are_rarely_marked_worse():
+    """Two recipes of the same true value, three seeds each on one shared test set: worse_than_best on their
+    seed-mean replicates marks one at about its level. With a normal seeds' term (the seeds' variance read as
+    known) 13% of the repetitions marked one at 95%."""
+    rng = np.random.default_rng(5)
+    reps, resamples, marked = 300, 400, 0
+    for rep in range(reps):
+        shared = rng.normal(0, 0.01, resamples)  # one test set: the same resamples for both recipes
+        rows, draws = [], []
+        for recipe in range(2):
+            estimates = rng.normal(0, 1, 3)  # seed sd 1, test-sampling sd 0.01
+            replicates = torch.tensor(estimates[:, None] + shared[None] + rng.normal(0, 0.002, (3, resamples)))
+            rows.append(float(np.mean(estimates)))
+            draws.append(seed_mean_replicates(torch.tensor(estimates), replicates, seed=rep * 2 + recipe))
+        marked += bool(worse_than_best(torch.tensor(rows), torch.stack(draws)).any())
+    assert marked / reps <= 0.07
