@@ -11,12 +11,14 @@ within 0.93-0.97 at n >= 50 and never an interval of zero width from a finite sa
    and as checks of robustness unequal variances (OOD sd 2), coarse ties (the binormal rounded to steps of 0.5)
    and exponential scores (Hanley & McNeil's model).
 2. The open-set metrics of ``metrics.bootstrap_open_set`` (stratified percentile bootstrap): CCR@FPR 0.1 in both
-   conventions, γ, closed-set accuracy, and the AUROC knowns vs unknowns (``auroc_interval``), K = 4 classes,
+   conventions, γ, closed-set accuracy (Wilson's interval, what the callbacks report, and the percentile
+   bootstrap they reported before), and the AUROC knowns vs unknowns (``auroc_interval``), K = 4 classes,
    n knowns, n negatives, n unknowns.
 3. ECE (``bootstrap_accuracy_ece``, torchmetrics' binned plug-in, 15 bins): the plug-in's bias, the coverage of
    the population ECE and of the plug-in's own expectation at n, for a calibrated and a miscalibrated model.
 4. Severity (the callback's construction: pool classes keyed by index, ID images, levels held fixed): mean and
-   hardest level, classes with random effects; the truth is the expected AUROC of the level over pools.
+   hardest level, classes with random effects; the truth is the population AUROC of the classes the levels
+   hold (conditional on the pool, as the card's intervals are), and, for contrast, its expectation over pools.
 5. EvG: the worst-case AUROC (chains clustered by seed image, one and three chains per seed) and MinRank
    conditional on the search (Wilson's interval of the count of ID images above the fixed worst case), with the
    chain bootstrap it replaced.
@@ -173,8 +175,8 @@ def open_set_truth(rng: np.random.Generator, size: int = 2_000_000) -> dict[str,
     ccr = float(((target_score > theta) & correct[known]).double().mean())
     gamma_plus = float(target_score.double().mean())
     gamma_minus = float((1 + 1 / OPEN_SET_K - confidence[target == -1].double()).mean())
-    unknown = confidence[target == -2][:20000].double()
-    known_confidence = confidence[known][:20000].double()
+    unknown = confidence[target == -2][:200_000].double()
+    known_confidence = confidence[known][:200_000].double()
     return {"ccr": ccr, "gamma": (gamma_plus + gamma_minus) / 2, "accuracy": float(correct[known].double().mean()),
             "auroc": auroc(known_confidence, unknown)}
 
@@ -184,7 +186,8 @@ def open_set_study(rng: np.random.Generator, reps: int, resamples: int, sizes: S
     truth = open_set_truth(rng, population)
     rows = []
     for n in sizes:
-        found = {k: Coverage() for k in ("ccr exact", "ccr authors", "gamma", "accuracy", "auroc")}
+        found = {k: Coverage() for k in ("ccr exact", "ccr authors", "gamma", "accuracy", "accuracy bootstrap",
+                                          "auroc")}
         for rep in range(reps):
             probs, target = open_set_sample(rng, n)
             replicates = bootstrap_open_set(probs, target, fpr_targets=(0.1,), conventions=("exact", "authors"),
@@ -192,7 +195,10 @@ def open_set_study(rng: np.random.Generator, reps: int, resamples: int, sizes: S
             found["ccr exact"].add(*percentile_interval(replicates["unknowns/ccr@fpr=0.1"]), truth["ccr"])
             found["ccr authors"].add(*percentile_interval(replicates["unknowns/authors_ccr@fpr=0.1"]), truth["ccr"])
             found["gamma"].add(*percentile_interval(replicates["gamma"]), truth["gamma"])
-            found["accuracy"].add(*percentile_interval(replicates["closed_set_accuracy"]), truth["accuracy"])
+            known = target >= 0
+            correct = int((probs[known].argmax(dim=1) == target[known]).sum())
+            found["accuracy"].add(*wilson_interval(correct, int(known.sum())), truth["accuracy"])  # the callbacks'
+            found["accuracy bootstrap"].add(*percentile_interval(replicates["closed_set_accuracy"]), truth["accuracy"])
             confidence = max_known_score(probs)
             found["auroc"].add(*auroc_interval(confidence[target >= 0], confidence[target == -2]), truth["auroc"])
         rows.append({"n": n, **found})
@@ -252,8 +258,11 @@ def severity_study(rng: np.random.Generator, reps: int, resamples: int,
                    settings: Sequence[tuple[int, int, int]], pools: int = 4000) -> list[dict[str, Any]]:
     """Pools of ``classes`` classes with severity levels of ``group`` classes (11 levels) and ``images`` test
     images per class: class means μ_c ~ N(0, 1), images N(μ_c, 0.5²), 3·images estimation images; ID N(2, 1)
-    with as many ID test images as one level has. Truth: the level's population AUROC
-    mean_c Φ((2 - μ_c)/√1.25) averaged over ``pools`` pools (the expectation over pools)."""
+    with as many ID test images as one level has. Two truths: the level's population AUROC
+    mean_c Φ((2 - μ_c)/√1.25) over the classes the pool's level holds (conditional on the pool and its levels:
+    what the card's interval is about, the test images of one benchmark), and that averaged over ``pools`` pools
+    (the expectation over pools, which an interval with the levels held fixed does not cover: the levels are
+    selected extremes of the pool, whose spread over pools a resample of the pool's own classes cannot show)."""
     rows = []
     for classes, group, images in settings:
         def pool(generator: np.random.Generator, classes: int = classes, group: int = group,
@@ -271,8 +280,11 @@ def severity_study(rng: np.random.Generator, reps: int, resamples: int,
             truths[k] = [population[g.numpy()].mean() for g in groups]
         truth_mean, truth_hardest = float(truths.mean(axis=1).mean()), float(truths[:, -1].mean())
         mean, hardest, empty = Coverage(), Coverage(), 0
+        pooled_mean, pooled_hardest = Coverage(), Coverage()
         for rep in range(reps):
             means, _, groups = pool(rng)
+            population = ndtr((2 - means) / math.sqrt(1.25))
+            conditional = np.array([population[g.numpy()].mean() for g in groups])
             test = means[:, None] + rng.normal(0, 0.5, (classes, images))
             ood_scores = torch.from_numpy(test.reshape(-1))
             ood_classes = torch.arange(classes).repeat_interleave(images)
@@ -285,10 +297,13 @@ def severity_study(rng: np.random.Generator, reps: int, resamples: int,
                 per_level.append(weighted_auroc(id_scores, ood_scores[members], id_weights, class_weights[:, members]))
             stacked = torch.stack(per_level)
             empty += int(torch.isnan(stacked.mean(dim=0)).sum())
-            mean.add(*percentile_interval(stacked.mean(dim=0)), truth_mean)
-            hardest.add(*percentile_interval(stacked[-1]), truth_hardest)
+            mean_interval, hardest_interval = percentile_interval(stacked.mean(dim=0)), percentile_interval(stacked[-1])
+            mean.add(*mean_interval, float(conditional.mean()))
+            hardest.add(*hardest_interval, float(conditional[-1]))
+            pooled_mean.add(*mean_interval, truth_mean)
+            pooled_hardest.add(*hardest_interval, truth_hardest)
         rows.append({"classes": classes, "group": group, "images": images, "mean": mean, "hardest": hardest,
-                     "empty": empty / (reps * resamples)})
+                     "pooled mean": pooled_mean, "pooled hardest": pooled_hardest, "empty": empty / (reps * resamples)})
     return rows
 
 
@@ -426,7 +441,7 @@ def seeds_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequ
 # the run
 
 
-def run(reps: int, resamples: int, *, tiny: bool) -> dict[str, Any]:
+def run(reps: int, resamples: int, *, tiny: bool, only: Sequence[str] = ()) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     sizes = (20, 50) if tiny else SIZES
     started = time.perf_counter()
@@ -445,7 +460,12 @@ def run(reps: int, resamples: int, *, tiny: bool) -> dict[str, Any]:
         ("marks", lambda: marks_study(rng, max(2, reps // 4), resamples, 100 if tiny else 500)),
         ("seeds", lambda: seeds_study(rng, max(2, reps // 4), resamples, sizes)),
     ]
+    unknown = set(only) - {name for name, _ in steps}
+    if unknown:
+        raise SystemExit(f"--only: no study named {sorted(unknown)}; the studies: {[name for name, _ in steps]}")
     for name, step in steps:
+        if only and name not in only:
+            continue
         begun = time.perf_counter()
         result[name] = step()
         result[f"{name}_s"] = time.perf_counter() - begun
@@ -460,47 +480,60 @@ def markdown(result: dict[str, Any]) -> str:
     parts = [f"Machine: {result['machine']}; load {' → '.join(result['load'])}; {result['seconds']:.0f} s ({steps}). "
              f"Coverage ± Monte-Carlo standard error over R repetitions (R = {reps} for the AUROC methods but the "
              f"bootstrap, R/4 elsewhere, R/2 for EvG), {resamples} bootstrap resamples, 95% intervals."]
-    parts.append("**AUROC** (``auroc_interval``; bootstrap on the binormal family only):\n\n" + table(
-        ["family", "AUROC", "n per side", *METHODS],
-        [[r["family"], r["auroc"], r["n"], *[r[m].text() for m in METHODS]] for r in result["auroc"]]))
-    rows, truth = result["open_set"]
-    parts.append(f"**Open set** (K = {OPEN_SET_K}; n knowns, n negatives, n unknowns; truths: CCR@FPR 0.1 "
-                 f"{truth['ccr']:.3f}, γ {truth['gamma']:.3f}, accuracy {truth['accuracy']:.3f}, AUROC "
-                 f"{truth['auroc']:.3f}; 'undefined': the authors' \"—\" in every resample):\n\n" + table(
-                     ["n", "CCR@FPR 0.1 exact", "CCR@FPR 0.1 authors", "γ", "accuracy", "AUROC unknowns"],
-                     [[r["n"], *[r[k].text() for k in ("ccr exact", "ccr authors", "gamma", "accuracy", "auroc")]]
-                      for r in rows]))
-    parts.append("**ECE** (torchmetrics' binned plug-in, 15 bins, percentile bootstrap of it; confidence uniform "
-                 "on [0.5, 1], accuracy = confidence − shift):\n\n" + table(
-                     ["shift (population ECE)", "n", "bias of the plug-in", "covers the population ECE",
-                      "covers the plug-in's expectation at n"],
-                     [[r["shift"], r["n"], f"{r['bias']:+.4f}", r["population"].text(), r["expected"].text()]
-                      for r in result["ece"]]))
-    parts.append("**Severity** (11 levels; truth: the level's expected AUROC over pools):\n\n" + table(
-        ["pool classes", "classes per level", "test images per class", "mean AUROC", "hardest level",
-         "empty-level resamples"],
-        [[r["classes"], r["group"], r["images"], r["mean"].text(), r["hardest"].text(), f"{r['empty']:.2%}"]
-         for r in result["severity"]]))
-    parts.append("**EvG** (n chains, n ID test images; the worst-case AUROC clustered by seed image; MinRank "
-                 "conditional on the search by Wilson, and the chain bootstrap it replaced, against E[MinRank] and "
-                 "against the conditional truth):\n\n" + table(
-                     ["worst-case AUROC", "chains per seed", "n", "worst-case AUROC interval", "MinRank (Wilson, conditional)",
-                      "chain bootstrap vs E[MinRank]", "chain bootstrap vs conditional"],
-                     [[r["auroc"], r["chains per seed"], r["n"], r["worst"].text(), r["minrank"].text(), r["old"].text(),
-                       r["old conditional"].text()] for r in result["evg"]]))
-    parts.append("**Paired difference** (two detectors on the same images, correlation 0.8, AUROC 0.90 vs 0.87):\n\n"
-                 + table(["n per side", "coverage of the difference"],
-                         [[r["n"], r["difference"].text()] for r in result["difference"]]))
-    parts.append("**▼ marks** (AUROC 0.9, 500/500 images, correlation 0.8; the chance of any false ▼ in a column, "
-                 "and the power to mark a detector 0.03 below):\n\n" + table(
-                     ["detectors", "one worse by", "any false ▼, per pair (before)", "any false ▼, worse_than_best",
-                      "power, per pair", "power, worse_than_best"],
-                     [[r["detectors"], r["worse by"], _rate(r["before"], r["reps"]), _rate(r["after"], r["reps"]),
-                       _rate(r["power before"], r["reps"]), _rate(r["power after"], r["reps"])]
-                      for r in result["marks"]]))
-    parts.append("**Three training seeds** (``seed_mean``; training sd 0.15 on the separation, a shared test set):"
-                 "\n\n" + table(["n per side", "coverage of E[AUROC] over training"],
-                                [[r["n"], r["seeds"].text()] for r in result["seeds"]]))
+    if "auroc" in result:
+        parts.append("**AUROC** (``auroc_interval``; bootstrap on the binormal family only):\n\n" + table(
+            ["family", "AUROC", "n per side", *METHODS],
+            [[r["family"], r["auroc"], r["n"], *[r[m].text() for m in METHODS]] for r in result["auroc"]]))
+    if "open_set" in result:
+        rows, truth = result["open_set"]
+        parts.append(f"**Open set** (K = {OPEN_SET_K}; n knowns, n negatives, n unknowns; truths: CCR@FPR 0.1 "
+                     f"{truth['ccr']:.3f}, γ {truth['gamma']:.3f}, accuracy {truth['accuracy']:.3f}, AUROC "
+                     f"{truth['auroc']:.3f}; 'undefined': the authors' \"—\" in every resample):\n\n" + table(
+                         ["n", "CCR@FPR 0.1 exact", "CCR@FPR 0.1 authors", "γ", "accuracy (Wilson)",
+                          "accuracy (percentile bootstrap, before)", "AUROC unknowns"],
+                         [[r["n"], *[r[k].text() for k in ("ccr exact", "ccr authors", "gamma", "accuracy",
+                                                           "accuracy bootstrap", "auroc")]]
+                          for r in rows]))
+    if "ece" in result:
+        parts.append("**ECE** (torchmetrics' binned plug-in, 15 bins, percentile bootstrap of it; confidence uniform "
+                     "on [0.5, 1], accuracy = confidence − shift):\n\n" + table(
+                         ["shift (population ECE)", "n", "bias of the plug-in", "covers the population ECE",
+                          "covers the plug-in's expectation at n"],
+                         [[r["shift"], r["n"], f"{r['bias']:+.4f}", r["population"].text(), r["expected"].text()]
+                          for r in result["ece"]]))
+    if "severity" in result:
+        parts.append("**Severity** (11 levels; truth: the population AUROC of the classes the pool's levels hold, "
+                     "conditional on the pool; and, not what the interval is about, the level's expected AUROC over "
+                     "pools):\n\n" + table(
+                         ["pool classes", "classes per level", "test images per class", "mean AUROC", "hardest level",
+                          "mean, over pools", "hardest, over pools", "empty-level resamples"],
+                         [[r["classes"], r["group"], r["images"], r["mean"].text(), r["hardest"].text(),
+                           r["pooled mean"].text(), r["pooled hardest"].text(), f"{r['empty']:.2%}"]
+                          for r in result["severity"]]))
+    if "evg" in result:
+        parts.append("**EvG** (n chains, n ID test images; the worst-case AUROC clustered by seed image; MinRank "
+                     "conditional on the search by Wilson, and the chain bootstrap it replaced, against E[MinRank] and "
+                     "against the conditional truth):\n\n" + table(
+                         ["worst-case AUROC", "chains per seed", "n", "worst-case AUROC interval", "MinRank (Wilson, conditional)",
+                          "chain bootstrap vs E[MinRank]", "chain bootstrap vs conditional"],
+                         [[r["auroc"], r["chains per seed"], r["n"], r["worst"].text(), r["minrank"].text(), r["old"].text(),
+                           r["old conditional"].text()] for r in result["evg"]]))
+    if "difference" in result:
+        parts.append("**Paired difference** (two detectors on the same images, correlation 0.8, AUROC 0.90 vs 0.87):\n\n"
+                     + table(["n per side", "coverage of the difference"],
+                             [[r["n"], r["difference"].text()] for r in result["difference"]]))
+    if "marks" in result:
+        parts.append("**▼ marks** (AUROC 0.9, 500/500 images, correlation 0.8; the chance of any false ▼ in a column, "
+                     "and the power to mark a detector 0.03 below):\n\n" + table(
+                         ["detectors", "one worse by", "any false ▼, per pair (before)", "any false ▼, worse_than_best",
+                          "power, per pair", "power, worse_than_best"],
+                         [[r["detectors"], r["worse by"], _rate(r["before"], r["reps"]), _rate(r["after"], r["reps"]),
+                           _rate(r["power before"], r["reps"]), _rate(r["power after"], r["reps"])]
+                          for r in result["marks"]]))
+    if "seeds" in result:
+        parts.append("**Three training seeds** (``seed_mean``; training sd 0.15 on the separation, a shared test set):"
+                     "\n\n" + table(["n per side", "coverage of E[AUROC] over training"],
+                                    [[r["n"], r["seeds"].text()] for r in result["seeds"]]))
     return "\n\n".join(parts)
 
 
@@ -515,10 +548,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = benchmark_parser(__doc__, section=SECTION)
     parser.add_argument("--reps", type=int, help="repetitions (default 2000; --tiny 8)")
     parser.add_argument("--resamples", type=int, help="bootstrap resamples (default 1000; --tiny 50)")
+    parser.add_argument("--only", nargs="+", default=(), metavar="STUDY",
+                        help="run only these studies (auroc open_set ece severity evg difference marks seeds); "
+                             "with --write the section holds only their tables")
     args = parse(parser, argv)
     reps = args.reps or (8 if args.tiny else 2000)
     resamples = args.resamples or (50 if args.tiny else 1000)
-    result = run(reps, resamples, tiny=args.tiny)
+    result = run(reps, resamples, tiny=args.tiny, only=args.only)
     finish(args, SECTION, markdown(result), script="benchmarks.interval_coverage")
     return result
 

@@ -530,8 +530,8 @@ class GeneratedBenchmark(pl.Callback):
         return probs, targets
 
     def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "") -> dict[str, float | None]:
-        """Accuracy and ECE with their bootstrap intervals (the set's images resampled); replicates under
-        ``<key>|accuracy`` and ``<key>|ece``."""
+        """Accuracy with Wilson's interval and ECE with its bootstrap interval (the set's images resampled);
+        bootstrap replicates of both under ``<key>|accuracy`` and ``<key>|ece``."""
         if targets.numel() == 0:
             return {"accuracy": None, "ece": None}
         # calibration of the known-class prediction; with a background column the row does not sum to 1, and
@@ -542,8 +542,10 @@ class GeneratedBenchmark(pl.Callback):
                                                       norm="l1"))}
         replicates = bootstrap_accuracy_ece(probs, targets, bins=15, resamples=self.intervals.resamples,
                                             seed=self.intervals.seed)
+        correct = int((probs.argmax(dim=1) == targets).sum())
+        with_bounds(row, "accuracy", self.intervals.proportion(correct, targets.numel()))  # Wilson's
+        with_bounds(row, "ece", self.intervals.bounds(replicates["ece"]))
         for metric in ("accuracy", "ece"):
-            with_bounds(row, metric, self.intervals.bounds(replicates[metric]))
             if key:
                 self.replicates[f"{key}|{metric}"] = replicates[metric]
         return row

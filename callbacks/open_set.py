@@ -26,9 +26,11 @@ On ``trainer.test`` it logs ``test/...`` and writes everything next to the check
 Every file is written atomically by global rank zero.
 
 Intervals at test (:class:`callbacks.report.Intervals`): the AUROC of knowns vs each group gets DeLong's
-interval; CCR@FPR (each convention; NaN replicates of the authors' "—" are left out), closed-set accuracy
-and γ a percentile bootstrap in which the resampling unit is the test image, stratified: knowns, negatives
-and unknowns are resampled separately (each group's size is fixed by the protocol, not drawn).
+interval (:meth:`callbacks.report.Intervals.auroc`); closed-set accuracy Wilson's interval of the proportion;
+CCR@FPR (each convention; NaN replicates of the authors' "—" are left out) and γ a percentile bootstrap in which
+the resampling unit is the test image, stratified: knowns, negatives and unknowns are resampled separately
+(each group's size is fixed by the protocol, not drawn). The bootstrap replicates of every scalar, accuracy
+included, are kept for the report card's paired comparisons.
 """
 
 from __future__ import annotations
@@ -181,6 +183,10 @@ class OpenSetEvaluation(pl.Callback):
         replicates = bootstrap_open_set(probs, targets, fpr_targets=self.fpr_targets, background=background,
                                         conventions=self.conventions, resamples=options.resamples, seed=options.seed)
         intervals = {name: options.bounds(values) for name, values in replicates.items()}
+        known_count = int((targets >= 0).sum())
+        if known_count and "closed_set_accuracy" in report["scalars"]:  # a proportion: Wilson's interval
+            correct = round(report["scalars"]["closed_set_accuracy"] * known_count)
+            intervals["closed_set_accuracy"] = options.proportion(correct, known_count)
         confidence = max_known_score(probs, background)  # in the dtype the report scored, as its AUROC
         known = targets >= 0
         for group, label in GROUPS.items():

@@ -111,6 +111,12 @@ class Intervals:
         return auroc_interval(id_scores, ood_scores, level=self.level, method=self.auroc_method,
                               resamples=self.resamples, seed=self.seed, ood_clusters=ood_clusters)
 
+    def proportion(self, successes: int, trials: int) -> tuple[float, float]:
+        """Wilson's interval of the proportion ``successes / trials`` (an accuracy): a percentile bootstrap of a
+        proportion has zero width whenever every image is right (14% of 20-image samples at accuracy 0.91) and
+        covered 0.85 / 0.90 at 20 / 50 images in ``benchmarks/interval_coverage.py``."""
+        return wilson_interval(int(successes), int(trials), self.level)
+
     def count(self, successes: int, trials: int) -> tuple[float, float]:
         """Wilson's interval of a count of ``successes`` of ``trials`` (e.g. MinRank: the ID test images above a
         fixed worst case), in whole counts (the lower bound floored, the upper ceiled)."""

@@ -117,7 +117,8 @@ class ModelSeeds:
 
     The leaderboard shows the mean over the seeds with an interval that combines the sampling of the test
     data and the seeds (:func:`metrics.seed_mean`: between-seed variance over S plus the test sampling the
-    seeds share, Student's t with Satterthwaite's degrees of freedom); each seed's own numbers are in the
+    seeds share; the quantile of a t on S - 1 degrees of freedom for the seeds plus a normal for the shared
+    test sampling); each seed's own numbers are in the
     sections and in the "training seeds" table. In YAML: ``model: [{name: eos, seeds: [a.ckpt, b.ckpt,
     c.ckpt]}]``.
 
@@ -429,8 +430,10 @@ class ReportCard(Evaluation):
             "Each model below is several training runs of one recipe. The leaderboard shows the mean over its seeds "
             "with an interval that combines the sampling of the test data and the seeds: the between-seed variance "
             "over S plus the test-sampling variance the seeds share (the bootstrap covariance of their replicates "
-            "over the same resamples), Student's t with Satterthwaite's degrees of freedom (a one-way random-effects "
-            "model; metrics.seed_mean). Each seed's own numbers are in the method sections."),
+            "over the same resamples); the interval's half-width is the quantile of a Student t on S − 1 degrees "
+            "of freedom (the seeds' part, estimated from S numbers) plus a normal (the shared test sampling), a "
+            "one-way random-effects model (metrics.seed_mean; Satterthwaite's t under-covers with three seeds). "
+            "Each seed's own numbers are in the method sections."),
             "tables": [{"title": "every seed", "columns": ["model", "κ", "metric", *[f"seed {i + 1}" for i in
                                                                                     range(seeds)],
                                                           "mean", "between-seed sd", "shared test variance", "dof"],

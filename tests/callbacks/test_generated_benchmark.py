@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from scipy.stats import kendalltau
+from scipy.stats import binomtest, kendalltau
 from sklearn.metrics import roc_auc_score
 
 import evaluate
@@ -263,7 +263,10 @@ def test_accuracy_and_calibration_on_id_shifted_and_real_shifted_sets(run: dict,
         out = logits[name]
         single = row["model"] == model_names(run)["single"]
         probabilities = softmax(out["single"]) if single else softmax(out["members"]).mean(axis=0)
-        assert row["accuracy"] == pytest.approx(float((probabilities.argmax(axis=1) == labels).mean()), abs=1e-12)
+        correct = int((probabilities.argmax(axis=1) == labels).sum())
+        assert row["accuracy"] == pytest.approx(correct / len(labels), abs=1e-12)
+        wilson = binomtest(correct, len(labels)).proportion_ci(0.95, method="wilson")  # a proportion's interval
+        assert (row["accuracy low"], row["accuracy high"]) == pytest.approx((wilson.low, wilson.high), abs=1e-12)
         # torchmetrics' multiclass calibration error (15 bins, L1) against the formula in numpy
         assert row["ece"] == pytest.approx(expected_calibration_error(probabilities, labels), abs=1e-6), name
         checked.add(name)

@@ -6,6 +6,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from PIL import Image
+from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -59,7 +60,11 @@ def test_report_matches_independent_reference(tmp_path, background):
         np.testing.assert_array_equal([float(r["fpr"]) for r in rows], ref_fpr)
         np.testing.assert_array_equal([float(r["ccr"]) for r in rows], ref_ccr)
     known = target >= 0
-    assert scalars["closed_set_accuracy"] == pytest.approx(np.mean(known_probs[known].argmax(1) == target[known]))
+    correct = int(np.sum(known_probs[known].argmax(1) == target[known]))
+    assert scalars["closed_set_accuracy"] == pytest.approx(correct / known.sum())
+    # a proportion: Wilson's interval (scipy's), not a percentile bootstrap (zero width when every image is right)
+    wilson = binomtest(correct, int(known.sum())).proportion_ci(0.95, method="wilson")
+    assert report["intervals"]["closed_set_accuracy"] == pytest.approx([wilson.low, wilson.high], abs=1e-12)
     keep = target >= -1
     assert scalars["gamma"] == pytest.approx(gamma_reference(probs[keep], target[keep], background=background)[2], rel=1e-12)
     assert report["counts"] == {
