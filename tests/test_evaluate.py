@@ -24,6 +24,7 @@ def best_checkpoint(tmp_path_factory):
     return directory / "runs/demo/checkpoints/best.ckpt"
 
 
+@pytest.mark.slow
 def test_oscr_report_next_to_the_checkpoint(best_checkpoint, tmp_path, capsys):
     report = evaluate.main(["oscr", "--model", str(best_checkpoint), "--log-dir", str(tmp_path), "--accelerator", "cpu"])
     directory = best_checkpoint.parent / "best-oscr"
@@ -76,6 +77,7 @@ def replay_outputs(monkeypatch, recorded: dict[str, torch.Tensor]) -> None:
     monkeypatch.setattr(OpenSetClassifier, "_predict", replaying)
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_the_batch_size(best_checkpoint, tmp_path, monkeypatch):
     # Another batch size puts other images together through the network, and a convolution's float32 result
     # may then differ in the last bits (the CPU's kernels, their blocking); on some CPUs that flips near-ties in
@@ -241,6 +243,7 @@ def test_severity_tables_have_the_published_columns_and_plot_together(tmp_path, 
         evaluate.main(["severity-plot", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "x.png")])
 
 
+@pytest.mark.slow
 def test_background_checkpoint_through_oscr_in_both_conventions(bg_checkpoint, tmp_path, capsys, monkeypatch):
     import numpy as np
 
@@ -276,7 +279,8 @@ def test_background_checkpoint_through_oscr_in_both_conventions(bg_checkpoint, t
     assert report["ccr_conventions"] == ["exact", "authors"]
 
 
-def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
+@pytest.mark.slow
+def test_generated_benchmark_config_runs(tmp_path, tmp_path_factory, demo_checkpoint):
     """configs/evaluate/fashion_generated.yaml: every key is an option of `evaluate.py generated`, and the run
     works with its paths pointed at tiny sets (the demo writes the real ones)."""
     from tests.test_generate import CLI, generate, train_generators
@@ -288,7 +292,7 @@ def test_generated_benchmark_config_runs(tmp_path, demo_checkpoint):
     assert parsed.ensemble == ["runs/demo/ensemble_independent/ensemble.txt"] and parsed.label_filter is True
     assert parsed.real_ood == ["unknown=fashion:unknown", "digits=digits"] and parsed.data == "fashion"
     assert parsed.lpips_random_backbone is True  # the demo's random LPIPS backbone, asked for by name
-    paths = train_generators(str(tmp_path / "generators"))
+    paths = train_generators(str(tmp_path_factory.getbasetemp() / "generators"))  # the session's, if trained
     members = ",".join(str(p) for p in paths["members"])
     sets = {kind: generate(paths[kind], tmp_path / kind, "--num", "6") for kind in ("shift", "near_ood")}
     result = evaluate.main(["generated", "--config", config, "--model", str(demo_checkpoint), f"ensemble:{members}",

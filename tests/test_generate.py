@@ -39,6 +39,8 @@ def train_generators(root: str) -> dict[str, Path | list[Path]]:
 
     from lightning_modules.generated.generators import NearOODGenerator, ShiftGenerator
 
+    if root in _TRAINED and all(Path(p).exists() for p in _flat(_TRAINED[root])):
+        return _TRAINED[root]
     folder = Path(root)
     members = [train_demo_checkpoint(folder / f"member{seed}", "softmax", steps=3, seed=seed) for seed in range(2)]
     paths: dict[str, Path | list[Path]] = {"members": members}
@@ -56,8 +58,15 @@ def train_generators(root: str) -> dict[str, Path | list[Path]]:
         trainer.fit(model, datamodule=data)
         paths[kind] = folder / f"{kind}.ckpt"
         trainer.save_checkpoint(paths[kind])  # on_save_checkpoint records model_class and datamodule_class
+    _TRAINED[root] = paths
     return paths
 
+
+_TRAINED: dict[str, dict[str, Path | list[Path]]] = {}  # the session's generators, by folder
+
+
+def _flat(paths: dict[str, Path | list[Path]]) -> list[Path]:
+    return [p for value in paths.values() for p in (value if isinstance(value, list) else [value])]
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +178,7 @@ def assert_pngs_are_the_tensor(folder: Path, images: torch.Tensor) -> None:
 # -- reproducibility --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_other_seed_other_near_ood_images(generators: dict, tmp_path: Path) -> None:
     near = generators["near_ood"]
     options = ("--num", "5", "--batch-size", "2", "--reference", "4")
@@ -187,6 +197,7 @@ def test_same_seed_same_bytes_other_seed_other_near_ood_images(generators: dict,
     assert json.loads((other / "info.json").read_text())["seed"] == 4
 
 
+@pytest.mark.slow
 def test_shift_sources_are_a_seeded_class_balanced_choice(generators: dict, tmp_path: Path) -> None:
     from datamodules.images import BALANCED_RULE
 
@@ -341,6 +352,7 @@ def test_an_interrupted_generation_leaves_no_set(generators: dict, tmp_path: Pat
         GeneratedDataset(folder)
 
 
+@pytest.mark.slow
 def test_an_existing_set_is_kept_until_overwrite_replaces_it_whole(generators: dict, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     near = generators["near_ood"]
@@ -465,6 +477,7 @@ def test_info_records_the_generators_training_and_the_generation(generators: dic
                                                                     for p in members]
 
 
+@pytest.mark.slow
 def test_pix2pix_mode_is_the_training_forward_with_the_batch_seed(generators: dict, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture) -> None:
     import copy

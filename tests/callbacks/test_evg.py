@@ -224,6 +224,7 @@ def test_files_hold_the_returned_numbers(run: dict) -> None:
         assert (out / name).stat().st_size > 1000, name
 
 
+@pytest.mark.slow
 def test_resume_reruns_nothing_finished_and_gives_the_same_report(run: dict, capsys: pytest.CaptureFixture) -> None:
     out = run["out"]
     chain_files = sorted((out / "chains").glob("*/chains-*.pt"))
@@ -244,6 +245,7 @@ def near_ties(one: torch.Tensor, other: torch.Tensor, tolerance: float) -> int:
     return int(((one.double()[:, None] - other.double()[None, :]).abs() <= tolerance).sum())
 
 
+@pytest.mark.slow
 def test_chains_do_not_depend_on_the_batch_size(run: dict, tmp_path: Path) -> None:
     """Each chain draws the same random numbers in any batch (exact: test_samplers); through a network the
     energies may differ in the last float32 bits between batch sizes (the convolution's blocking), so the

@@ -273,6 +273,7 @@ def test_accuracy_and_calibration_on_id_shifted_and_real_shifted_sets(run: dict,
     assert checked == {"id_test", "shift:shift", KEPT, "real_shift:inverted"}
 
 
+@pytest.mark.slow
 def test_sets_table(run: dict, images: dict[str, torch.Tensor], logits: dict) -> None:
     from datamodules.images import balanced_choice
 
@@ -415,6 +416,7 @@ def test_id_test_set_is_the_known_test_images_through_the_models_input(size: int
                                rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_independent_models_are_not_flagged_and_copies_are(run: dict, tmp_path: Path) -> None:
     """A second, independently seeded ensemble describes and scores: not flagged; a byte copy of a training member
     elsewhere is flagged by its sha256."""

@@ -34,6 +34,7 @@ def run_severity(scoring, kappas, tmp_path, data=None, precision="32-true", **kw
     return callback
 
 
+@pytest.mark.slow
 def test_second_kappa_does_not_run_the_model(demo_checkpoint, tmp_path):
     scoring = ScoringModel(str(demo_checkpoint))
     first = run_severity(scoring, ["softmax"], tmp_path)
@@ -158,6 +159,7 @@ def test_a_model_of_other_classes_or_another_width_is_refused(demo_checkpoint, t
     assert unnamed.forward_calls == 1
 
 
+@pytest.mark.slow
 def test_corrupted_or_mismatched_cache_is_rejected(demo_checkpoint, tmp_path):
     scoring = ScoringModel(str(demo_checkpoint))
     reference = run_severity(scoring, ["softmax"], tmp_path).tables["softmax"]
@@ -187,6 +189,7 @@ def test_corrupted_or_mismatched_cache_is_rejected(demo_checkpoint, tmp_path):
         assert cache.load(name, key, rows=10) is None
 
 
+@pytest.mark.slow
 def test_other_weights_precision_or_kappa_arguments_do_not_reuse_the_cache(demo_checkpoint, tmp_path):
     first = ScoringModel(str(demo_checkpoint))
     run_severity(first, ["softmax", "odin"], tmp_path)
@@ -203,6 +206,7 @@ def test_other_weights_precision_or_kappa_arguments_do_not_reuse_the_cache(demo_
         SeverityAUROC(kappas=["odin"], kappa_args={"odin": {"temprature": 3}})
 
 
+@pytest.mark.slow
 def test_model_based_kappas_run_in_inference_mode_and_are_cached(demo_checkpoint, tmp_path):
     scoring = ScoringModel(str(demo_checkpoint))
     run = run_severity(scoring, ["odin", "softmax"], tmp_path)  # trainer.test uses inference mode: ODIN still runs
@@ -213,6 +217,7 @@ def test_model_based_kappas_run_in_inference_mode_and_are_cached(demo_checkpoint
     assert rerun.tables["odin"] == run.tables["odin"] and rerun.model_passes == 0
 
 
+@pytest.mark.slow
 def test_every_kappa_runs_through_the_benchmark(demo_checkpoint, tmp_path):
     # mc_dropout needs dropout: the demo CNN has none, so it must say so clearly
     names = [n for n in KAPPAS if n != "mc_dropout" and KAPPAS[n].kind != "ensemble"]

