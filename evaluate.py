@@ -13,7 +13,9 @@ Each command is the typed class of its method (:mod:`callbacks`): its options ar
 checked by type; ``--config`` takes a YAML file of the same keys (``class_path`` where a component is
 configured), ``--print_config`` prints the whole configuration. Every command speaks one vocabulary:
 ``--model`` (a checkpoint, ``timm:NAME``, ``torchvision:NAME``, ``ensemble:FILE``), ``--data`` and
-``--data-arg KEY=VALUE``, ``--kappa`` and ``--kappa-arg KAPPA.NAME=VALUE``, ``--output-dir``,
+``--data-arg KEY=VALUE``, ``--kappa`` and ``--kappa-arg KAPPA.NAME=VALUE`` (``pood:KNN.k=50`` for a pytorch-ood
+detector by name), ``--fit-data`` and ``--fit-arg KAPPA.NAME=VALUE`` (the fit set of fitted detectors and its
+cap, ``knn.fraction=0.01``), ``--output-dir``,
 ``--cache-dir``, and the trainer's ``--accelerator``, ``--devices``, ``--strategy``, ``--precision``.
 This file only translates that vocabulary for jsonargparse, parses, builds and runs.
 """
@@ -50,8 +52,8 @@ COMMANDS = {cls.command: cls for cls in (OSCREvaluation, SeverityEvaluation, Sev
 ALIASES = {"adversarial": "evg"}
 # options given as repeated KEY=VALUE (or KIND.KEY=VALUE), collected into one typed dictionary
 KEY_VALUE = {"data_arg": "data_args", "model_arg": "model_args", "kappa_arg": "kappa_args",
-             "variation_arg": "variation_args", "sampler_arg": "sampler_args"}
-NESTED = {"kappa_args", "variation_args", "sampler_args"}
+             "variation_arg": "variation_args", "sampler_arg": "sampler_args", "fit_arg": "fit"}
+NESTED = {"kappa_args", "variation_args", "sampler_args", "fit"}
 FLAGS = {"no_progress_bar": ("progress_bar", "false"), "no_plots": ("plots", "false")}
 # the spellings of before one vocabulary, kept for one release
 RENAMED = {"ckpt": "model", "id": "data", "id_arg": "data_arg"}
@@ -142,7 +144,9 @@ def normalise(command: str, argv: list[str]) -> list[str]:
             continue
         out += [f"--{name}", *values]  # an unknown option is named by jsonargparse
     for target, entries in collected.items():
-        if target in NESTED:
+        if target in NESTED and any(not re.fullmatch(r"\w+", kind) for kind in entries):
+            out += [f"--{target}", json.dumps(entries)]  # e.g. pood:KNN.k=50: a key no dotted path can name
+        elif target in NESTED:
             out += [item for kind, fields in entries.items() for item in (f"--{target}.{kind}", json.dumps(fields))]
         else:
             out += [item for key, value in entries.items() for item in (f"--{target}.{key}", value)]

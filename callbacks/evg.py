@@ -61,7 +61,14 @@ from callbacks.report import (
     write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import ScoringPasses, detector_pairs
+from callbacks.scoring import (
+    ScoringPasses,
+    check_detectors,
+    check_fit_options,
+    default_fit_set,
+    detector_pairs,
+)
+from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.evg import SEED_CHOICES, SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
 from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
@@ -202,14 +209,20 @@ class EvGReport(pl.Callback):
         intervals: level, bootstrap resamples and seed of the intervals: the clean AUROC gets DeLong's (images),
             the worst-case AUROC and MinRank a percentile bootstrap whose units are the chains (each gives one
             worst case, an independent search) and the ID test images, resampled separately.
+        fit_set: the in-distribution training images fitted detectors fit on, before the fixed sets are scored;
+            the fitted detector is then a fixed black box of the search (its state is part of the run key).
+        fit: per κ name, the cap of its fit set.
     """
 
     def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
                  plots: bool = True, grid_chains: int = 32, passes: ScoringPasses | None = None,
                  seed_indices: Tensor | None = None, seed_choice: SeedChoice = "balanced", seed: int = 0,
                  vary_at: str = "", standardise_on: StandardiseOn = "id_val", precision: str = "32-true",
-                 intervals: Intervals | None = None) -> None:
+                 intervals: Intervals | None = None, fit_set: EvaluationSet | None = None,
+                 fit: dict[str, dict[str, Any]] | None = None) -> None:
         self.data, self.chains = data, chains
+        self.fit_set = fit_set
+        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self._weight_cache: dict[tuple[int, int], Tensor] = {}
@@ -285,6 +298,11 @@ class EvGReport(pl.Callback):
         """κ of every detector on the fixed sets (one pass per model and set, through the engine)."""
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         with torch.inference_mode(False):  # model-based κ such as ODIN take input gradients
+            for detector in pl_module.detectors.values():
+                if detector.kappa.needs_fit:  # fitted once, then a fixed black box of the search
+                    with torch.no_grad():
+                        detector.use(self.passes.fitted(trainer, detector.model, detector.kappa, detector.kappa_args,
+                                                        self.fit_set, fit=self.fit.get(detector.kappa.name), **batch))
             self.scores = {name: {split: self.passes.scores(trainer, detector.model, self.data[split], detector.kappa,
                                                             detector.kappa_args, **batch) for split in SPLITS}
                            for name, detector in pl_module.detectors.items()}
@@ -592,6 +610,9 @@ class EvGEvaluation(Evaluation):
         seed_choice: the seed images: ``balanced`` (default: seeded, balanced over the OOD set's classes) or
             ``first`` (the authors': the first ``min(chains, N_ood)`` images of the set; their scripts run
             1,000, ``attack.py --n_sample 1000``).
+        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
+            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
+        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
     """
 
     command = "evg"
@@ -606,9 +627,10 @@ class EvGEvaluation(Evaluation):
                  trace_every: int = 10, batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
                  cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 vary_at: VaryAt = "data", seed_choice: SeedChoice = "balanced", *,
-                 trainer: TrainerOptions | None = None) -> None:
+                 vary_at: VaryAt = "data", seed_choice: SeedChoice = "balanced", fit_data: str | None = None,
+                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.fit_data, self.fit = fit_data, dict(fit or {})
         self.intervals = Intervals.of(intervals)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
@@ -689,6 +711,11 @@ class EvGEvaluation(Evaluation):
                        batch_size=self.batch_size, num_workers=self.num_workers)
         for model in models.values():
             check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
+        fit_set = None
+        if any(get_kappa(k).fit_data for k in self.kappa):
+            fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
+        for detector in self.detectors(models).values():
+            check_detectors([detector.kappa], detector.model, fit_set)
         if self.chains > len(data["ood"]):
             print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
@@ -712,7 +739,7 @@ class EvGEvaluation(Evaluation):
                            plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed_choice, seed=self.seed,
                            vary_at=seed_input.description, standardise_on=self.standardise_on,
                            precision=self.options.precision,
-                           passes=self.shared_passes, intervals=self.intervals)
+                           passes=self.shared_passes, intervals=self.intervals, fit_set=fit_set, fit=self.fit)
         logger = make_logger(self.options, name="evg")
         # inference mode off: model-based κ such as ODIN take input gradients inside the detector
         trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)

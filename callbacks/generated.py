@@ -89,9 +89,17 @@ from callbacks.report import (
     write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import ScoringPasses, TransformedSet, detector_pairs
+from callbacks.scoring import (
+    ScoringPasses,
+    TransformedSet,
+    check_detectors,
+    check_fit_options,
+    default_fit_set,
+    detector_pairs,
+)
 from callbacks.severity import model_name
 from datamodules.batch import AtLeast, Batch, collate_samples
+from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.generated import (
     MANIFEST_COLUMNS,
     GeneratedBenchmarkData,
@@ -379,6 +387,8 @@ class GeneratedBenchmark(pl.Callback):
         output_dir: where files go.
         passes: the run's scoring passes (shared with every other evaluation of the run).
         intervals: level, bootstrap resamples and seed of the intervals.
+        fit_set: the in-distribution training images fitted detectors fit on (``None``: no fitted κ).
+        fit: per κ name, the cap of its fit set.
 
     Every table flags a detector or describer that shares a member with the ensemble a generated set's
     generator was trained against (``info.json``'s ``training_ensemble``, compared by resolved path and by
@@ -402,9 +412,13 @@ class GeneratedBenchmark(pl.Callback):
         plots: bool = True,
         passes: ScoringPasses | None = None,
         intervals: Intervals | None = None,
+        fit_set: EvaluationSet | None = None,
+        fit: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         self.data = data
+        self.fit_set = fit_set
+        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
@@ -436,7 +450,8 @@ class GeneratedBenchmark(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         models = self.models if self.models is not None else [pl_module]
-        self.pairs(models)
+        for model, kappa in self.pairs(models):
+            check_detectors([kappa], model, self.fit_set)
         for model in models:  # a model of more classes (ImageNet-1k on a protocol's known classes) is fine
             check_classes(getattr(model, "classes", None), self.data.classes, model=model_name(model),
                           data="the ID test set of the generated benchmark", subset=True)
@@ -563,6 +578,9 @@ class GeneratedBenchmark(pl.Callback):
         model.to(pl_module.device).eval()
         background = bool(getattr(model, "background_class", False))
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        if kappa.needs_fit:  # fitted once per (model, κ) on the fit set; scores() then uses it
+            self.passes.fitted(trainer, model, kappa, self.kappa_parameters[kappa.name], self.fit_set,
+                               fit=self.fit.get(kappa.name), **batch)
         scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
                   for name, s in self.data.sets.items()}
         common = {"model": model_name(model), "confidence function": kappa.name,
@@ -954,6 +972,9 @@ class GeneratedEvaluation(Evaluation):
         allow_weak_ensemble: describe the sets with an ensemble below its quality bar anyway
             (:mod:`lightning_modules.ensemble_quality`: the bar stated at ``train.py ensemble``, else the sanity
             bar); every row it shapes then names it in ``weak ensemble``.
+        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
+            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
+        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
     """
 
     command = "generated"
@@ -967,8 +988,11 @@ class GeneratedEvaluation(Evaluation):
                  label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
                  num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
                  cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 allow_weak_ensemble: bool = False, *, trainer: TrainerOptions | None = None) -> None:
+                 allow_weak_ensemble: bool = False, fit_data: str | None = None,
+                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.fit_data, self.fit = fit_data, dict(fit or {})
+        self._fit_set: EvaluationSet | None = None
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         self.allow_weak_ensemble = allow_weak_ensemble
@@ -993,6 +1017,8 @@ class GeneratedEvaluation(Evaluation):
                   for m in self.model]
         detector_pairs(models, [get_kappa(k) for k in self.kappa])  # before any data are read
         data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
+        if self._fit_set is None and self.fit_data and isinstance(self.data, GeneratedBenchmarkData):
+            self._fit_set = fit_folder_set(self.fit_data, data.classes)
         # before any pass: an ensemble below its quality bar describes nothing unless told
         quality = check_ensemble(self.ensemble if len(self.ensemble) > 1 else self.ensemble[0],
                                  what="describing the sets (--ensemble)",
@@ -1007,7 +1033,7 @@ class GeneratedEvaluation(Evaluation):
                                        reference_seed=self.reference_seed, label_filter=self.label_filter,
                                        output_dir=self.output_dir, plots=self.plots,
                                        passes=self.shared_passes or ScoringPasses(self.cache_dir),
-                                       intervals=self.intervals)
+                                       intervals=self.intervals, fit_set=self._fit_set, fit=self.fit)
         logger = make_logger(self.options, name="generated-benchmark")
         trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
         trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
@@ -1035,6 +1061,9 @@ class GeneratedEvaluation(Evaluation):
             name, sep, folder = pair.partition("=")
             folder = folder if sep else pair
             shifted[name if sep else Path(folder).name] = real_shift_set(folder, classes, on_bad_image=self.on_bad_image)
+        kappas = [get_kappa(k) for k in self.kappa]
+        self._fit_set = (fit_folder_set(self.fit_data, classes) if self.fit_data else default_fit_set(datamodule)) \
+            if any(k.fit_data for k in kappas) else None
         return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),
                                       near_ood=self.near_ood, shift=self.shift, real_ood=real, real_shift=shifted,
                                       classes=classes, batch_size=self.batch_size, num_workers=self.num_workers)

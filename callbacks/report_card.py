@@ -166,6 +166,9 @@ class ReportCard(Evaluation):
         title: the page's title.
         random_weights: timm/torchvision models without pretrained weights (tests).
         plots: write the figures.
+        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ReAct, ...):
+            ``<folder>/<class>/*`` with the models' classes; default: a checkpoint's training split.
+        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``), for every section.
     """
 
     command = "report"
@@ -175,8 +178,10 @@ class ReportCard(Evaluation):
                  severity: dict[str, Any] | None = None, generated: dict[str, Any] | None = None,
                  evg: dict[str, Any] | None = None, output_dir: str = "runs/report", cache_dir: str | None = "runs/cache",
                  intervals: Intervals | None = None, title: str | None = None, random_weights: bool = False,
-                 plots: bool = True, *, trainer: TrainerOptions | None = None) -> None:
+                 plots: bool = True, fit_data: str | None = None, fit: dict[str, dict[str, Any]] | None = None,
+                 *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
+        self.fit_data, self.fit = fit_data, dict(fit or {})
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         specs, self.groups = _model_specs([model] if isinstance(model, (str, ModelSeeds, Mapping)) else model)
@@ -254,6 +259,10 @@ class ReportCard(Evaluation):
                     "random_weights": self.random_weights, "kappa_args": self.kappa_args, "cache_dir": self.cache_dir}
         if kappa is not None:
             options.setdefault("kappa", list(kappa))
+        kappas = options.get("kappa", self.kappa)
+        kappas = [kappas] if isinstance(kappas, str) else list(kappas)
+        defaults["fit_data"] = self.fit_data
+        defaults["fit"] = {k: v for k, v in self.fit.items() if k in kappas}  # the section's own κ only
         for key, value in defaults.items():
             if key in accepted:
                 options.setdefault(key, value)

@@ -33,10 +33,13 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from callbacks.report import slug
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
-from datamodules.evaluation import EvaluationSet
+from datamodules.evaluation import EvaluationSet, fit_folder_set
+from datamodules.images import balanced_choice
 from datamodules.transforms import ModelInput
-from lightning_modules.scoring import forward_outputs
+from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
+from lightning_modules.scoring import classification_head, forward_outputs, has_features
 from metrics import IndexedPredictions, Kappa, check_kappa, kappa_scores, pairs_with
+from metrics.detectors import Detector
 from openset_common import atomic_write_bytes, digest, tensors_fingerprint
 
 
@@ -236,10 +239,15 @@ class ScoringPasses:
         self.passes = 0  # passes run (neither in memory nor in the cache)
         self.requests = 0
         self.log: list[dict[str, Any]] = []
+        self._detectors: dict[str, Detector] = {}
+        self._detectors_by_kappa: dict[tuple[int, str, str], Detector] = {}  # (model, κ, parameters) -> last fit
+        self.fits: list[dict[str, Any]] = []  # one entry per fitted detector: model, κ, fit set, samples, state
 
     def clear(self) -> None:
         self._kept.clear()
         self._fingerprints.clear()
+        self._detectors.clear()
+        self._detectors_by_kappa.clear()
 
     def _weights(self, pl_module: nn.Module) -> str:
         """The weights fingerprint, recomputed only when a parameter changed (its version counter)."""
@@ -340,7 +348,199 @@ class ScoringPasses:
                                      batch_size=batch_size, num_workers=num_workers)
         outputs = self.outputs(trainer, pl_module, evaluation_set, features=features or kappa.kind == "features",
                                batch_size=batch_size, num_workers=num_workers)
-        return kappa_scores(kappa, outputs, background=background, parameters=parameters)
+        detector = None
+        if kappa.needs_fit:
+            detector = self._detectors_by_kappa.get((id(pl_module), kappa.name, digest(parameters)))
+            if detector is None:
+                raise ValueError(f"confidence function {kappa.name!r} of {getattr(pl_module, 'display_name', '')} "
+                                 "is not fitted: call ScoringPasses.fitted with a fit set first")
+        return kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector)
+
+    def fitted(self, trainer: pl.Trainer, pl_module: pl.LightningModule, kappa: Kappa, parameters: dict[str, Any],
+               fit_set: EvaluationSet | None, *, fit: dict[str, Any] | None = None, batch_size: int = 256,
+               num_workers: int = 0) -> Detector:
+        """The κ's detector for this model, fitted: the fit pass (:meth:`outputs` over the capped fit set,
+        sharded, gathered exactly, kept and cached like every pass) then :meth:`Detector.fit` on the gathered
+        outputs, the same on every rank (so 2 processes give what 1 gives). The fitted detector is kept for the
+        run under the weights, the κ and its parameters, the fit set's fingerprint and the cap; :meth:`scores`
+        uses it. A κ that needs no fit gets its plain detector.
+
+        Args:
+            fit_set: in-distribution training images (role ``fit``, labels ``0..K-1``); ``None`` is an error
+                for a detector that needs fit data.
+            fit: the cap (:func:`check_fit_options`), over the detector's ``default_fit``.
+        """
+        background = bool(getattr(pl_module, "background_class", False))
+        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
+        if not kappa.needs_fit:
+            return kappa.build(background=background, **parameters)
+        options = check_fit_options(kappa.name, {**kappa.default_fit, **(fit or {})})
+        if kappa.fit_data and fit_set is None:
+            raise ValueError(f"detector {kappa.name!r} fits on in-distribution training images and {model_name} has "
+                             "none: give the fit data (fit_data: a folder of <class>/ image folders, e.g. "
+                             "ILSVRC2012/train; a checkpoint of train.py brings its training split)")
+        subset = fit_subset(fit_set, options) if kappa.fit_data else None
+        key = digest({"model": self._weights(pl_module), "kappa": kappa.name, "parameters": parameters,
+                      "fit": subset.fingerprint() if subset is not None else None, "options": options,
+                      "background": background})
+        detector = self._detectors.get(key)
+        if detector is None:
+            detector = kappa.build(background=background, **parameters)
+            head = classification_head(pl_module) if kappa.needs_head else None
+            data: dict[str, Tensor] = {}
+            if subset is not None:
+                detector.check_fit_size(len(subset), int(subset.labels().unique().numel()))  # before the pass
+                width = head[0].shape[0] if head is not None else None
+                found = self.outputs(trainer, pl_module, subset, features=kappa.kind == "features",
+                                     batch_size=batch_size, num_workers=num_workers)
+                num_classes = found["logits"].shape[-1] - int(background) if width is None else width - int(background)
+                check_fit_labels(subset, model=model_name, num_classes=num_classes)
+                data = {k: found[k] for k in ("logits", "features", "targets") if k in found}
+                if head is not None and "features" in data:
+                    check_head(head, data, model=model_name)
+            detector.fit(data, head=head)
+            self._detectors[key] = detector
+            self.fits.append({"model": model_name, "kappa": kappa.name, "parameters": dict(parameters),
+                              "fit set": subset.name if subset is not None else None,
+                              "samples": len(subset) if subset is not None else 0,
+                              "fingerprint": subset.fingerprint() if subset is not None else None,
+                              "state": detector.state_fingerprint(), "key": key})
+        self._detectors_by_kappa[(id(pl_module), kappa.name, digest(parameters))] = detector
+        return detector
+
+    def fitted_states(self) -> dict[str, dict[str, Any]]:
+        """Every fitted detector of the run: its log entry and its ``state_dict`` (what a run's outputs keep)."""
+        return {entry["key"]: {**entry, "state_dict": self._detectors[entry["key"]].state_dict()}
+                for entry in self.fits if entry["key"] in self._detectors}
+
+
+FIT_OPTIONS = ("fraction", "per_class", "seed")
+
+
+def check_fit_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A detector's ``fit`` option: ``{"fraction": f}`` (0 < f <= 1) or ``{"per_class": n}``, and ``seed``."""
+    unknown = sorted(set(options) - set(FIT_OPTIONS))
+    if unknown:
+        raise ValueError(f"fit options of {name!r}: unknown {unknown}; choose from {list(FIT_OPTIONS)}")
+    if "fraction" in options and "per_class" in options and options["fraction"] is not None \
+            and options["per_class"] is not None:
+        raise ValueError(f"fit options of {name!r}: give fraction or per_class, not both ({options})")
+    fraction, per_class = options.get("fraction"), options.get("per_class")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not 0 < fraction <= 1):
+        raise ValueError(f"fit options of {name!r}: fraction must be in (0, 1], got {fraction!r}")
+    if per_class is not None and (isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < 1):
+        raise ValueError(f"fit options of {name!r}: per_class must be a positive integer, got {per_class!r}")
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet:
+    """The fit images a detector's ``fit`` option keeps (:func:`check_fit_options`): a seeded, class-balanced
+    choice (:func:`datamodules.images.balanced_choice`) of ``fraction`` of the set or ``per_class`` images of
+    each class (all of a smaller class), in dataset order; the whole set without a cap. Its fingerprint is the
+    set's and the indices, so another cap is another pass."""
+    labels = fit_set.labels()
+    seed = int(options.get("seed", 0))
+    if "fraction" in options:
+        count = max(1, round(float(options["fraction"]) * len(labels)))
+        if count >= len(labels):
+            return fit_set
+        chosen = balanced_choice(labels, count, seed)
+    elif "per_class" in options:
+        per_class = int(options["per_class"])
+        counts = torch.bincount(labels[labels >= 0])
+        count = int(counts.clamp(max=per_class).sum())
+        if count >= len(labels):
+            return fit_set
+        chosen = balanced_choice(labels, count, seed)  # round r takes one image of each class with r left
+    else:
+        return fit_set
+    indices = chosen.sort().values.tolist()
+    cap = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
+    return EvaluationSet(f"{fit_set.name}[{cap}]", "fit", Subset(fit_set.dataset, indices), info=dict(fit_set.info))
+
+
+def check_head(head: tuple[Tensor, Tensor | None], data: dict[str, Tensor], *, model: str) -> None:
+    """Refuse a head that does not map the pass's features to its logits (a model whose last ``Linear`` is not
+    its classifier on those features): ReAct, ASH, DICE and ViM would score another network."""
+    weight, bias = head
+    rows = slice(0, min(256, data["features"].shape[0]))
+    features, logits = data["features"][rows].double(), data["logits"][rows].double()
+    if features.shape[1] != weight.shape[1]:
+        raise ValueError(f"{model}: its classification head takes {weight.shape[1]} features, its penultimate layer "
+                         f"gives {features.shape[1]}: the head does not map its penultimate features to its logits; "
+                         "detectors that read the head cannot score it")
+    made = features @ weight.double().cpu().T + (0 if bias is None else bias.double().cpu())
+    if made.shape != logits.shape or not torch.allclose(made, logits, rtol=1e-3, atol=1e-3 * (1 + float(logits.abs().max()))):
+        difference = float((made - logits).abs().max()) if made.shape == logits.shape else float("nan")
+        raise ValueError(f"{model}: its classification head does not map its penultimate features to its logits "
+                         f"(shapes {tuple(made.shape)} vs {tuple(logits.shape)}, largest difference {difference:.3g}); "
+                         "detectors that read the head cannot score it")
+
+
+def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int) -> None:
+    """Refuse a fit set whose labels are not the model's known classes ``0..K-1``, every class present."""
+    labels = fit_set.labels()
+    outside = sorted({int(v) for v in labels[(labels < 0) | (labels >= num_classes)].unique()})
+    present = set(labels.unique().tolist())
+    absent = [c for c in range(num_classes) if c not in present]
+    if outside or absent:
+        raise ValueError(f"fit set {fit_set.name} ({len(labels)} images) is not {model}'s in-distribution training data: "
+                         + (f"labels {outside} are not among its {num_classes} known classes; " if outside else "")
+                         + (f"its known classes {absent} have no image" if absent else ""))
+
+
+def default_fit_set(datamodule: Any, data: Any = None) -> EvaluationSet | None:
+    """The fit set of fitted detectors when none is given: a training datamodule's training split (its known
+    classes, raw images), else the evaluation data's own ``fit_set()``, else ``None``."""
+    make = getattr(datamodule, "evaluation_set", None)
+    if callable(make):
+        return make("train", role="fit", known_only=True, name="fit")
+    own = getattr(data, "fit_set", None)
+    return own() if callable(own) else None
+
+
+def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[Kappa]) -> EvaluationSet | None:
+    """The fit set of a command's model: ``fit_data`` (``<folder>/<class>/*`` with the model's classes), else a
+    checkpoint's training split, else ``None``; nothing is read when no κ fits on data."""
+    if not any(k.fit_data for k in kappas):
+        return None
+    if fit_data is not None:
+        return fit_folder_set(fit_data, getattr(scoring, "classes", None))
+    spec = str(getattr(scoring, "spec", ""))
+    if spec.endswith(".ckpt"):
+        return default_fit_set(datamodule_from_checkpoint(read_checkpoint(spec), spec))
+    return None
+
+
+def check_detectors(kappas: Sequence[Kappa], pl_module: nn.Module, fit_set: EvaluationSet | None) -> None:
+    """Refuse, before any pass, a fitted κ the model or the data cannot serve: no fit set, no features, no head."""
+    name = getattr(pl_module, "display_name", type(pl_module).__name__)
+    for kappa in kappas:
+        if not kappa.needs_fit and kappa.kind != "features":
+            continue
+        if kappa.fit_data and fit_set is None:
+            raise ValueError(f"detector {kappa.name!r} fits on in-distribution training images and {name} has none: "
+                             "give fit_data (a folder of <class>/ image folders with the model's classes, e.g. "
+                             "ILSVRC2012/train); a checkpoint of train.py brings its training split")
+        if kappa.kind == "features" and not has_features(pl_module):
+            raise ValueError(f"detector {kappa.name!r} reads penultimate features and {name} "
+                             f"({type(getattr(pl_module, 'network', pl_module)).__name__}) has no feature hook "
+                             "(timm's forward_features/forward_head, a classifier of train.py, or a features() method)")
+        if kappa.needs_head:
+            classification_head(pl_module)  # raises, naming the model, when it has none
+
+
+def write_fitted(out: Path, passes: ScoringPasses, detectors: Sequence[Detector]) -> Path | None:
+    """``fitted_detectors.pt``: the fitted state (``state_dict``) and fit log entry of each detector of a
+    report, written atomically; nothing when none was fitted."""
+    wanted = {id(d) for d in detectors if d.needs_fit()}
+    states = {key: entry for key, entry in passes.fitted_states().items() if id(passes._detectors[key]) in wanted}
+    if not states:
+        return None
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    return atomic_write_bytes(Path(out) / "fitted_detectors.pt", buffer.getvalue())
 
 
 def detector_pairs(models: Sequence[nn.Module], kappas: Sequence[Kappa]) -> list[tuple[nn.Module, Kappa]]:

@@ -63,7 +63,16 @@ from callbacks.report import (
     write_tables,
 )
 from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import ScoringPasses, model_input_of
+from callbacks.scoring import (
+    ScoringPasses,
+    check_detectors,
+    check_fit_options,
+    command_fit_set,
+    default_fit_set,
+    model_input_of,
+    write_fitted,
+)
+from datamodules.evaluation import EvaluationSet
 from datamodules.registry import build_severity_data
 from datamodules.severity import SEVERITY_SETS, SeverityData
 from lightning_modules.checkpoint import check_classes, datamodule_from_checkpoint, read_checkpoint
@@ -118,6 +127,12 @@ class SeverityAUROC(pl.Callback):
         plots: write and log figures.
         passes: the run's scoring passes (shared with other evaluations of the run); default: its own.
         intervals: level, resamples and seed of the intervals at test (default :class:`Intervals`' defaults).
+        fit_set: the in-distribution training images fitted detectors (Mahalanobis, KNN, ViM, ...) fit on;
+            default: the training datamodule's training split (its known classes), else the data's own.
+        fit: per κ name, the cap of its fit set (``{"fraction": 0.01}``, ``{"per_class": 100}``, ``seed``).
+        train_fit: the cap during training (``every_n_epochs``): the detectors are refitted at every evaluation
+            epoch on the weights of that epoch, one more pass over ``per_class`` images of each class (default
+            100) -- the cost of a fitted κ during training.
     """
 
     def __init__(
@@ -136,6 +151,9 @@ class SeverityAUROC(pl.Callback):
         plots: bool = True,
         passes: ScoringPasses | None = None,
         intervals: Intervals | None = None,
+        fit_set: EvaluationSet | None = None,
+        fit: dict[str, dict[str, Any]] | None = None,
+        train_fit: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.intervals = Intervals.of(intervals)
@@ -148,6 +166,13 @@ class SeverityAUROC(pl.Callback):
             raise ValueError(f"kappa_args for {sorted(unknown)}, which are not among the kappas")
         # resolved parameters of every κ (defaults + overrides): validated now, part of the cache keys
         self.kappa_parameters = {k.name: k.parameters(**self.kappa_args.get(k.name, {})) for k in self.kappas}
+        self.fit_set = fit_set
+        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
+        unknown = set(self.fit) - {k.name for k in self.kappas if k.fit_data}
+        if unknown:
+            raise ValueError(f"fit options for {sorted(unknown)}, which are not among the fitted kappas")
+        self.train_fit = check_fit_options("train_fit", dict(train_fit if train_fit is not None else {"per_class": 100}))
+        self.detectors: dict[str, Any] = {}  # κ name -> the fitted detector of the last evaluation
         if every_n_epochs < 0:
             raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
         if num_levels < 2:
@@ -190,6 +215,8 @@ class SeverityAUROC(pl.Callback):
         elif self.data_args:
             raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data.setup()
+        if self.fit_set is None and any(k.fit_data for k in self.kappas):
+            self.fit_set = default_fit_set(getattr(trainer, "datamodule", None), self.data)
         self.check(pl_module)
 
     def check(self, pl_module: pl.LightningModule) -> None:
@@ -200,6 +227,7 @@ class SeverityAUROC(pl.Callback):
         classes = getattr(pl_module, "classes", None)
         check_classes(classes, self.data.classes, model=model_name(pl_module),
                       data=f"the severity data's ID classes ({type(self.data).__name__})")
+        check_detectors(self.kappas, pl_module, self.fit_set)
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.every_n_epochs == 0 or (trainer.current_epoch + 1) % self.every_n_epochs:
@@ -252,6 +280,16 @@ class SeverityAUROC(pl.Callback):
             outputs[name] = found
         return outputs
 
+    def _fitted(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, stage: str) -> dict[str, Any]:
+        """The fitted detectors of the κ that need fitting, on the fit set (capped by ``train_fit`` during
+        training)."""
+        batch_size = self.batch_size or self.data.batch_size
+        num_workers = self.num_workers if self.num_workers is not None else self.data.num_workers
+        return {kappa.name: self.passes.fitted(
+            trainer, pl_module, kappa, self.kappa_parameters[kappa.name], self.fit_set,
+            fit=self.train_fit if stage == "val" else self.fit.get(kappa.name), batch_size=batch_size,
+            num_workers=num_workers) for kappa in self.kappas if kappa.needs_fit}
+
     # -- score, metric -----------------------------------------------------------------------------
 
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, stage: str) -> dict[str, list[dict]]:
@@ -270,6 +308,7 @@ class SeverityAUROC(pl.Callback):
             with torch.inference_mode(False), torch.no_grad():
                 self._check_width(trainer, pl_module, background)
                 outputs = self._outputs(trainer, pl_module)
+                self.detectors = self._fitted(trainer, pl_module, stage=stage)
         finally:
             pl_module.train(was_training)
         id_probs = torch.softmax(outputs["id_test"]["logits"].float(), dim=-1)
@@ -283,7 +322,8 @@ class SeverityAUROC(pl.Callback):
         self._weights = None  # drawn once below, shared by every κ
         for kappa in self.kappas:
             scores = {split: kappa_scores(kappa, outputs[split], background=background,
-                                          parameters=self.kappa_parameters[kappa.name]) for split in SEVERITY_SETS}
+                                          parameters=self.kappa_parameters[kappa.name],
+                                          detector=self.detectors.get(kappa.name)) for split in SEVERITY_SETS}
             class_scores = class_mean_scores(scores["ood_estimation"], estimation_classes, len(data.ood_classes))
             groups, level_scores = severity_levels(class_scores, data.group_size, self.num_levels)
             tables[kappa.name] = severity_table(
@@ -406,6 +446,7 @@ class SeverityAUROC(pl.Callback):
         # the units the replicates resample: the ID test images and the pool's classes (their identity, for the card)
         write_replicates(out, self.replicates, self.intervals, units={"*": digest(
             {"id_test": self.data["id_test"].fingerprint(), "ood_test": self.data["ood_test"].fingerprint()})})
+        write_fitted(out, self.passes, [d for d in self.detectors.values()])
         if self.plots:
             figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},
                                    out / "severity_auroc.png", title=f"C-OOD severity: {name}")
@@ -439,6 +480,10 @@ class SeverityEvaluation(Evaluation):
         pretrained_file: an explicit weights file (timm).
         random_weights: timm/torchvision models without pretrained weights (tests).
         intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
+        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ReAct, ...):
+            ``<folder>/<class>/*`` with the model's classes (ILSVRC2012/train for a timm model); default: a
+            checkpoint's training split.
+        fit: per κ, the cap of its fit set: ``{"knn": {"fraction": 0.01}}``, ``{"mahalanobis": {"per_class": 100}}``.
     """
 
     command = "severity"
@@ -448,9 +493,11 @@ class SeverityEvaluation(Evaluation):
                  num_levels: int = 11, batch_size: int | None = None, num_workers: int | None = None,
                  cache_dir: str | None = "runs/cache", output_dir: str | None = None, plots: bool = True,
                  pretrained_file: str | None = None, random_weights: bool = False, intervals: Intervals | None = None,
+                 fit_data: str | None = None, fit: dict[str, dict[str, Any]] | None = None,
                  *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)
         self.intervals = Intervals.of(intervals)
+        self.fit_data, self.fit = fit_data, dict(fit or {})
         self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
         self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
         self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers
@@ -468,7 +515,9 @@ class SeverityEvaluation(Evaluation):
         severity = SeverityAUROC(data=data, kappas=self.kappa, kappa_args=self.kappa_args, every_n_epochs=0,
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
-                                 passes=self.shared_passes, intervals=self.intervals)
+                                 passes=self.shared_passes, intervals=self.intervals,
+                                 fit_set=command_fit_set(scoring, self.fit_data, [get_kappa(k) for k in self.kappa]),
+                                 fit=self.fit)
         data.setup()  # every class folder and the pool file, before the trainer starts
         severity.check(scoring)
         logger = make_logger(self.options, name=f"severity-{scoring.display_name}")

@@ -4,6 +4,8 @@ An :class:`EvaluationData` is a set of named data sets, each with a **role** and
 its images are files (protocol CSVs, class folders, the ImageNet-21k pool, generated sets on disk) or
 tensors in memory:
 
+    fit         in-distribution training images of the known classes (labels 0..K-1), which fitted detectors
+                (Mahalanobis, KNN, ViM, ...) fit on; never an evaluation's test images
     id_test     in-distribution test images (the positives of every AUROC)
     id_val      in-distribution validation images (EvG's energy standardisation)
     ood         real OOD images (a severity level's test images, a real OOD set, EvG's OOD set)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 import torch
@@ -33,10 +36,10 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 from datamodules.batch import collate_samples
-from datamodules.images import ImageFileDataset, TensorImageDataset, dataset_labels
+from datamodules.images import ImageFileDataset, TensorImageDataset, dataset_labels, image_files
 from openset_common import digest, files_fingerprint, tensors_fingerprint
 
-Role = Literal["id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds"]
+Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 
@@ -190,6 +193,41 @@ class EvaluationData:
         """One row per set: name, role, images, fingerprint."""
         return [{"set": s.name, "role": s.role, "images": len(s), "fingerprint": s.fingerprint()[:16]}
                 for s in self.sets.values()]
+
+
+def fit_folder_set(root: str, classes: Sequence[str] | None, *, name: str = "fit",
+                   on_bad_image: str = "fail") -> EvaluationSet:
+    """A user's in-distribution training images as the fit set of fitted detectors: ``<root>/<class>/*``, one
+    folder per class of the model (an ImageNet ``train/`` folder for a timm model), labelled in the model's
+    class order.
+
+    Raises:
+        FileNotFoundError: ``root`` is not a folder.
+        ValueError: the model's classes are unknown, or the class folders are not exactly the model's (both
+            lists named), or a class folder holds no image.
+    """
+    folder = Path(root)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"fit data {root}: not a folder (give the in-distribution training images as "
+                                "<root>/<class>/*, e.g. ILSVRC2012/train)")
+    if not classes:
+        raise ValueError(f"fit data {root}: the model does not say which classes it predicts, so its class folders "
+                         "cannot be matched")
+    found = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    missing, other = [c for c in classes if c not in set(found)], [c for c in found if c not in set(classes)]
+    if missing or other:
+        raise ValueError(f"fit data {root}: its class folders are not the model's classes: "
+                         + (f"missing {missing[:10]}{' ...' if len(missing) > 10 else ''} ({len(missing)}); " if missing else "")
+                         + (f"not among the model's {other[:10]}{' ...' if len(other) > 10 else ''} ({len(other)}); " if other else "")
+                         + f"the model's classes: {list(classes)[:10]}{' ...' if len(classes) > 10 else ''}")
+    rows: list[tuple[str, int]] = []
+    for label, wnid in enumerate(classes):
+        files = image_files(folder / wnid)
+        if not files:
+            raise ValueError(f"fit data {root}: class folder {wnid} holds no image")
+        rows += [(str(Path(wnid, f)), label) for f in files]
+    dataset = ImageFileDataset(str(folder), rows, on_bad_image=on_bad_image)  # type: ignore[arg-type]
+    return EvaluationSet(name, "fit", dataset, info={"root": str(folder), "classes": list(classes)})
 
 
 def known_subset(dataset: Dataset) -> Subset:

@@ -76,12 +76,14 @@ class OpenSetDataModule(pl.LightningDataModule):
 
     def evaluation_set(self, split: str, *, role: Role, name: str | None = None, known_only: bool = False
                        ) -> EvaluationSet:
-        """The ``"val"`` or ``"test"`` images of this datamodule as an evaluation set: raw images (the scoring
-        model applies its own transform) with their labels; ``known_only`` keeps the known classes."""
-        split = check_choice("split", split, ("val", "test"))
+        """The ``"train"``, ``"val"`` or ``"test"`` images of this datamodule as an evaluation set: raw images
+        (no augmentation, no target transform: the scoring model applies its own transform) with their labels;
+        ``known_only`` keeps the known classes (the fit set of fitted detectors: ``("train", role="fit",
+        known_only=True)``)."""
+        split = check_choice("split", split, ("train", "val", "test"))
         dataset = getattr(self, f"{split}_set")
         if dataset is None:
-            self.setup("validate" if split == "val" else "test")
+            self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
             dataset = getattr(self, f"{split}_set")
         dataset = raw(dataset, what=f"the {split} set of {type(self).__name__}")
         if known_only:

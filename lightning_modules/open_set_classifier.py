@@ -121,8 +121,12 @@ class OpenSetClassifier(pl.LightningModule):
         return self.network(images)[0]
 
     def features(self, images: Tensor) -> Tensor:
-        """Deep features ``(N, D)`` (the layer before the logits), for feature-based κ."""
-        return self.network(images)[1]
+        """The backbone's pooled activations ``(N, F)`` (ResNet-50's 2048, after its last ReLU), the penultimate
+        layer of the field's feature-based detectors (Mahalanobis, KNN, ViM, ReAct, ASH): the deep-feature
+        layer ``Linear(F, D)`` and the logit layer ``Linear(D, K')`` after it are both linear, so the head from
+        these features to the logits is their composition, exactly
+        (:func:`lightning_modules.scoring.classification_head`). The deep features are ``network(x)[1]``."""
+        return self.network.backbone(images)
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

@@ -36,7 +36,7 @@ from lightning_modules.checkpoint import (
     load_module,
     read_checkpoint,
 )
-from lightning_modules.nets.backbones import build_classifier
+from lightning_modules.nets.backbones import OpenSetNetwork, build_classifier
 from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.open_set_classifier import OpenSetClassifier
 from openset_common import tensors_fingerprint
@@ -109,17 +109,63 @@ def weights_fingerprint(network: nn.Module) -> str:
 
 
 def penultimate_features(network: nn.Module, images: Tensor) -> Tensor:
-    """Pre-logit features: an :class:`OpenSetClassifier`'s deep features, timm's
+    """Pre-logit features: an :class:`OpenSetClassifier`'s pooled backbone activations (see its ``features``), timm's
     ``forward_features``/``forward_head(pre_logits=True)`` interface, or a module's own ``features`` method
     (a method of its class, not a submodule called ``features`` as torchvision's VGG has)."""
     if isinstance(network, OpenSetClassifier):
-        return network.network(images)[1]
+        return network.features(images)
     if hasattr(network, "forward_features") and hasattr(network, "forward_head"):
         return network.forward_head(network.forward_features(images), pre_logits=True)
     if inspect.isfunction(getattr(type(network), "features", None)):
         return network.features(images)
     raise ValueError(f"{type(network).__name__} has no forward_features/forward_head: features need a timm model "
                      "or a classifier of this project")
+
+
+def has_features(module: nn.Module) -> bool:
+    """Whether :func:`penultimate_features` can give the module's features (without running it)."""
+    network = getattr(module, "network", module) if isinstance(module, ScoringModel) else module
+    if isinstance(network, DeepEnsemble):
+        return False
+    return isinstance(network, OpenSetClassifier) or (
+        hasattr(network, "forward_features") and hasattr(network, "forward_head")) or inspect.isfunction(
+        getattr(type(network), "features", None))
+
+
+def classification_head(module: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The linear head ``(W (C, D), b (C,) or None)`` that maps :func:`penultimate_features` to the logits, for
+    the detectors that recompute logits from shaped features (ReAct, ASH, DICE, ViM, SCALE): for an
+    :class:`OpenSetClassifier` the composition of its deep-feature layer ``Linear(F, D)`` and its logit layer
+    ``Linear(D, K', bias=False)`` (both linear: exact), timm's ``get_classifier()``, else the module's
+    last ``nn.Linear`` (torchvision's ``fc``). The fit pass checks that ``features @ W.T + b`` gives the logits.
+
+    Raises:
+        ValueError: the model has no linear head (an ensemble, a module without ``nn.Linear``, timm's
+            identity classifier).
+    """
+    network = getattr(module, "network", module) if isinstance(module, pl.LightningModule) else module
+    if isinstance(network, OpenSetClassifier):
+        network = network.network
+    if isinstance(network, DeepEnsemble):
+        raise ValueError("an ensemble has no single classification head: detectors that read the head score one model")
+    if isinstance(network, OpenSetNetwork):  # Linear(F, D) then Linear(D, K'): one linear map of the features
+        first, second = network.deep_features, network.logits
+        weight = second.weight.detach() @ first.weight.detach()
+        bias = second.weight.detach() @ first.bias.detach() if first.bias is not None else None
+        if second.bias is not None:
+            bias = second.bias.detach() if bias is None else bias + second.bias.detach()
+        return weight, bias
+    if callable(getattr(network, "get_classifier", None)):
+        linear: Any = network.get_classifier()
+    elif callable(getattr(network, "get_classifier", None)):
+        linear = network.get_classifier()
+    else:
+        linears = [m for m in network.modules() if isinstance(m, nn.Linear)]
+        linear = linears[-1] if linears else None
+    if not isinstance(linear, nn.Linear):
+        raise ValueError(f"{type(network).__name__} has no linear classification head (found "
+                         f"{type(linear).__name__}): ReAct, ASH, DICE, ViM and SCALE need one")
+    return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
 
 def forward_outputs(module: nn.Module, images: Tensor, *, features: bool = False) -> dict[str, Tensor]:

@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from metrics.detectors.base import Detector
 from metrics.ensemble import ensemble_entropy, ensemble_mi, ensemble_softmax
 from openset_common import known_columns, spread_background_mass
 
@@ -62,25 +63,80 @@ class Kappa:
     """A named confidence function and what it takes (``logits``, ``features``, ``model`` + images, or the
     member logits ``(M, N, C)`` of an ``ensemble``).
 
+    A κ backed by a detector of :mod:`metrics.detectors` (``detector`` set: Mahalanobis, KNN, ViM, ReAct,
+    ASH, ... and any pytorch-ood detector by name, ``pood:<Class>``) is built per model with
+    :meth:`build` and, when :attr:`needs_fit`, fitted on in-distribution training outputs before it scores
+    (the engine's fit pass, :meth:`callbacks.scoring.ScoringPasses.fitted`). Every other κ of the logits or
+    an ensemble is a detector with an empty fit (:class:`FunctionDetector`).
+
     Attributes:
         background: whether it has a rule for background-class models (DESIGN.md §3): every κ of this module
             has; a pytorch-ood detector that scores the model's own outputs has not.
         checks: parameter name -> (predicate, what it must be), validated with the parameters.
+        detector: the detector factory (a :class:`metrics.detectors.Detector` subclass, or a callable
+            ``(background=..., **parameters) -> Detector`` for ``pood:`` names).
+        open_parameters: the parameters are the detector's free keyword arguments (``pood:`` names), not a
+            signature with defaults.
     """
 
     name: str
-    fn: Callable[..., Tensor]
+    fn: Callable[..., Tensor] | None
     kind: KappaKind
     background: bool = True
     checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
+    detector: Any = None
+    open_parameters: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
+        if self.fn is None:
+            raise TypeError(f"confidence function {self.name!r} is a detector: build() it (and fit it) first")
         return self.fn(*args, **kwargs)
+
+    @property
+    def detector_class(self) -> type[Detector] | None:
+        target = self.detector
+        return target if isinstance(target, type) else getattr(target, "detector_class", None)
+
+    @property
+    def needs_fit(self) -> bool:
+        """Whether the κ must be fitted (on fit data, or only on the model's head) before it scores."""
+        cls = self.detector_class
+        return cls is not None and cls.needs_fit()
+
+    @property
+    def fit_data(self) -> bool:
+        """Whether fitting needs a pass over in-distribution training images."""
+        cls = self.detector_class
+        return cls is not None and cls.fit_data
+
+    @property
+    def needs_head(self) -> bool:
+        cls = self.detector_class
+        return cls is not None and "head" in cls.inputs
+
+    @property
+    def default_fit(self) -> dict[str, Any]:
+        cls = self.detector_class
+        return dict(cls.default_fit) if cls is not None else {}
 
     def parameters(self, **overrides: Any) -> dict[str, Any]:
         """The κ's keyword parameters with their values (defaults updated by ``overrides``), e.g. ODIN's
         ``{"temperature": 2.0, "epsilon": 1e-5}``: part of every cache key, so a changed argument never
-        reuses stale scores."""
+        reuses stale scores. A detector's are validated by building it once."""
+        if self.detector is not None:
+            if self.open_parameters:
+                resolved = dict(overrides)
+            else:
+                signature = inspect.signature(self.detector.__init__)
+                values = {name: p.default for name, p in signature.parameters.items()
+                          if p.default is not inspect.Parameter.empty and name != "background"}
+                unknown = set(overrides) - set(values)
+                if unknown:
+                    raise ValueError(f"confidence function {self.name!r} has no parameters {sorted(unknown)}; "
+                                     f"it takes {sorted(values)}")
+                resolved = {**values, **overrides}
+            self.build(background=False, **resolved)  # invalid values are refused now, by the detector
+            return resolved
         try:
             signature = inspect.signature(self.fn)
         except (TypeError, ValueError):
@@ -97,6 +153,43 @@ class Kappa:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
                 raise ValueError(f"confidence function {self.name!r}: {name} must be {requirement}, got {value!r}")
         return resolved
+
+    def build(self, *, background: bool = False, **parameters: Any) -> Detector:
+        """The κ as a detector for one model (unfitted where it needs fitting); a model-based κ has none."""
+        if self.detector is not None:
+            return self.detector(background=background, **parameters)
+        if self.kind == "model":
+            raise TypeError(f"confidence function {self.name!r} scores images through the model; it has no "
+                            "detector of the model's outputs")
+        return FunctionDetector(self, background=background, parameters=parameters)
+
+
+class FunctionDetector(Detector):
+    """A κ of the logits (or of an ensemble's member logits) as a detector with an empty fit."""
+
+    inputs = frozenset({"logits"})
+
+    def __init__(self, kappa: Kappa, *, background: bool = False, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(background=background)
+        self.kappa, self.parameters_ = kappa, dict(parameters or {})
+        self.name = kappa.name  # type: ignore[misc]
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return dict(self.parameters_)
+
+    def _score(self, outputs: dict[str, Tensor]) -> Tensor:
+        if self.kappa.kind == "features":  # a function of the features (from_pytorch_ood(..., kind="features"))
+            return self.kappa(outputs["features"], background=self.background, **self.parameters_)
+        logits = outputs["logits"]
+        if self.kappa.kind == "ensemble":
+            if logits.ndim != 3:
+                raise ValueError(f"confidence function {self.kappa.name!r} needs an ensemble (member logits (M, N, C)); "
+                                 "give the model as ensemble:<members file or checkpoints>")
+            return self.kappa(logits.transpose(0, 1), background=self.background, **self.parameters_)
+        if logits.ndim != 2:
+            raise ValueError(f"confidence function {self.kappa.name!r} scores one model; for an ensemble use "
+                             "ensemble_mi, ensemble_softmax or ensemble_entropy")
+        return self.kappa(logits, background=self.background, **self.parameters_)
 
 
 def _as_float(logits: Tensor) -> Tensor:
@@ -258,9 +351,37 @@ KAPPAS: dict[str, Kappa] = {
 }
 
 
+def detector_kappa(detector: Any, *, name: str | None = None, open_parameters: bool = False) -> Kappa:
+    """A detector class of :mod:`metrics.detectors` as a κ: ``features`` kind when it reads features (the
+    pass then keeps them), else ``logits``."""
+    cls = detector if isinstance(detector, type) else detector.detector_class
+    kind: KappaKind = "features" if {"features", "head"} & set(cls.inputs) else "logits"
+    return Kappa(name or cls.name, None, kind, background=cls.background_rule, detector=detector,
+                 open_parameters=open_parameters)
+
+
+def _register_detectors() -> None:
+    from metrics import detectors
+
+    for name, cls in getattr(detectors, "DETECTORS", {}).items():
+        KAPPAS.setdefault(name, detector_kappa(cls))
+
+
+_register_detectors()
+
+POOD_PREFIX = "pood:"
+
+
 def get_kappa(name: str) -> Kappa:
+    """The κ of a name of :data:`KAPPAS`, or ``pood:<Class>``: any pytorch-ood detector by its class name,
+    fitted by the same fit pass (its keyword arguments through ``kappa_args``)."""
+    if name.startswith(POOD_PREFIX):
+        from metrics.detectors.pood import pood_detector_class
+
+        return detector_kappa(pood_detector_class(name.removeprefix(POOD_PREFIX)), name=name, open_parameters=True)
     if name not in KAPPAS:
-        raise ValueError(f"unknown confidence function {name!r}; choose from {sorted(KAPPAS)}")
+        raise ValueError(f"unknown confidence function {name!r}; choose from {sorted(KAPPAS)} or pood:<a pytorch-ood "
+                         "detector class>")
     return KAPPAS[name]
 
 
@@ -285,7 +406,8 @@ def pairs_with(kappa: Kappa, *, ensemble: bool) -> bool:
     return (kappa.kind == "ensemble") == ensemble
 
 
-def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any]) -> Tensor:
+def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any],
+                 detector: Detector | None = None) -> Tensor:
     """κ of every sample from one pass's outputs -- the one κ dispatch of every method (severity, the
     generated benchmarks, EvG's detector energies).
 
@@ -294,19 +416,19 @@ def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, 
             feature κ asked for them, ``scores/<κ>`` for a model-based κ's own pass.
         background: the last logit is the background class.
         parameters: the κ's resolved parameters (:meth:`Kappa.parameters`).
+        detector: the κ's detector for this model, fitted (required for a κ that needs fitting:
+            :meth:`callbacks.scoring.ScoringPasses.fitted` makes it); default: :meth:`Kappa.build`.
     """
-    if kappa.kind == "logits":
-        if outputs["logits"].ndim != 2:
-            raise ValueError(f"confidence function {kappa.name!r} scores one model; for an ensemble use "
-                             "ensemble_mi, ensemble_softmax or ensemble_entropy")
-        return kappa(outputs["logits"], background=background, **parameters)
-    if kappa.kind == "ensemble":
-        if outputs["logits"].ndim != 3:
-            raise ValueError(f"confidence function {kappa.name!r} needs an ensemble (member logits (M, N, C)); "
-                             "give the model as ensemble:<members file or checkpoints>")
-        return kappa(outputs["logits"].transpose(0, 1), background=background, **parameters)
-    if kappa.kind == "features":
-        if "features" not in outputs:
-            raise ValueError(f"confidence function {kappa.name!r} needs the model's features; the pass has none")
-        return kappa(outputs["features"], background=background, **parameters)
-    return outputs[f"scores/{kappa.name}"]
+    if kappa.kind == "model":
+        return outputs[f"scores/{kappa.name}"]
+    if kappa.kind == "features" and "features" not in outputs:
+        raise ValueError(f"confidence function {kappa.name!r} needs the model's features; the pass has none")
+    if detector is None:
+        if kappa.needs_fit:
+            raise ValueError(f"confidence function {kappa.name!r} must be fitted on in-distribution training outputs "
+                             "first (ScoringPasses.fitted), none was given")
+        detector = kappa.build(background=background, **parameters)
+    if kappa.detector is not None and outputs["logits"].ndim != 2:
+        raise ValueError(f"detector {kappa.name!r} scores one model; for an ensemble use ensemble_mi, "
+                         "ensemble_softmax or ensemble_entropy")
+    return detector.score(outputs)

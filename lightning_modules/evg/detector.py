@@ -71,11 +71,20 @@ class Detector(nn.Module):
         self.name = name or f"{model.display_name}/{self.kappa.name}"
         self.background = model.background_class
         self.kappa_args = self.kappa.parameters(**(kappa_args or {}))
+        self.fitted: Any = None  # the κ's fitted detector (metrics.detectors), set by use() before the search
         self.register_buffer("energy_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("energy_scale", torch.tensor(float("nan"), dtype=torch.float64))
 
+    def use(self, fitted: Any) -> None:
+        """Score with this fitted detector of the κ (Mahalanobis, KNN, ...: fitted on in-distribution training
+        outputs by the engine): a fixed black box of the search from now on."""
+        self.fitted = fitted
+
     def fingerprint(self) -> str:
-        return self.model.fingerprint()
+        """The model's weights and, for a fitted κ, the fitted state: another fit is another run."""
+        if self.fitted is None:
+            return self.model.fingerprint()
+        return f"{self.model.fingerprint()}:{self.fitted.state_fingerprint()}"
 
     def adapt(self, images: Tensor) -> Tensor:
         """Images ``(N, C, H, W)`` in ``[0, 1]`` -> the model's input ``(N, C', H', W')``.
@@ -120,7 +129,10 @@ class Detector(nn.Module):
         else:
             with torch.no_grad():
                 outputs = forward_outputs(self.model, inputs, features=self.kappa.kind == "features")
-        return kappa_scores(self.kappa, outputs, background=self.background, parameters=self.kappa_args).detach().float()
+        if self.kappa.needs_fit and self.fitted is None:
+            raise RuntimeError(f"{self.name}: its detector {self.kappa.name!r} is not fitted (use() a fitted one first)")
+        return kappa_scores(self.kappa, outputs, background=self.background, parameters=self.kappa_args,
+                            detector=self.fitted).detach().float()
 
     @property
     def standardised(self) -> bool:

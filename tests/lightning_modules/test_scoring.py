@@ -11,6 +11,7 @@ from lightning_modules.checkpoint import CheckpointError, load_module
 from lightning_modules.scoring import (
     ScoringModel,
     checkpoint_display_name,
+    classification_head,
     forward_outputs,
     penultimate_features,
 )
@@ -33,9 +34,13 @@ def test_checkpoint_scoring_returns_the_full_logits(bg_checkpoint, demo_checkpoi
     assert repr(eos.model_input.pipeline) == repr(TensorPipeline(28, 1))
     assert eos.classes == ["T-shirt/top", "Trouser", "Sneaker", "Bag"] == scoring.classes
     with torch.no_grad():
-        features = eos.features(images)
-        assert features.shape == (3, 4)
-        torch.testing.assert_close(eos.network.network.logits(features), eos(images))
+        features = eos.features(images)  # the backbone's pooled activations (small_cnn: 64, after a ReLU)
+        assert features.shape == (3, 64) and bool((features >= 0).all())
+        network = eos.network.network
+        torch.testing.assert_close(network.logits(network.deep_features(features)), eos(images))
+        weight, bias = classification_head(eos)  # the two linear layers as one head, exactly
+        torch.testing.assert_close(features @ weight.T + bias, eos(images), rtol=1e-5, atol=1e-5)
+        assert classification_head(ScoringModel(str(bg_checkpoint)))[0].shape == (5, 64)
     assert eos.fingerprint() == ScoringModel(str(demo_checkpoint)).fingerprint() != scoring.fingerprint()
 
 

@@ -1,0 +1,490 @@
+"""The one detector interface of the project: an ``nn.Module`` that declares what it reads, is fitted on
+in-distribution outputs, stores what it fitted as buffers, and scores samples (higher = in-distribution).
+
+A detector reads some of these per-sample outputs of one pass of a model:
+
+    logits     ``(N, C)`` the model's logits (a background-class model's last column is its background)
+    features   ``(N, D)`` the penultimate (pre-logit) features the head maps to the logits
+    targets    ``(N,)`` the classes ``0..K-1`` of the fit data (fit only)
+
+and, when it declares ``"head"`` among its :attr:`Detector.inputs`, the classification head ``(W, b)`` with
+``logits = features @ W.T + b`` (``W`` ``(C, D)``, ``b`` ``(C,)`` or ``None``), handed to :meth:`Detector.fit`
+once: ReAct, ASH, DICE, ViM, SCALE and SHE recompute logits from shaped features.
+
+``fit`` receives the outputs of the fit pass over in-distribution training images (:attr:`Detector.fit_data`
+says whether it needs them; a detector that needs only the head is fitted with the head alone) and returns the
+detector; the state lands in buffers (float64 where it is a statistic), so it moves with ``.to()``, rides in a
+``state_dict`` and is fingerprinted (:meth:`Detector.state_fingerprint`) into every cache key that depends on
+it. Scoring an unfitted detector is an error naming it.
+
+Large fit sets: a detector reads its fit tensors in chunks of :data:`CHUNK_ROWS` rows (views of the caller's
+tensors) and never builds another ``N × D`` matrix; each docstring states its memory bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from openset_common import tensors_fingerprint
+
+Head = tuple[Tensor, Tensor | None]
+"""A linear classification head ``(W (C, D), b (C,) or None)``: ``logits = features @ W.T + b``."""
+
+INPUTS = frozenset({"logits", "features", "head"})
+
+CHUNK_ROWS = 16384
+"""Rows of a fit or score tensor processed at once (a chunk of 16384 × 2048 float64 is 256 MiB)."""
+
+CHUNK_ELEMENTS = 1 << 25
+"""Elements of one chunk's widest temporary (32M: 256 MiB float64), e.g. KNN's similarities to every fit
+sample: a chunk has at most ``CHUNK_ELEMENTS // width`` rows."""
+
+
+def chunk_rows(width: int = 1) -> int:
+    """Rows per chunk for temporaries ``width`` wide: :data:`CHUNK_ROWS`, fewer where ``width`` is large.
+    Both constants are read at call time, so a test can make them small."""
+    return max(1, min(CHUNK_ROWS, CHUNK_ELEMENTS // max(int(width), 1)))
+
+
+def row_chunks(*tensors: Tensor, rows: int | None = None) -> Iterator[tuple[Tensor, ...]]:
+    """Consecutive row slices (views) of equally long tensors, :data:`CHUNK_ROWS` rows unless given."""
+    rows = chunk_rows() if rows is None else rows
+    total = tensors[0].shape[0]
+    for start in range(0, total, rows):
+        yield tuple(t[start:start + rows] for t in tensors)
+
+
+class DetectorNotFitted(RuntimeError):
+    """A detector that needs fitting was asked to score before :meth:`Detector.fit`."""
+
+
+class Detector(nn.Module):
+    """Base class of every detector (see the module docstring).
+
+    Class attributes (what the detector is; the engine reads them before any pass):
+        name: the registry name (``mahalanobis``, ``knn``, ...).
+        inputs: what :meth:`fit` and :meth:`score` read, a subset of ``{"logits", "features", "head"}``.
+        fit_data: whether :meth:`fit` needs the outputs of in-distribution training images (else only the head,
+            or nothing).
+        background_rule: whether it has a rule for background-class models (the last logit the background:
+            logit-based scores use the known columns, class statistics the known classes).
+
+    Constructor arguments are keyword-only hyperparameters (those of :meth:`hyperparameters`) plus
+    ``background``: the model's last logit is the background class.
+    """
+
+    name: ClassVar[str] = ""
+    inputs: ClassVar[frozenset[str]] = frozenset({"logits"})
+    fit_data: ClassVar[bool] = False
+    background_rule: ClassVar[bool] = True
+    default_fit: ClassVar[dict[str, Any]] = {}
+    """The engine's default cap of the fit set: ``{"fraction": f}`` or ``{"per_class": n}`` (seeded,
+    class-balanced); empty = every fit image. A user's ``fit`` option overrides it."""
+    fitted_buffers: ClassVar[tuple[str, ...]] = ()
+    """The buffers :meth:`fit` registers (besides the head's): a fresh detector loading a fitted
+    ``state_dict`` takes them with their fitted shapes."""
+    refuse_non_finite: ClassVar[bool] = False
+    """Whether :meth:`score` refuses inputs with NaN or infinite values (naming how many rows) before
+    scoring; the fitted detectors of this package do."""
+
+    def __init__(self, *, background: bool = False) -> None:
+        super().__init__()
+        unknown = set(self.inputs) - INPUTS
+        if unknown:
+            raise TypeError(f"detector {self.name!r} declares unknown inputs {sorted(unknown)}; choose from {sorted(INPUTS)}")
+        self.background = bool(background)
+        self.register_buffer("_fitted", torch.tensor(not self.needs_fit()))
+
+    # ----------------------------------------------------------------- what the engine asks
+    @classmethod
+    def needs_fit(cls) -> bool:
+        """Whether :meth:`fit` must run before :meth:`score` (fit data or the head)."""
+        return cls.fit_data or "head" in cls.inputs
+
+    @property
+    def fitted(self) -> bool:
+        return bool(self._fitted)
+
+    def check_fit_size(self, samples: int, classes: int) -> None:
+        """Refuse, before the fit pass, a fit set too small for this detector (KNN's ``k``, ...): the engine
+        calls it with the capped fit set's size and its number of classes. Default: any size."""
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor's hyperparameters with their values (part of every cache key)."""
+        return {}
+
+    def state_fingerprint(self) -> str:
+        """sha256 over the hyperparameters and every buffer: what a cache of its scores depends on."""
+        tensors = {name: buffer for name, buffer in self.named_buffers()}
+        return tensors_fingerprint({**tensors, "hyperparameters": torch.tensor(
+            list(repr(sorted(self.hyperparameters().items())).encode()), dtype=torch.uint8)})
+
+    # ----------------------------------------------------------------- fit and score
+    def fit(self, data: dict[str, Tensor], *, head: Head | None = None) -> Detector:
+        """Fit on in-distribution outputs (``features``/``logits``/``targets`` as :attr:`inputs` declare)."""
+        if "head" in self.inputs:
+            if head is None:
+                raise ValueError(f"detector {self.name!r} needs the model's classification head (W, b)")
+            weight, bias = head
+            self._store_head(weight, bias)
+        if self.fit_data:
+            self._fit(self._checked_fit_data(data))
+        self._fitted.fill_(True)
+        return self
+
+    def score(self, outputs: dict[str, Tensor]) -> Tensor:
+        """``(N,)`` scores, higher = more in-distribution."""
+        if not self.fitted:
+            raise DetectorNotFitted(f"detector {self.name!r} is not fitted: call fit() on in-distribution outputs "
+                                    "first (the evaluation commands fit it on their fit set)")
+        missing = sorted(k for k in self.inputs - {"head"} if k not in outputs)
+        if missing:
+            raise ValueError(f"detector {self.name!r} reads {missing}, which the outputs lack (they hold {sorted(outputs)})")
+        if self.refuse_non_finite:
+            for key in sorted(self.inputs - {"head"}):
+                check_finite_rows(outputs[key], what=f"detector {self.name!r}: the {key} to score")
+        return self._score(outputs)
+
+    def forward(self, outputs: dict[str, Tensor]) -> Tensor:
+        return self.score(outputs)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # the fitted buffers exist only after fit(): a fresh detector takes them (with their shapes) from a
+        # fitted state_dict, so that it scores exactly as the fitted one did
+        names = set(self.fitted_buffers) | {"head_weight", "head_bias"}
+        for key, value in state_dict.items():
+            name = key[len(prefix):]
+            if key.startswith(prefix) and name in names and isinstance(value, Tensor):
+                current = self._buffers.get(name)
+                if current is None or current.shape != value.shape or current.dtype != value.dtype:
+                    self.register_buffer(name, torch.empty_like(value, device=self._fitted.device))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    # ----------------------------------------------------------------- for subclasses
+    def _fit(self, data: dict[str, Tensor]) -> None:  # pragma: no cover - overridden where fit_data
+        raise NotImplementedError
+
+    def _score(self, outputs: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def _store_head(self, weight: Tensor, bias: Tensor | None) -> None:
+        if weight.ndim != 2:
+            raise ValueError(f"detector {self.name!r}: the head's weight must be (C, D), got {tuple(weight.shape)}")
+        if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"detector {self.name!r}: the head's bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+        self.register_buffer("head_weight", weight.detach().to(torch.float64).clone())
+        self.register_buffer("head_bias", torch.zeros(weight.shape[0], dtype=torch.float64) if bias is None
+                             else bias.detach().to(torch.float64).clone())
+
+    def head_logits(self, features: Tensor) -> Tensor:
+        """``features @ W.T + b`` in float64, the known columns only for a background-class model."""
+        logits = features.to(torch.float64) @ self.head_weight.T + self.head_bias
+        return logits[:, :-1] if self.background else logits
+
+    def known_logits(self, logits: Tensor) -> Tensor:
+        """The logits of the known classes (a background-class model's last column dropped), float64."""
+        logits = logits.to(torch.float64)
+        return logits[:, :-1] if self.background else logits
+
+    def _checked_fit_data(self, data: dict[str, Tensor]) -> dict[str, Tensor]:
+        needed = sorted((self.inputs - {"head"}) | {"targets"})
+        missing = [k for k in needed if k not in data]
+        if missing:
+            raise ValueError(f"detector {self.name!r} fits on {needed}; the fit data lack {missing}")
+        targets = data["targets"]
+        n = targets.shape[0]
+        if n == 0:
+            raise ValueError(f"detector {self.name!r}: the fit data are empty")
+        for key in needed:
+            value = data[key]
+            if value.shape[0] != n:
+                raise ValueError(f"detector {self.name!r}: fit {key} has {value.shape[0]} rows, the targets {n}")
+            if key != "targets" and not bool(torch.isfinite(value).all()):
+                bad = int((~torch.isfinite(value)).any(dim=tuple(range(1, value.ndim))).sum()) if value.ndim > 1 else \
+                    int((~torch.isfinite(value)).sum())
+                raise ValueError(f"detector {self.name!r}: {bad} fit samples have NaN or infinite {key}")
+        if targets.dtype.is_floating_point or int(targets.min()) < 0:
+            raise ValueError(f"detector {self.name!r}: fit targets must be the known classes 0..K-1, got "
+                             f"{targets.dtype} values from {targets.min().item()}")
+        return data
+
+
+# --------------------------------------------------------------------------------------------------
+# checks shared by the detectors
+
+
+def check_finite_rows(values: Tensor, *, what: str) -> None:
+    """Refuse NaN or infinite values, naming how many rows (of ``values.shape[0]``) hold them.
+
+    One min/max reduction per chunk (a NaN makes both NaN, an infinity is one of them); only a failing input
+    pays for the mask that counts its rows.
+    """
+    if not values.is_floating_point() or values.numel() == 0:
+        return
+    for (chunk,) in row_chunks(values, rows=chunk_rows(values[0].numel())):
+        low, high = torch.stack(list(torch.aminmax(chunk))).tolist()
+        if not (math.isfinite(low) and math.isfinite(high)):
+            break
+    else:
+        return
+    bad = 0
+    first: list[int] = []
+    for start, (chunk,) in zip(range(0, values.shape[0], chunk_rows(values[0].numel())),
+                               row_chunks(values, rows=chunk_rows(values[0].numel())), strict=False):
+        rows = (~torch.isfinite(chunk)).reshape(chunk.shape[0], -1).any(dim=1).nonzero().flatten()
+        bad += rows.numel()
+        first += (rows[: 5 - len(first)] + start).tolist() if len(first) < 5 else []
+    raise ValueError(f"{what} hold NaN or infinite values in {bad} of {values.shape[0]} rows (first rows: {first})")
+
+
+def check_fraction(name: str, value: Any, *, detector: str) -> float:
+    """A fraction strictly inside ``(0, 1)`` (a percentile of the activations, a sparsity), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ValueError(f"detector {detector!r}: {name} must be a fraction in (0, 1), got {value!r}")
+    return float(value)
+
+
+def check_positive_int(name: str, value: Any, *, detector: str, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"detector {detector!r}: {name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def check_non_negative(name: str, value: Any, *, detector: str, positive: bool = False) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0 or (positive and value == 0)):
+        raise ValueError(f"detector {detector!r}: {name} must be a {'positive' if positive else 'non-negative'} "
+                         f"finite number, got {value!r}")
+    return float(value)
+
+
+def check_width(values: Tensor, width: int, *, what: str, of: str) -> None:
+    """``values`` is ``(N, width)``: the width the detector was fitted on."""
+    if values.ndim != 2 or values.shape[1] != width:
+        raise ValueError(f"{what} must be (N, {width}) like {of}, got {tuple(values.shape)}")
+
+
+def class_counts(targets: Tensor, *, classes: int | None = None, detector: str) -> Tensor:
+    """Fit samples per class ``0..K-1`` (``K = max + 1`` unless given), refusing a class without one."""
+    k = int(targets.max()) + 1 if classes is None else classes
+    if int(targets.max()) >= k:
+        raise ValueError(f"detector {detector!r}: fit targets go up to {int(targets.max())}, the model has {k} "
+                         "known classes")
+    counts = torch.bincount(targets.reshape(-1).long(), minlength=k)
+    empty = (counts == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"detector {detector!r}: class {empty[0]} has no fit sample (classes without one: "
+                         f"{empty[:10]}{' ...' if len(empty) > 10 else ''} of 0..{k - 1}); every known class needs "
+                         "fit samples")
+    return counts
+
+
+# --------------------------------------------------------------------------------------------------
+# streamed second moments
+
+
+def _add_gram(gram: Tensor, rows: Tensor) -> None:
+    """``gram += rowsᵀ rows`` (float64). On the CPU BLAS's ``dsyrk`` fills the upper triangle only (half the
+    work of a matrix product; :func:`_symmetric` mirrors it at the end), elsewhere a matrix product."""
+    if gram.device.type == "cpu":
+        from scipy.linalg.blas import dsyrk
+
+        target = gram.numpy()  # the Fortran-ordered view of a transposed contiguous tensor: updated in place
+        out = dsyrk(1.0, rows.numpy().T, beta=1.0, c=target, trans=0, lower=0, overwrite_c=True)
+        if not np.shares_memory(out, target):  # pragma: no cover - f2py copies only a misaligned array
+            target[...] = out
+    else:
+        gram.addmm_(rows.T, rows)
+
+
+def _new_gram(dim: int, device: torch.device) -> Tensor:
+    # on the CPU, the transpose of a contiguous matrix: a Fortran-ordered array for dsyrk, no copy
+    return torch.zeros(dim, dim, dtype=torch.float64, device=device).T if device.type == "cpu" else \
+        torch.zeros(dim, dim, dtype=torch.float64, device=device)
+
+
+def _symmetric(gram: Tensor) -> Tensor:
+    if gram.device.type != "cpu":
+        return (gram + gram.T).mul_(0.5).contiguous()
+    upper = torch.triu(gram)
+    return (upper + torch.triu(gram, diagonal=1).T).contiguous()
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Streamed first and second moments of fit features, float64, about a shift ``s``.
+
+    Attributes:
+        counts: ``(K,)`` samples per class (one class when no targets were given).
+        sums: ``(K, D)`` ``Σ_{i∈c} (x_i - s)``.
+        gram: ``(D, D)`` ``Σ_i (x_i - s)(x_i - s)ᵀ`` over all samples.
+        shift: ``(D,)`` the shift ``s``.
+    """
+
+    counts: Tensor
+    sums: Tensor
+    gram: Tensor
+    shift: Tensor
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def class_means(self) -> Tensor:
+        return self.shift + self.sums / self.counts[:, None]
+
+    def mean(self) -> Tensor:
+        return self.shift + self.sums.sum(dim=0) / self.total
+
+    def within_scatter(self) -> Tensor:
+        """``Σ_c Σ_{i∈c} (x_i - μ_c)(x_i - μ_c)ᵀ = gram - Σ_c n_c (μ_c - s)(μ_c - s)ᵀ`` (unnormalised)."""
+        scaled = self.sums / self.counts.sqrt()[:, None]
+        return _symmetric_difference(self.gram, scaled)
+
+    def total_scatter(self) -> Tensor:
+        """``Σ_i (x_i - m)(x_i - m)ᵀ = gram - N (m - s)(m - s)ᵀ`` about the overall mean ``m``."""
+        scaled = self.sums.sum(dim=0, keepdim=True) / math.sqrt(self.total)
+        return _symmetric_difference(self.gram, scaled)
+
+
+def _symmetric_difference(gram: Tensor, rows: Tensor) -> Tensor:
+    out = gram - rows.T @ rows
+    return (out + out.T).mul_(0.5)
+
+
+def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes: int = 1,
+                     shift: Tensor | None = None) -> Moments:
+    """Class sums and the Gram matrix of ``features - shift`` in one pass of :func:`row_chunks`.
+
+    Each chunk is cast to float64 and shifted (the chunk's only copy: ``chunk × D``); its Gram matrix is
+    added with ``dsyrk`` (CPU) and its class sums with ``index_add_``. The shift defaults to the mean of the
+    first chunk, a provisional centre that keeps the scatters' differences (:meth:`Moments.within_scatter`)
+    free of cancellation: the Gram matrix about a point near the data, minus a small correction.
+    Memory: ``O(D² + K·D + chunk·D)``.
+
+    Args:
+        features: ``(N, D)``, any floating dtype.
+        targets: ``(N,)`` classes ``0..classes-1`` (``None``: one class).
+        shift: ``(D,)`` the point to take the moments about (ViM's origin ``u``).
+    """
+    n, dim = features.shape
+    device = features.device
+    rows = chunk_rows(dim)
+    if shift is None:
+        shift = features[:rows].to(torch.float64).mean(dim=0)
+    shift = shift.to(device=device, dtype=torch.float64)
+    gram = _new_gram(dim, device)
+    sums = torch.zeros(classes, dim, dtype=torch.float64, device=device)
+    counts = torch.zeros(classes, dtype=torch.float64, device=device)
+    pieces = (features,) if targets is None else (features, targets)
+    for chunk in row_chunks(*pieces, rows=rows):
+        centred = chunk[0].to(torch.float64) - shift
+        _add_gram(gram, centred)
+        if targets is None:
+            sums[0] += centred.sum(dim=0)
+            counts[0] += centred.shape[0]
+        else:
+            labels = chunk[1].to(device=device, dtype=torch.long)
+            sums.index_add_(0, labels, centred)
+            counts += torch.bincount(labels, minlength=classes).to(torch.float64)
+    return Moments(counts=counts, sums=sums, gram=_symmetric(gram), shift=shift)
+
+
+# --------------------------------------------------------------------------------------------------
+# exact quantiles of large tensors, without sorting them
+
+
+_DIGIT = 16  # bits per pass of the radix selection: 65536 bins
+
+
+def _sortable_keys(values: Tensor) -> Tensor:
+    """Integers with the order of the floats: the IEEE bits, the magnitude bits flipped for negatives."""
+    bits = values.view(torch.int32 if values.dtype == torch.float32 else torch.int64)
+    flip = 0x7FFFFFFF if values.dtype == torch.float32 else 0x7FFFFFFFFFFFFFFF
+    return torch.where(bits < 0, bits ^ flip, bits)
+
+
+def _key_to_float(key: int, dtype: torch.dtype) -> float:
+    if dtype == torch.float32:
+        bits = key ^ 0x7FFFFFFF if key < 0 else key
+        return float(np.array(bits, dtype=np.int32).view(np.float32))
+    bits = key ^ 0x7FFFFFFFFFFFFFFF if key < 0 else key
+    return float(np.array(bits, dtype=np.int64).view(np.float64))
+
+
+def order_statistics(chunks: Callable[[], Iterable[Tensor]], ranks: Iterable[int], *,
+                     dtype: torch.dtype) -> dict[int, float]:
+    """The values of rank ``r`` (0-based, ascending) of all elements the ``chunks`` yield, exactly.
+
+    A radix selection on the floats' order-preserving integer keys: each pass counts the next 16 bits of
+    the keys that share the already selected higher bits (``bincount`` into 65536 bins) and keeps the bin
+    that holds the rank; float32 takes 2 passes, float64 4 (one more per rank whose bins part). Nothing is
+    sorted or concatenated: memory is one chunk's keys and the 65536 counts.
+
+    Args:
+        chunks: called once per pass; yields 1-D float tensors of ``dtype`` (float32 or float64), the same
+            elements on every call.
+        ranks: the wanted ranks.
+        dtype: the chunks' dtype.
+    """
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"order statistics of float32 or float64 values, got {dtype}")
+    levels = (32 if dtype == torch.float32 else 64) // _DIGIT
+    # per rank: the selected key prefix (None before the first pass) and the rank left within it
+    state: dict[int, tuple[int | None, int]] = {int(r): (None, int(r)) for r in ranks}
+    for level in range(levels):
+        shift = _DIGIT * (levels - 1 - level)
+        prefixes = sorted({prefix for prefix, _ in state.values()}, key=lambda p: -1 if p is None else p)
+        counts = {prefix: None for prefix in prefixes}
+        for chunk in chunks():
+            high = _sortable_keys(chunk.reshape(-1)) >> shift
+            for prefix in prefixes:
+                if prefix is None:  # the top 16 bits, signed: shifted into 0..65535
+                    digits = high + (1 << (_DIGIT - 1))
+                else:
+                    digits = high[(high >> _DIGIT) == prefix] & 0xFFFF
+                found = torch.bincount(digits.long(), minlength=1 << _DIGIT)
+                counts[prefix] = found if counts[prefix] is None else counts[prefix] + found
+        for rank, (prefix, left) in state.items():
+            cumulative = counts[prefix].cumsum(0)
+            digit = int(torch.searchsorted(cumulative, torch.tensor(left, device=cumulative.device), right=True))
+            left -= int(cumulative[digit - 1]) if digit > 0 else 0
+            state[rank] = (digit - (1 << (_DIGIT - 1)) if prefix is None else (prefix << _DIGIT) + digit, left)
+    return {rank: _key_to_float(prefix, dtype) for rank, (prefix, _) in state.items()}
+
+
+def linear_quantile(chunks: Callable[[], Iterable[Tensor]], count: int, fraction: float, *,
+                    dtype: torch.dtype) -> float:
+    """The ``fraction`` quantile of ``count`` values with linear interpolation, as ``np.quantile`` and
+    ``torch.quantile`` compute it (Hyndman & Fan's 7th method), exactly and without sorting.
+
+    The virtual index ``h = (count - 1)·fraction``; the value is ``x_(⌊h⌋) + (h - ⌊h⌋)(x_(⌊h⌋+1) - x_(⌊h⌋))``,
+    rounded as numpy's ``_lerp`` does (``b - (b - a)(1 - t)`` for ``t >= 0.5``) in the values' dtype; the
+    two order statistics come from :func:`order_statistics`. ``np.percentile(a, q)`` is
+    ``fraction = np.true_divide(q, 100)``.
+    """
+    if count < 1:
+        raise ValueError("the quantile of no values")
+    virtual = np.float64(count - 1) * np.float64(fraction)
+    below = int(np.floor(virtual))
+    if virtual >= count - 1:
+        below = above = count - 1
+    elif virtual < 0:
+        below = above = 0
+    else:
+        above = below + 1
+    gamma = float(virtual - np.float64(below))
+    values = order_statistics(chunks, {below, above}, dtype=dtype)
+    scalar = np.float32 if dtype == torch.float32 else np.float64
+    a, b = scalar(values[below]), scalar(values[above])
+    difference = b - a
+    return float(b - difference * (1 - gamma) if gamma >= 0.5 else a + difference * gamma)
