@@ -72,8 +72,10 @@ from torchmetrics.functional.classification import multiclass_calibration_error
 
 from callbacks.plots import save_image_grid
 from callbacks.report import (
+    DETECTION_NOTE,
     Intervals,
     check_output_dir,
+    detection_columns,
     interval_columns,
     log_images,
     log_scalars,
@@ -356,7 +358,7 @@ class SampleGrids(pl.Callback):
 
 
 DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images", "weak ensemble",
-                    "shares generator ensemble", *interval_columns("auroc", "accuracy", "ece"))
+                    "shares generator ensemble", *interval_columns("auroc", "accuracy", "ece"), *detection_columns())
 SET_COLUMNS = ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID", "mean LPIPS to source",
                "keeps source label", "keeps ensemble label", "lambda_perceptual", "lambda_semantic", "mode",
                "generator", "describer shares generator ensemble", "weak ensemble")
@@ -571,6 +573,9 @@ class GeneratedBenchmark(pl.Callback):
         with_bounds(row, "auroc", self.intervals.auroc(id_scores, ood_scores))
         self.replicates[f"{key}|auroc"] = bootstrap_auroc(id_scores, ood_scores, self.intervals.resamples,
                                                          self.intervals.seed)
+        detection, replicates = self.intervals.detection(id_scores, ood_scores)  # the same resamples as the AUROC's
+        row.update(detection)
+        self.replicates.update({f"{key}|{column}": values for column, values in replicates.items()})
         return row
 
     def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
@@ -719,7 +724,7 @@ class GeneratedBenchmark(pl.Callback):
                          DETECTOR_COLUMNS)
         write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS, preamble=(
             f"{self.intervals.describe()}: AUROC over the images (ID and set separately), accuracy and ECE "
-            f"percentile bootstrap (the set's images). {ECE_NOTE}"))
+            f"percentile bootstrap (the set's images). {ECE_NOTE} {DETECTION_NOTE}"))
         write_replicates(out, self.replicates, self.intervals)
         if self.agreement:
             write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)

@@ -35,7 +35,15 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
-from metrics import auroc_interval, percentile_interval, wilson_interval
+from metrics import (
+    aupr_in,
+    aupr_out,
+    auroc_interval,
+    bootstrap_detection,
+    fpr_at_tpr,
+    percentile_interval,
+    wilson_interval,
+)
 from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder, dataclass_of
 
 METHODS = ("open_set", "severity", "generated", "evg")
@@ -111,6 +119,25 @@ class Intervals:
         return auroc_interval(id_scores, ood_scores, level=self.level, method=self.auroc_method,
                               resamples=self.resamples, seed=self.seed, ood_clusters=ood_clusters)
 
+    def detection(self, id_scores: Tensor, ood_scores: Tensor, *, id_weights: Tensor | None = None,
+                  ood_weights: Tensor | None = None) -> tuple[dict[str, float | None], dict[str, Tensor]]:
+        """The field's detector metrics beside the AUROC (:data:`DETECTION_COLUMNS`): FPR at 95% TPR (ID
+        positive: the OOD share accepted where 95% of ID is; :func:`metrics.fpr_at_tpr`), AUPR-In and AUPR-Out
+        (the trapezoid, as pytorch-ood's ``OODMetrics`` and OpenOOD's ``compute_all_metrics``), each with its
+        percentile bootstrap interval; the weights default to the AUROC's (ID stratum 0, OOD stratum 1, the
+        same seed), so replicate ``b`` pairs with AUROC replicate ``b``. Returns the row's values and the
+        replicates by column."""
+        replicates = bootstrap_detection(id_scores, ood_scores, self.resamples, self.seed, id_weights=id_weights,
+                                         ood_weights=ood_weights)
+        row: dict[str, float | None] = {"fpr@95tpr": fpr_at_tpr(id_scores, ood_scores),
+                                        "aupr-in": aupr_in(id_scores, ood_scores),
+                                        "aupr-out": aupr_out(id_scores, ood_scores)}
+        named = {"fpr@95tpr": replicates["fpr@95tpr"], "aupr-in": replicates["aupr_in"],
+                 "aupr-out": replicates["aupr_out"]}
+        for column, values in named.items():
+            with_bounds(row, column, self.bounds(values))
+        return row, named
+
     def proportion(self, successes: int, trials: int) -> tuple[float, float]:
         """Wilson's interval of the proportion ``successes / trials`` (an accuracy): a percentile bootstrap of a
         proportion has zero width whenever every image is right (14% of 20-image samples at accuracy 0.91) and
@@ -138,6 +165,22 @@ AUROC_DESCRIPTIONS = {
 def interval_columns(*metrics: str) -> tuple[str, ...]:
     """``("auroc low", "auroc high", ...)``: the interval columns of the given metric columns."""
     return tuple(f"{metric} {side}" for metric in metrics for side in ("low", "high"))
+
+
+DETECTION_METRICS = ("fpr@95tpr", "aupr-in", "aupr-out")
+"""The detector metrics beside the AUROC in every AUROC table (:meth:`Intervals.detection`)."""
+
+
+DETECTION_NOTE = ("fpr@95tpr: the share of OOD images accepted at the threshold that accepts 95% of the ID images "
+                  "(ID positive, the ODIN and energy papers' definition; pytorch-ood and OpenOOD v1.5 fix 95% of OOD "
+                  "instead: metrics.fpr_at_tpr(convention='ood')); aupr-in / aupr-out: the trapezoid area under the "
+                  "precision-recall curve with ID / OOD positive, as pytorch-ood and OpenOOD; their intervals a "
+                  "percentile bootstrap on the AUROC's resamples.")
+
+
+def detection_columns() -> tuple[str, ...]:
+    """The detector metrics and their interval columns, in table order."""
+    return (*DETECTION_METRICS, *interval_columns(*DETECTION_METRICS))
 
 
 def with_bounds(row: dict[str, Any], metric: str, bounds: tuple[float | None, float | None]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from callbacks.report import (
     Intervals,
     check_output_dir,
     default_report_dir,
+    detection_columns,
     interval_columns,
     log_images,
     log_table,
@@ -93,7 +94,7 @@ from openset_common import digest, known_columns
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")
 # the paper's columns, then the interval of the level's AUROC (classes within the level + ID images resampled)
-INTERVAL_TABLE_COLUMNS = (*TABLE_COLUMNS, *interval_columns("ood-auroc"), "empty resamples")
+INTERVAL_TABLE_COLUMNS = (*TABLE_COLUMNS, *interval_columns("ood-auroc"), "empty resamples", *detection_columns())
 SUMMARY_COLUMNS = ("model name", "confidence function", "mean auroc", *interval_columns("mean auroc"),
                    "hardest auroc", *interval_columns("hardest auroc"), "levels", "empty resamples")
 CLASS_UNIT = "the pool's classes (keyed by pool index) + ID images"
@@ -372,6 +373,12 @@ class SeverityAUROC(pl.Callback):
             replicates = weighted_auroc(id_scores, scores["ood_test"][members], id_weights,
                                         class_weights[:, members.cpu()])
             with_bounds(row, "ood-auroc", options.bounds(replicates))
+            # the field's detector metrics beside the paper's columns, on the same resamples (classes + ID images)
+            detection, detection_replicates = options.detection(
+                id_scores, scores["ood_test"][members], id_weights=id_weights, ood_weights=class_weights[:, members.cpu()])
+            row.update(detection)
+            self.replicates.update({f"{kappa_name}/level_{level:02d}/{column}": values
+                                    for column, values in detection_replicates.items()})
             row["empty resamples"] = int(torch.isnan(replicates).sum())
             self.replicates[f"{kappa_name}/level_{level:02d}"] = replicates
             per_level.append(replicates)

@@ -6,6 +6,18 @@ This package imports nothing from the rest of the project.
 from metrics.auroc import OODAUROC, auroc
 from metrics.collect import IndexedPredictions, deduplicate_by_index
 from metrics.comparisons import share_first, worse_than_best
+from metrics.detection import (
+    AUPR_CONVENTIONS,
+    FPR_CONVENTIONS,
+    aupr_in,
+    aupr_out,
+    bootstrap_detection,
+    detection_intervals,
+    fpr_at_tpr,
+    fpr_at_tpr_key,
+    weighted_aupr,
+    weighted_fpr_at_tpr,
+)
 from metrics.ensemble import (
     MutualInformation,
     expected_entropy,
@@ -61,6 +73,16 @@ from metrics.severity import (
 )
 
 __all__ = [
+    "AUPR_CONVENTIONS",
+    "FPR_CONVENTIONS",
+    "aupr_in",
+    "aupr_out",
+    "bootstrap_detection",
+    "detection_intervals",
+    "fpr_at_tpr",
+    "fpr_at_tpr_key",
+    "weighted_aupr",
+    "weighted_fpr_at_tpr",
     "energy_standardisation",
     "min_rank",
     "standardised_energy",
