@@ -54,7 +54,7 @@ from callbacks.evg import ENSEMBLE_SAMPLER, EvGEvaluation
 from callbacks.generated import LABEL_KEPT, GeneratedEvaluation
 from callbacks.open_set import OSCREvaluation
 from callbacks.plots import plot_severity
-from callbacks.report import Intervals, check_output_dir, read_replicates, read_units, slug
+from callbacks.report import DETECTION_METRICS, Intervals, check_output_dir, read_replicates, read_units, slug
 from callbacks.run import Evaluation, TrainerOptions, make_logger
 from callbacks.scoring import ScoringPasses
 from callbacks.severity import SeverityEvaluation
@@ -138,6 +138,16 @@ class ModelSeeds:
         if len(set(self.seeds)) < 2:
             raise ValueError(f"model {self.name}: a mean over seeds needs at least two different runs, got "
                              f"{list(self.seeds)}")
+
+
+DETECTION_HEADERS = ("FPR@95TPR", "AUPR-In", "AUPR-Out")
+
+
+def detection_cells(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The detector metrics beside the AUROC of a method's table row, as the card's cells (empty where the row
+    has none: an ID row, a table of before)."""
+    return {header: cell(row.get(column), row.get(f"{column} low"), row.get(f"{column} high"))
+            for header, column in zip(DETECTION_HEADERS, DETECTION_METRICS, strict=True)}
 
 
 class ReportCard(Evaluation):
@@ -526,6 +536,7 @@ class ReportCard(Evaluation):
                                                       rows[-1].get("ood-auroc high")),
                                 "easiest level": cell(aurocs[0], rows[0].get("ood-auroc low"),
                                                       rows[0].get("ood-auroc high")),
+                                **{f"hardest {k}": v for k, v in detection_cells(rows[-1]).items()},
                                 "empty resamples": int(torch.isnan(mean).sum()) if mean is not None else ""})
                 levels.append({"model": model, "κ": kappa, **{
                     f"level {r['severity level']}": cell(r["ood-auroc"], r.get("ood-auroc low"), r.get("ood-auroc high"))
@@ -546,6 +557,7 @@ class ReportCard(Evaluation):
             "in every level and row of a resample). Empty resamples: those in which every class of some level drew "
             "0 (no AUROC there), left out of the mean's interval."),
             "tables": [{"title": "summary", "columns": ["model", "κ", "mean AUROC", "hardest level", "easiest level",
+                                                        *[f"hardest {h}" for h in DETECTION_HEADERS],
                                                         "empty resamples"],
                         "rows": summary},
                        {"title": "AUROC per level", "columns": level_columns, "rows": levels}],
@@ -570,6 +582,7 @@ class ReportCard(Evaluation):
                           "AUROC": cell(row["auroc"], row.get("auroc low"), row.get("auroc high")),
                           "accuracy": cell(row.get("accuracy"), row.get("accuracy low"), row.get("accuracy high")),
                           "ECE": cell(row.get("ece"), row.get("ece low"), row.get("ece high")),
+                          **detection_cells(row),
                           "shares generator ensemble": row.get("shares generator ensemble", "")})
         sets = [{k: v for k, v in r.items() if k in ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID",
                                                        "keeps ensemble label", "mode")} for r in result.get("sets", [])]
@@ -581,8 +594,8 @@ class ReportCard(Evaluation):
                 f"real OOD = {first.get('real_ood', '—')}. Intervals: AUROC DeLong, accuracy and ECE bootstrap; "
                 f"resampling unit {UNITS['generated']}. A detector sharing the generators' training ensemble "
                 "reports the generator's own objective back (flagged).")
-        tables = [{"title": "detectors", "columns": ["model", "κ", "set", "kind", "images", "AUROC", "accuracy", "ECE",
-                                                     "shares generator ensemble"], "rows": table}]
+        tables = [{"title": "detectors", "columns": ["model", "κ", "set", "kind", "images", "AUROC", *DETECTION_HEADERS,
+                                                     "accuracy", "ECE", "shares generator ensemble"], "rows": table}]
         differences = self._set_differences(rows, replicates)
         if differences:
             tables.append({"title": "differences between sets of one kind (paired; each pair's interval on its own, "

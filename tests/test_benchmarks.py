@@ -226,3 +226,34 @@ def test_generator_defaults_tiny_never_writes_results(capsys) -> None:
     with pytest.raises(SystemExit):
         generator_defaults.main(["--tiny", "--write"])
     assert "--write records a full run" in capsys.readouterr().err
+
+
+def test_detectors_tiny_reports_every_case_and_agrees_with_pytorch_ood(capsys) -> None:
+    from benchmarks import detectors_benchmark
+
+    result = detectors_benchmark.main(["--tiny", "--fit", "2000", "--pood-fit", "800", "--knn-fit", "300",
+                                       "--pood-score-rows", "50"])  # not the tiny defaults: report what was configured
+    rows = result["rows"]
+    scored = result["id"] + result["ood"]
+    assert [(row["detector"], row["phase"], row["rows"]) for row in rows] == [
+        ("mahalanobis", "fit", 2000), ("mahalanobis", "fit", 800), ("mahalanobis", "score", scored),
+        ("vim", "fit", 2000), ("vim", "fit", 800), ("vim", "score", scored),
+        ("knn_imagenet", "fit", 300), ("knn_imagenet", "score", scored)]
+    by_case = {(row["detector"], row["phase"], row["rows"]): row for row in rows}
+    # pytorch-ood: Mahalanobis fitted on all 2000, its ViM only on --pood-fit, its Mahalanobis scores extrapolated
+    assert by_case["mahalanobis", "fit", 2000]["pood_rows"] == 2000 and "pood_s" not in by_case["mahalanobis", "fit", 800]
+    assert "pood_s" not in by_case["vim", "fit", 2000] and "run on 800 only" in by_case["vim", "fit", 2000]["pood_note"]
+    assert by_case["vim", "fit", 800]["pood_rows"] == 800
+    assert by_case["mahalanobis", "score", scored]["pood_rows"] == 50
+    assert by_case["mahalanobis", "score", scored]["pood_extrapolated"]
+    for row in rows:
+        assert math.isfinite(row["ours_s"]) and row["ours_s"] > 0, row
+        assert "pood_s" not in row or (math.isfinite(row["pood_s"]) and row["pood_s"] > 0), row
+    # the same scores as pytorch-ood: float32 there, float64 here (ViM: against pytorch-ood run in float64)
+    assert by_case["mahalanobis", "score", scored]["difference"] < 1e-5
+    assert by_case["knn_imagenet", "score", scored]["difference"] < 1e-5
+    assert by_case["vim", "score", scored]["difference"] < 1e-10
+    assert "| vim | fit | 2k |" in capsys.readouterr().out  # the table as printed
+    with pytest.raises(SystemExit):
+        detectors_benchmark.main(["--tiny", "--write"])
+    assert "--write records a full run" in capsys.readouterr().err

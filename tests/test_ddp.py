@@ -77,9 +77,15 @@ def check_oscr(one: Path, two: Path, out: str) -> None:
 
 
 def check_severity(one: Path, two: Path, out: str) -> None:
-    assert "3 model passes" in out
-    for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv"):
+    assert "4 model passes" in out  # estimation, test, ID images, and the fit pass of the fitted detectors
+    for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv",
+                 "demo-best_mahalanobis_n11.csv", "levels_demo-best_knn.csv"):
         assert (two / name).read_text() == (one / name).read_text(), name
+    # the fitted detectors: fitted on the same gathered fit outputs, the same state on 2 processes as on 1
+    first, second = (torch.load(p / "fitted_detectors.pt", weights_only=False) for p in (one, two))
+    assert sorted(e["kappa"] for e in first.values()) == ["knn", "mahalanobis"]
+    assert {k: e["state"] for k, e in first.items()} == {k: e["state"] for k, e in second.items()}
+    assert all(e["samples"] == 80 for e in first.values())  # 20 training images of each of the 4 known classes
     # the 2-process cache holds each sample once, in dataset order
     tensors = torch.load(next((two.parent / "cache-two").glob("demo-best-id_test-*.pt")), weights_only=True)["tensors"]
     assert tensors["logits"].shape == (4000, 4)
@@ -154,8 +160,9 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
                  f"batch_size={ONE_IMAGE}"]]
     if name == "severity":
         return [["severity", "--model", checkpoint, "--data", "fashion", "--data-arg", "estimation=20", "--data-arg",
-                 "test=10", "--kappa", "softmax", "entropy", "--cache-dir", str(cache), "--output-dir", str(out),
-                 "--batch-size", ONE_IMAGE]]
+                 "test=10", "--kappa", "softmax", "entropy", "mahalanobis", "knn", "--kappa-arg", "knn.k=3",
+                 "--fit-arg", "mahalanobis.per_class=20", "--fit-arg", "knn.per_class=20", "--cache-dir", str(cache),
+                 "--output-dir", str(out), "--batch-size", ONE_IMAGE]]
     if name == "generate":
         near = str(artefacts["generators"]["near_ood"])
         return [["generate", "--model", near, "--output-dir", str(out / "single"), "--num", "1", "--reference", "3"],

@@ -18,7 +18,10 @@ detector; the state lands in buffers (float64 where it is a statistic), so it mo
 it. Scoring an unfitted detector is an error naming it.
 
 Large fit sets: a detector reads its fit tensors in chunks of :data:`CHUNK_ROWS` rows (views of the caller's
-tensors) and never builds another ``N × D`` matrix; each docstring states its memory bound.
+tensors) and never builds another ``N × D`` matrix; each docstring states its memory bound. The streamed
+statistics they share live here: :func:`streamed_moments` (class sums and the float64 Gram matrix in one pass),
+:func:`linear_quantile` (an exact ``np.quantile`` by radix selection, without sorting), and the checks
+(:func:`check_finite_rows`, the hyperparameter checks).
 """
 
 from __future__ import annotations
@@ -206,10 +209,10 @@ class Detector(nn.Module):
             value = data[key]
             if value.shape[0] != n:
                 raise ValueError(f"detector {self.name!r}: fit {key} has {value.shape[0]} rows, the targets {n}")
-            if key != "targets" and not bool(torch.isfinite(value).all()):
-                bad = int((~torch.isfinite(value)).any(dim=tuple(range(1, value.ndim))).sum()) if value.ndim > 1 else \
-                    int((~torch.isfinite(value)).sum())
-                raise ValueError(f"detector {self.name!r}: {bad} fit samples have NaN or infinite {key}")
+            if key != "targets" and value.is_floating_point():
+                bad = non_finite_rows(value)  # chunked: no N x D mask (isfinite's would be 3x the features)
+                if bad.numel():
+                    raise ValueError(f"detector {self.name!r}: {bad.numel()} fit samples have NaN or infinite {key}")
         if targets.dtype.is_floating_point or int(targets.min()) < 0:
             raise ValueError(f"detector {self.name!r}: fit targets must be the known classes 0..K-1, got "
                              f"{targets.dtype} values from {targets.min().item()}")
@@ -220,28 +223,26 @@ class Detector(nn.Module):
 # checks shared by the detectors
 
 
-def check_finite_rows(values: Tensor, *, what: str) -> None:
-    """Refuse NaN or infinite values, naming how many rows (of ``values.shape[0]``) hold them.
-
-    One min/max reduction per chunk (a NaN makes both NaN, an infinity is one of them); only a failing input
-    pays for the mask that counts its rows.
-    """
+def non_finite_rows(values: Tensor) -> Tensor:
+    """The rows (indices) of ``values`` that hold NaN or infinity, chunk by chunk: one min/max reduction per
+    chunk (a NaN makes both NaN, an infinity is one of them); only a failing chunk pays for its mask."""
     if not values.is_floating_point() or values.numel() == 0:
-        return
-    for (chunk,) in row_chunks(values, rows=chunk_rows(values[0].numel())):
-        low, high = torch.stack(list(torch.aminmax(chunk))).tolist()
-        if not (math.isfinite(low) and math.isfinite(high)):
-            break
-    else:
-        return
-    bad = 0
-    first: list[int] = []
-    for start, (chunk,) in zip(range(0, values.shape[0], chunk_rows(values[0].numel())),
-                               row_chunks(values, rows=chunk_rows(values[0].numel())), strict=False):
-        rows = (~torch.isfinite(chunk)).reshape(chunk.shape[0], -1).any(dim=1).nonzero().flatten()
-        bad += rows.numel()
-        first += (rows[: 5 - len(first)] + start).tolist() if len(first) < 5 else []
-    raise ValueError(f"{what} hold NaN or infinite values in {bad} of {values.shape[0]} rows (first rows: {first})")
+        return torch.zeros(0, dtype=torch.long)
+    rows = chunk_rows(values[0].numel())
+    bad = []
+    for start, (chunk,) in zip(range(0, values.shape[0], rows), row_chunks(values, rows=rows), strict=True):
+        if not all(math.isfinite(v) for v in torch.stack(list(torch.aminmax(chunk))).tolist()):
+            mask = (~torch.isfinite(chunk)).reshape(chunk.shape[0], -1).any(dim=1)
+            bad.append(mask.nonzero().flatten().cpu() + start)
+    return torch.cat(bad) if bad else torch.zeros(0, dtype=torch.long)
+
+
+def check_finite_rows(values: Tensor, *, what: str) -> None:
+    """Refuse NaN or infinite values, naming how many rows (of ``values.shape[0]``) hold them."""
+    bad = non_finite_rows(values)
+    if bad.numel():
+        raise ValueError(f"{what} hold NaN or infinite values in {bad.numel()} of {values.shape[0]} rows "
+                         f"(first rows: {bad[:5].tolist()})")
 
 
 def check_fraction(name: str, value: Any, *, detector: str) -> float:
@@ -365,7 +366,7 @@ def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes
                      shift: Tensor | None = None) -> Moments:
     """Class sums and the Gram matrix of ``features - shift`` in one pass of :func:`row_chunks`.
 
-    Each chunk is cast to float64 and shifted (the chunk's only copy: ``chunk × D``); its Gram matrix is
+    Each chunk is cast to float64 and shifted into one reused ``chunk × D`` buffer; its Gram matrix is
     added with ``dsyrk`` (CPU) and its class sums with ``index_add_``. The shift defaults to the mean of the
     first chunk, a provisional centre that keeps the scatters' differences (:meth:`Moments.within_scatter`)
     free of cancellation: the Gram matrix about a point near the data, minus a small correction.
@@ -386,8 +387,10 @@ def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes
     sums = torch.zeros(classes, dim, dtype=torch.float64, device=device)
     counts = torch.zeros(classes, dtype=torch.float64, device=device)
     pieces = (features,) if targets is None else (features, targets)
+    buffer = torch.empty(min(rows, n), dim, dtype=torch.float64, device=device)  # reused: no page faults per chunk
     for chunk in row_chunks(*pieces, rows=rows):
-        centred = chunk[0].to(torch.float64) - shift
+        centred = buffer[:chunk[0].shape[0]]
+        centred.copy_(chunk[0]).sub_(shift)  # 4x faster than a mixed-dtype subtraction
         _add_gram(gram, centred)
         if targets is None:
             sums[0] += centred.sum(dim=0)

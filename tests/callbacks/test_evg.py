@@ -557,3 +557,39 @@ def test_standardisation_on_id_test_as_the_authors_code(run: dict, tmp_path: Pat
     assert [r["clean auroc"] for r in result["rows"]] == [r["clean auroc"] for r in run["result"]["rows"]]
     with pytest.raises(SystemExit):
         evaluate.main(options(run["checkpoint"], out) + [*CLI, "--standardise-on", "ood"])
+
+
+def test_a_fitted_detector_is_a_fixed_black_box_of_the_search(demo_checkpoint: Path, tmp_path: Path) -> None:
+    """Mahalanobis in EvG: fitted once on the ID training split before the fixed sets are scored, then the
+    search's energy; the worst cases' κ recomputed with pytorch-ood's Mahalanobis fitted on the same training
+    images; its fitted state is part of the run key (another fit cap: other chains)."""
+    from pytorch_ood.detector import Mahalanobis
+
+    def arguments(out: Path, cap: int) -> list[str]:
+        return ["evg", "--model", str(demo_checkpoint), "--kappa", "softmax", "mahalanobis", "--ood", "digits",
+                "--data", "fashion", "--data-arg", "max_train_per_class=60", "--variation", "affine", "--sampler",
+                "mh", "--chains", "3", "--steps", "4", "--chains-per-batch", "3", "--seed", "3",
+                "--fit-arg", f"mahalanobis.per_class={cap}", "--output-dir", str(out), *CLI]
+
+    result = evaluate.main(arguments(tmp_path / "out", 30))
+    assert {row["detector"] for row in result["rows"]} == {"demo-best/softmax", "demo-best/mahalanobis"}
+    network = load_module(demo_checkpoint, expected=OpenSetClassifier).eval()
+    fit = FashionMNISTOpenSetDataModule(max_train_per_class=60).evaluation_set("train", role="fit", known_only=True)
+    chosen = balanced_choice(fit.labels(), 4 * 30, seed=0).sort().values  # the cap: 30 of each class, seed 0
+    images = torch.stack([fit.dataset[int(i)].image for i in chosen]).float()
+    with torch.no_grad():
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)  # pytorch-ood allocates its covariance in the default dtype
+        try:
+            reference = Mahalanobis(None).fit_features(network.features(images).double(), fit.labels()[chosen])
+        finally:
+            torch.set_default_dtype(default)
+        found = torch.load(tmp_path / "out" / "worst_cases.pt", weights_only=False)["demo-best/mahalanobis|affine|mh"]
+        seeds = reference_sets()["ood"][found["seed_index"]]
+        worst = AffineVariation()(found["points"], seeds)
+        expected = -reference.predict_features(network.features(worst).double())
+    np.testing.assert_allclose(found["kappa"].double().numpy(), expected.numpy(), rtol=1e-4, atol=1e-3)
+    assert (found["energy"] < float("inf")).all()
+    again = evaluate.main(arguments(tmp_path / "out", 20))  # another fit: another run key, its own chains
+    chains = sorted(p.name for p in (tmp_path / "out" / "chains").iterdir())
+    assert len(chains) == 2 and again["rows"] != result["rows"]

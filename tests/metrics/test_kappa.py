@@ -18,7 +18,7 @@ class LogitsModel(nn.Module):
         return self.dropout(x)
 
 
-@pytest.mark.parametrize("name", sorted(KAPPAS))
+@pytest.mark.parametrize("name", sorted(k for k, v in KAPPAS.items() if v.detector is None))
 def test_kappa_contract(name):
     kappa = KAPPAS[name]
     confident = torch.eye(5)[[0, 1, 2, 3, 4, 0]] * 8.0
@@ -212,3 +212,29 @@ def test_kappa_parameters_are_checked_by_value(name, arguments, message):
     with pytest.raises(ValueError, match=message):
         KAPPAS[name].parameters(**arguments)
     assert KAPPAS["odin"].parameters(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+
+
+def test_every_detector_is_a_kappa_that_declares_its_pass_and_fit():
+    from metrics.detectors import DETECTORS, build_detector
+    from metrics.kappa import get_kappa
+
+    for name, cls in DETECTORS.items():
+        kappa = KAPPAS[name]
+        assert kappa.detector is cls and kappa.kind == ("features" if {"features", "head"} & cls.inputs else "logits")
+        assert kappa.needs_fit == (cls.fit_data or "head" in cls.inputs) and kappa.fit_data == cls.fit_data
+        assert kappa.parameters() == {k: v for k, v in kappa.parameters().items()}  # defaults resolve, validated
+        assert type(kappa.build(**kappa.parameters())) is type(build_detector(name))
+    assert KAPPAS["knn"].parameters(k=7)["k"] == 7
+    with pytest.raises(ValueError, match="has no parameters"):
+        KAPPAS["knn"].parameters(neighbours=7)
+    with pytest.raises(ValueError):
+        KAPPAS["react"].parameters(percentile=1.5)  # refused by the detector when the parameters are resolved
+    # the function κ are detectors with an empty fit
+    logits = torch.randn(4, 3)
+    softmax = KAPPAS["softmax"].build()
+    assert not softmax.needs_fit() and torch.equal(softmax.score({"logits": logits}), KAPPAS["softmax"](logits))
+    # any pytorch-ood detector by name, fitted by the same pass: its arguments are free keywords
+    pood = get_kappa("pood:KNN")
+    assert pood.fit_data and pood.kind == "features" and pood.parameters(k=3) == {"k": 3}
+    with pytest.raises(ValueError, match="unknown confidence function 'mahalanobis2'"):
+        get_kappa("mahalanobis2")

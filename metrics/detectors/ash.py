@@ -1,0 +1,115 @@
+"""ASH: activation shaping, the energy of the head's logits of each sample's pruned and reshaped features.
+
+Djurisic, Bozanic, Ashok, Liu, *Extremely Simple Activation Shaping for Out-of-Distribution Detection*,
+ICLR 2023. Per sample, keep the ``k = D - round(p·D)`` largest of its ``D`` activations (``torch.topk``; ``round``
+is numpy's, half to even), zero the others, then
+
+    ASH-P   keep the kept values as they are
+    ASH-B   set every kept value to s₁ / k                   (s₁ = the sum of all D activations)
+    ASH-S   multiply the kept values by exp(s₁ / s₂)         (s₂ = the sum of the kept ones)
+
+and score the energy ``log Σ_k exp(logit_k)`` of the head's logits of the shaped features.
+
+Where it applies: the authors shape the ResNet-50's *pooled* penultimate features (their
+``resnet_imagenet.py``: ``x = self.avgpool(x); x = apply_ash(x); x = self.fc(torch.flatten(x, 1))``, i.e. a
+``B × 2048 × 1 × 1`` tensor), and OpenOOD does the same (its ``ASHNet.forward_threshold``:
+``ash_b(feature.view(B, -1, 1, 1), percentile)`` on the pooled feature); so shaping the pooled features ``(N, D)`` here, viewed
+as ``B × D × 1 × 1``, is the paper's method, not an approximation (the topk over ``C·H·W`` of a spatial map
+would be a different, later-layer variant). pytorch-ood's ``ASH`` on ``B × D × 1 × 1`` maps with an identity
+backbone and the linear head scores the same (matched to float64 rounding, ties included: the same
+``torch.topk`` on float64 picks the same tied indices).
+
+Defaults: ``p = 0.90`` for ASH-S (the paper's ImageNet ResNet-50 ASH-S@90, the authors'
+``config/imagenet_config.yml``: ``ash_s@90``) and for ASH-P, ``0.65`` for ASH-B (the paper's ImageNet
+ASH-B@65, also the default of the authors' ``ash_b``); pytorch-ood's default is 0.65 for every variant. The activations are assumed non-negative (post-ReLU), as in the paper; a row whose kept
+sum ``s₂`` is 0 (an all-zero row) keeps its features in ASH-S (factor 1) where pytorch-ood divides 0 by 0.
+
+Background-class models: the energy over the known logits. Float64. Memory: the head and ``O(chunk·D)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+
+
+def kept_count(dim: int, percentile: float) -> int:
+    """``D - round(p·D)``: how many activations a sample keeps (ASH's and SCALE's rule, numpy's rounding)."""
+    return dim - int(np.round(dim * percentile))
+
+
+class ASH(Detector):
+    """Base of the three ASH variants (see the module docstring); ``variant`` names the shaping.
+
+    Hyperparameters:
+        percentile: ``p`` in (0, 1), the fraction of each sample's activations set to zero.
+
+    Buffers (float64): the head.
+    """
+
+    variant: ClassVar[str] = ""
+    inputs = frozenset({"features", "head"})
+    fit_data = False
+    refuse_non_finite = True
+
+    def __init__(self, *, percentile: float = 0.9, background: bool = False) -> None:
+        super().__init__(background=background)
+        self.percentile = check_fraction("percentile", percentile, detector=self.name)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"percentile": self.percentile}
+
+    def _store_head(self, weight: Tensor, bias: Tensor | None) -> None:
+        super()._store_head(weight, bias)
+        if kept_count(weight.shape[1], self.percentile) < 1:
+            raise ValueError(f"detector {self.name!r}: percentile {self.percentile} of D = {weight.shape[1]} "
+                             "activations keeps none of them; lower the percentile")
+
+    def shape(self, features: Tensor) -> Tensor:
+        """The shaped features ``(rows, D)`` float64 of one chunk."""
+        features = features.to(torch.float64)
+        k = kept_count(features.shape[1], self.percentile)
+        values, index = torch.topk(features, k, dim=1)
+        if self.variant == "b":
+            values = (features.sum(dim=1) / k)[:, None].expand(values.shape)
+        elif self.variant == "s":
+            total, kept = features.sum(dim=1), values.sum(dim=1)
+            factor = torch.where(kept == 0, torch.ones_like(kept), torch.exp(total / kept))
+            values = values * factor[:, None]
+        return torch.zeros_like(features).scatter_(1, index, values)
+
+    def _score(self, outputs: dict[str, Tensor]) -> Tensor:
+        features = outputs["features"]
+        check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
+                    of="the head's weight")
+        scores = [torch.logsumexp(self.head_logits(self.shape(chunk)), dim=1) for (chunk,) in row_chunks(features)]
+        return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
+
+
+class ASHS(ASH):
+    """ASH-S: the kept activations scaled by ``exp(s₁ / s₂)``; ``p = 0.90`` (the paper's ImageNet ASH-S@90)."""
+
+    name = "ash_s"
+    variant = "s"
+
+
+class ASHP(ASH):
+    """ASH-P: the kept activations as they are; ``p = 0.90``."""
+
+    name = "ash_p"
+    variant = "p"
+
+
+class ASHB(ASH):
+    """ASH-B: every kept activation set to ``s₁ / k``; ``p = 0.65`` (the paper's ImageNet ASH-B@65)."""
+
+    name = "ash_b"
+    variant = "b"
+
+    def __init__(self, *, percentile: float = 0.65, background: bool = False) -> None:
+        super().__init__(percentile=percentile, background=background)
