@@ -227,10 +227,16 @@ def test_severity_tables_have_the_published_columns_and_plot_together(tmp_path, 
                             "--output-dir", str(tmp_path / "out"), "--accelerator", "cpu", "--devices", "1",
                             "--wandb-mode", "disabled", "--no-progress-bar"])
     ours = (tmp_path / "out" / "severity.csv").read_text().splitlines()
-    # the paper's columns as they are, then the interval of each level's AUROC (classes within the level resampled)
-    assert ours[0].split(",") == [*TABLE_COLUMNS, "ood-auroc low", "ood-auroc high", "empty resamples"] and len(ours) == 1 + 2 * 11
+    # the paper's columns as they are, then the interval of each level's AUROC (classes within the level resampled),
+    # then the field's other detector metrics with theirs (on the same resamples)
+    detection = ["fpr@95tpr", "aupr-in", "aupr-out", "fpr@95tpr low", "fpr@95tpr high", "aupr-in low", "aupr-in high",
+                 "aupr-out low", "aupr-out high"]
+    assert ours[0].split(",") == [*TABLE_COLUMNS, "ood-auroc low", "ood-auroc high", "empty resamples", *detection]
+    assert len(ours) == 1 + 2 * 11
     for row in tables["softmax"]:
         assert 0 <= row["ood-auroc low"] <= row["ood-auroc high"] <= 1
+        for metric in ("fpr@95tpr", "aupr-in", "aupr-out"):
+            assert 0 <= row[f"{metric} low"] <= row[f"{metric} high"] <= 1 and 0 <= row[metric] <= 1, metric
     summary = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert len(summary) == 1 + 2 and summary[0].startswith("model name,confidence function,mean auroc,mean auroc low")
     assert [row["percentile"] for row in tables["softmax"]] == [
