@@ -67,6 +67,7 @@ from callbacks.scoring import (
     check_fit_options,
     default_fit_set,
     detector_pairs,
+    write_fitted,
 )
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.evg import SEED_CHOICES, SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
@@ -468,6 +469,7 @@ class EvGReport(pl.Callback):
         # the fitted state of the run: the detectors' energy standardisation
         write_tables(out, "standardisation", [{"detector": n, "mean": m, "scale": s} for n, (m, s) in fitted.items()],
                      ("detector", "mean", "scale"), preamble=f"Energy = (-κ - mean) / scale, fitted on {on}")
+        write_fitted(out, self.passes, [d.fitted for d in module.detectors.values() if d.fitted is not None])
         if self.plots:
             figures.update(self._figures(module, results))
         log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):

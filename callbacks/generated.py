@@ -98,6 +98,7 @@ from callbacks.scoring import (
     check_fit_options,
     default_fit_set,
     detector_pairs,
+    write_fitted,
 )
 from callbacks.severity import model_name
 from datamodules.batch import AtLeast, Batch, collate_samples
@@ -421,6 +422,7 @@ class GeneratedBenchmark(pl.Callback):
         self.data = data
         self.fit_set = fit_set
         self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
+        self._fitted: list[Any] = []  # the fitted detectors of the run (their state goes into the outputs)
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
@@ -584,8 +586,8 @@ class GeneratedBenchmark(pl.Callback):
         background = bool(getattr(model, "background_class", False))
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         if kappa.needs_fit:  # fitted once per (model, κ) on the fit set; scores() then uses it
-            self.passes.fitted(trainer, model, kappa, self.kappa_parameters[kappa.name], self.fit_set,
-                               fit=self.fit.get(kappa.name), **batch)
+            self._fitted.append(self.passes.fitted(trainer, model, kappa, self.kappa_parameters[kappa.name],
+                                                   self.fit_set, fit=self.fit.get(kappa.name), **batch))
         scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
                   for name, s in self.data.sets.items()}
         common = {"model": model_name(model), "confidence function": kappa.name,
@@ -726,6 +728,7 @@ class GeneratedBenchmark(pl.Callback):
             f"{self.intervals.describe()}: AUROC over the images (ID and set separately), accuracy and ECE "
             f"percentile bootstrap (the set's images). {ECE_NOTE} {DETECTION_NOTE}"))
         write_replicates(out, self.replicates, self.intervals)
+        write_fitted(out, self.passes, self._fitted)
         if self.agreement:
             write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)
         if self.sets:

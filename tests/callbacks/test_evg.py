@@ -590,6 +590,8 @@ def test_a_fitted_detector_is_a_fixed_black_box_of_the_search(demo_checkpoint: P
         expected = -reference.predict_features(network.features(worst).double())
     np.testing.assert_allclose(found["kappa"].double().numpy(), expected.numpy(), rtol=1e-4, atol=1e-3)
     assert (found["energy"] < float("inf")).all()
+    states = torch.load(tmp_path / "out" / "fitted_detectors.pt", weights_only=False)  # the fitted state, written
+    assert [(e["kappa"], e["samples"]) for e in states.values()] == [("mahalanobis", 120)]
     again = evaluate.main(arguments(tmp_path / "out", 20))  # another fit: another run key, its own chains
     chains = sorted(p.name for p in (tmp_path / "out" / "chains").iterdir())
     assert len(chains) == 2 and again["rows"] != result["rows"]
