@@ -309,6 +309,8 @@ class SeverityAUROC(pl.Callback):
             with torch.inference_mode(False), torch.no_grad():
                 self._check_width(trainer, pl_module, background)
                 outputs = self._outputs(trainer, pl_module)
+                if any(k.needs_head for k in self.kappas):
+                    self.passes.check_head(pl_module, outputs["id_test"])
                 self.detectors = self._fitted(trainer, pl_module, stage=stage)
         finally:
             pl_module.train(was_training)

@@ -20,7 +20,7 @@ backbone and the linear head scores the same (matched to float64 rounding, ties 
 ``torch.topk`` on float64 picks the same tied indices).
 
 Defaults: ``p = 0.90`` for ASH-S (the paper's ImageNet ResNet-50 ASH-S@90, the authors'
-``config/imagenet_config.yml``: ``ash_s@90``) and for ASH-P, ``0.65`` for ASH-B (the paper's ImageNet
+``config/imagenet_config.yml``: ``ash_s@90``), ``0.60`` for ASH-P (the paper's ImageNet ASH-P@60), ``0.65`` for ASH-B (the paper's ImageNet
 ASH-B@65, also the default of the authors' ``ash_b``); pytorch-ood's default is 0.65 for every variant. The activations are assumed non-negative (post-ReLU), as in the paper; a row whose kept
 sum ``s₂`` is 0 (an all-zero row) keeps its features in ASH-S (factor 1) where pytorch-ood divides 0 by 0.
 
@@ -99,10 +99,13 @@ class ASHS(ASH):
 
 
 class ASHP(ASH):
-    """ASH-P: the kept activations as they are; ``p = 0.90``."""
+    """ASH-P: the kept activations as they are; ``p = 0.60`` (the paper's ImageNet ASH-P@60)."""
 
     name = "ash_p"
     variant = "p"
+
+    def __init__(self, *, percentile: float = 0.6, background: bool = False) -> None:
+        super().__init__(percentile=percentile, background=background)
 
 
 class ASHB(ASH):

@@ -70,6 +70,11 @@ class KNN(Detector):
     def hyperparameters(self) -> dict[str, Any]:
         return {"k": self.k}
 
+    def check_fit_size(self, samples: int, classes: int) -> None:
+        if self.k > samples:  # before the fit pass (the engine knows the capped set's size)
+            raise ValueError(f"detector {self.name!r}: k = {self.k} neighbours, but the fit set has only {samples} "
+                             "samples; lower k or fit on more samples")
+
     def _fit(self, data: dict[str, Tensor]) -> None:
         features = data["features"]
         if features.ndim != 2:

@@ -1,6 +1,6 @@
 """SHE: simplified Hopfield energy, the inner product of the features with the predicted class's pattern.
 
-Zhang, Fu, Zhang, Chen, Tang, Zhu, *Out-of-Distribution Detection based on In-Distribution Data Patterns
+Zhang, Fu, Chen, Du, Li, Wang, Liu, Han, Zhang, *Out-of-Distribution Detection based on In-Distribution Data Patterns
 Memorization with Modern Hopfield Energy*, ICLR 2023, as pytorch-ood's ``SHE`` computes it (whose scores this
 matches):
 

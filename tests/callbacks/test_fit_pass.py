@@ -208,3 +208,35 @@ def test_during_training_the_detector_is_refitted_every_evaluation_on_the_capped
     assert [h["epoch"] for h in severity.history if h["confidence function"] == "class_mean"] == [0] * 11 + [1] * 11
     # the fit set is the training split's known classes (negatives left out), raw images
     assert severity.fit_set.role == "fit" and set(severity.fit_set.labels().tolist()) == {0, 1, 2, 3}
+
+
+def test_review_fixes_caps_heads_and_checks_before_the_pass():
+    from callbacks.scoring import check_head
+    from metrics import KAPPAS
+
+    model, trainer, data = scoring_model(Headed()), fake_trainer(0, 1), fit_set(30, 3)
+    # a user's cap replaces the detector's default cap (knn_imagenet: 1%), it is not merged into "both"
+    passes = ScoringPasses()
+    detector = passes.fitted(trainer, model, KAPPAS["knn_imagenet"], {"k": 2}, data, fit={"per_class": 4}, batch_size=8)
+    assert passes.fits[-1]["samples"] == 12 and detector.fitted
+    # KNN's k above the capped fit set: refused before the fit pass runs
+    passes = ScoringPasses()
+    with pytest.raises(ValueError, match="k = 50 neighbours, but the fit set has only 30 samples"):
+        passes.fitted(trainer, model, KAPPAS["knn"], {"k": 50}, data, batch_size=8)
+    assert passes.passes == 0
+    # a cap too small for every class: named as the cap's doing, before the pass (the model names its classes)
+    model.classes = ["a", "b", "c"]
+    with pytest.raises(ValueError, match=r"the cap \{'fraction': 0.05\} keeps 2 images, too few"):
+        passes.fitted(trainer, model, KAPPAS["knn"], {"k": 1}, data, fit={"fraction": 0.05}, batch_size=8)
+    assert passes.passes == 0
+    # the head check: relative to the logits (bf16 rounding passes), a wrong head does not
+    features = torch.randn(64, 4, dtype=torch.float64)
+    weight, bias = torch.randn(3, 4, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    logits = features @ weight.T + bias
+    check_head((weight, bias), {"features": features, "logits": logits * (1 + 4e-3 * torch.randn_like(logits))}, model="m")
+    with pytest.raises(ValueError, match="does not map its penultimate features"):
+        check_head((weight, bias), {"features": features, "logits": logits.flip(0)}, model="m")
+    # a detector that reads only the head (ASH) gets the check on its first scored pass
+    with pytest.raises(ValueError, match="does not map its penultimate features"):
+        ScoringPasses().scores(trainer, scoring_model(Counting()), data, KAPPAS["ash_s"], {"percentile": 0.5},
+                               batch_size=8)
