@@ -556,13 +556,26 @@ def check_detectors(kappas: Sequence[Kappa], pl_module: nn.Module, fit_set: Eval
             classification_head(pl_module)  # raises, naming the model, when it has none
 
 
+FITTED_TENSOR_LIMIT = 64 * 2**20
+"""Bytes above which a fitted tensor (KNN's bank of fit features) is recorded by shape and sha256 in
+``fitted_detectors.pt`` instead of written: the state is refitted from the cached fit pass in seconds, a copy of
+an ImageNet feature bank (21 GB at 1.28M x 2048 float64) is not worth the disk."""
+
+
 def write_fitted(out: Path, passes: ScoringPasses, detectors: Sequence[Detector]) -> Path | None:
     """``fitted_detectors.pt``: the fitted state (``state_dict``) and fit log entry of each detector of a
-    report, written atomically; nothing when none was fitted."""
+    report, written atomically; nothing when none was fitted. Tensors over :data:`FITTED_TENSOR_LIMIT` bytes
+    are listed under ``left_out`` (shape, dtype, sha256) instead; ``state`` fingerprints the whole state."""
     wanted = {id(d) for d in detectors if d.needs_fit()}
     states = {key: entry for key, entry in passes.fitted_states().items() if id(passes._detectors[key]) in wanted}
     if not states:
         return None
+    for entry in states.values():
+        large = {name: tensor for name, tensor in entry["state_dict"].items()
+                 if isinstance(tensor, Tensor) and tensor.numel() * tensor.element_size() > FITTED_TENSOR_LIMIT}
+        entry["left_out"] = {name: {"shape": list(t.shape), "dtype": str(t.dtype),
+                                    "sha256": tensors_fingerprint({name: t})} for name, t in large.items()}
+        entry["state_dict"] = {k: v for k, v in entry["state_dict"].items() if k not in large}
     buffer = io.BytesIO()
     torch.save(states, buffer)
     return atomic_write_bytes(Path(out) / "fitted_detectors.pt", buffer.getvalue())

@@ -217,7 +217,8 @@ class SeverityAUROC(pl.Callback):
             raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data.setup()
         if self.fit_set is None and any(k.fit_data for k in self.kappas):
-            self.fit_set = default_fit_set(getattr(trainer, "datamodule", None), self.data)
+            self.fit_set = default_fit_set(getattr(trainer, "datamodule", None), self.data) or \
+                command_fit_set(pl_module, None, self.kappas)  # a checkpoint brings its own training split
         self.check(pl_module)
 
     def check(self, pl_module: pl.LightningModule) -> None:

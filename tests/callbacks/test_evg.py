@@ -259,7 +259,9 @@ def test_chains_do_not_depend_on_the_batch_size(run: dict, tmp_path: Path) -> No
     clean = torch.load(run["out"] / "clean_scores.pt", weights_only=False)
     tolerance = 1e-5
     for key in one:
-        torch.testing.assert_close(one[key]["energy"], other[key]["energy"], atol=tolerance, rtol=0)
+        # relative too: an energy of 1.8 moved 1.2e-5 between batch sizes on one CPU (float32 convolutions, the
+        # standardisation's division)
+        torch.testing.assert_close(one[key]["energy"], other[key]["energy"], atol=tolerance, rtol=tolerance)
         same = one[key]["best_step"] == other[key]["best_step"]
         assert bool(same.any()), key
         torch.testing.assert_close(one[key]["points"][same], other[key]["points"][same], atol=1e-5, rtol=0)

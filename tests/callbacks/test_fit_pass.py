@@ -240,3 +240,21 @@ def test_review_fixes_caps_heads_and_checks_before_the_pass():
     with pytest.raises(ValueError, match="does not map its penultimate features"):
         ScoringPasses().scores(trainer, scoring_model(Counting()), data, KAPPAS["ash_s"], {"percentile": 0.5},
                                batch_size=8)
+
+
+def test_the_fitted_state_is_written_and_a_large_bank_only_fingerprinted(tmp_path, monkeypatch):
+    import callbacks.scoring as scoring
+    from metrics import KAPPAS
+
+    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    passes = ScoringPasses()
+    knn = passes.fitted(trainer, model, KAPPAS["knn"], {"k": 3}, data, batch_size=8)
+    mean = passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    monkeypatch.setattr(scoring, "FITTED_TENSOR_LIMIT", 100)  # KNN's bank (30 x 2 float64 = 480 bytes) is over it
+    written = torch.load(scoring.write_fitted(tmp_path, passes, [knn, mean]), weights_only=False)
+    entries = {e["kappa"]: e for e in written.values()}
+    assert set(entries) == {"knn", "class_mean"} and entries["knn"]["samples"] == 30
+    (name, record), = entries["knn"]["left_out"].items()
+    assert record["shape"] == [30, 2] and name not in entries["knn"]["state_dict"]
+    torch.testing.assert_close(entries["class_mean"]["state_dict"]["means"], mean.means)  # small: written whole
+    assert entries["class_mean"]["state"] == mean.state_fingerprint()
