@@ -124,35 +124,31 @@ class Kappa:
         ``{"temperature": 2.0, "epsilon": 1e-5}``: part of every cache key, so a changed argument never
         reuses stale scores. A detector's are validated by building it once."""
         if self.detector is not None:
-            if self.open_parameters:
-                resolved = dict(overrides)
-            else:
-                signature = inspect.signature(self.detector.__init__)
-                values = {name: p.default for name, p in signature.parameters.items()
-                          if p.default is not inspect.Parameter.empty and name != "background"}
-                unknown = set(overrides) - set(values)
-                if unknown:
-                    raise ValueError(f"confidence function {self.name!r} has no parameters {sorted(unknown)}; "
-                                     f"it takes {sorted(values)}")
-                resolved = {**values, **overrides}
+            resolved = dict(overrides) if self.open_parameters else self._with_defaults(self.detector.__init__, overrides)
             self.build(background=False, **resolved)  # invalid values are refused now, by the detector
             return resolved
         try:
-            signature = inspect.signature(self.fn)
+            inspect.signature(self.fn)
         except (TypeError, ValueError):
-            return dict(overrides)
+            return dict(overrides)  # a callable without a signature
+        resolved = self._with_defaults(self.fn, overrides)
+        for name, valid, requirement in self.checks:
+            value = resolved.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+                raise ValueError(f"confidence function {self.name!r}: {name} must be {requirement}, got {value!r}")
+        return resolved
+
+    def _with_defaults(self, function: Callable[..., Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        """``function``'s keyword defaults (``background`` aside) updated by ``overrides``; an override it does
+        not take is refused, naming the κ."""
+        signature = inspect.signature(function)
         values = {name: p.default for name, p in signature.parameters.items()
                   if p.default is not inspect.Parameter.empty and name != "background"}
         unknown = set(overrides) - set(values)
         if unknown:
             raise ValueError(f"confidence function {self.name!r} has no parameters {sorted(unknown)}; "
                              f"it takes {sorted(values)}")
-        resolved = {**values, **overrides}
-        for name, valid, requirement in self.checks:
-            value = resolved.get(name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
-                raise ValueError(f"confidence function {self.name!r}: {name} must be {requirement}, got {value!r}")
-        return resolved
+        return {**values, **overrides}
 
     def build(self, *, background: bool = False, **parameters: Any) -> Detector:
         """The κ as a detector for one model (unfitted where it needs fitting); a model-based κ has none."""
