@@ -74,10 +74,14 @@ def plot_score_histograms(scores: Mapping[str, Tensor], path: str | Path, *, bin
 def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str | Path, *, title: str = "") -> Path:
     """OOD AUROC against severity level, one line per (model, κ) table; rows with ``ood-auroc low`` and
     ``ood-auroc high`` get their interval as a band."""
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for label, rows in tables.items():
+    figure, axis = plt.subplots(figsize=(6, 4) if len(tables) <= 6 else (8, 4.5))
+    # more lines than the default 10-colour cycle (a card of many detectors): 20 colours and varied markers, so no
+    # two lines look alike
+    colours = plt.get_cmap("tab10" if len(tables) <= 10 else "tab20").colors
+    for number, (label, rows) in enumerate(tables.items()):
         levels = [r["severity level"] for r in rows]
-        (line,) = axis.plot(levels, [r["ood-auroc"] for r in rows], marker="o", label=label)
+        (line,) = axis.plot(levels, [r["ood-auroc"] for r in rows], marker="o" if len(tables) <= 10 else "osD^v<>"[number % 7],
+                            color=colours[number % len(colours)], label=label)
         if rows and all(r.get("ood-auroc low") is not None and r.get("ood-auroc high") is not None for r in rows):
             axis.fill_between(levels, [r["ood-auroc low"] for r in rows], [r["ood-auroc high"] for r in rows],
                               color=line.get_color(), alpha=0.15, linewidth=0)
@@ -85,7 +89,10 @@ def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str
     axis.set_ylabel("OOD AUROC")
     axis.set_title(title or "C-OOD detection by severity")
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize="small")
+    if len(tables) <= 6:
+        axis.legend(fontsize="small")
+    else:  # beside the axes: over them it hides the lines
+        axis.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     return save_figure(figure, path)
 
 
