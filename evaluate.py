@@ -35,17 +35,17 @@ from typing import Any
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from callbacks import (
+from datamodules.images import UnreadableImageError
+from evaluation_engine import TrainerOptions
+from evaluation_methods import (
     EvGEvaluation,
     GeneratedEvaluation,
     GenerateSets,
     OSCREvaluation,
     SeverityEvaluation,
     SeverityPlot,
-    TrainerOptions,
 )
-from callbacks.report_card import ReportCard, report
-from datamodules.images import UnreadableImageError
+from report_card.card import ReportCard, report
 
 COMMANDS = {cls.command: cls for cls in (OSCREvaluation, SeverityEvaluation, SeverityPlot, GenerateSets,
                                          GeneratedEvaluation, EvGEvaluation, ReportCard)}

@@ -26,9 +26,9 @@ from sklearn.metrics import roc_auc_score
 
 from benchmarks.common import benchmark_parser, best_time, finish, machine, parse, quiet, table
 from callbacks import SeverityAUROC
-from callbacks.run import launch_loader
 from datamodules.severity import FashionSeverityData
 from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_engine.run import launch_loader
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
 from metrics import KAPPAS, class_mean_scores, from_pytorch_ood, severity_levels, severity_table

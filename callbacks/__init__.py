@@ -1,41 +1,22 @@
-"""Evaluation callbacks: orchestration only (collect -> score -> metric -> log/plot); the math is in ``metrics``.
+"""The Lightning callbacks of the four methods (``pl.Callback`` only): they collect a method's outputs during
+``trainer.test`` / ``predict`` / ``fit`` and hand them to :mod:`metrics` through the engine (:mod:`engine`).
 
-Each method has its callback and its typed evaluation (the command of ``evaluate.py``, runnable from
-Python): open-set OSCR (:class:`OpenSetEvaluation`, :class:`OSCREvaluation`), C-OOD severity
-(:class:`SeverityAUROC`, :class:`SeverityEvaluation`), the generated benchmarks (:class:`GeneratedBenchmark`,
-:class:`GeneratedEvaluation`, :class:`GenerateSets`), EvG (:class:`EvGReport`, :class:`EvGEvaluation`). They
-stand on one engine: the scoring passes (:mod:`callbacks.scoring`) and the report layer
-(:mod:`callbacks.report`).
+Open-set OSCR (:class:`OpenSetEvaluation`), C-OOD severity (:class:`SeverityAUROC`, also during training), the
+generated sets (:class:`GeneratedSetWriter`, :class:`SampleGrids`, :class:`GeneratedBenchmark`) and EvG
+(:class:`EvGReport`). The commands that run them are in :mod:`methods`.
 """
 
-from callbacks.evg import AdversarialReport, EvGEvaluation, EvGReport
-from callbacks.generated import (
-    GeneratedBenchmark,
-    GeneratedEvaluation,
-    GeneratedSetWriter,
-    GenerateSets,
-    SampleGrids,
-)
-from callbacks.open_set import OpenSetEvaluation, OSCREvaluation
-from callbacks.run import Evaluation, TrainerOptions
-from callbacks.scoring import ScoringPasses
-from callbacks.severity import SeverityAUROC, SeverityEvaluation, SeverityPlot
+from callbacks.evg import AdversarialReport, EvGReport
+from callbacks.generated import GeneratedBenchmark, GeneratedSetWriter, SampleGrids
+from callbacks.open_set import OpenSetEvaluation
+from callbacks.severity import SeverityAUROC
 
 __all__ = [
     "AdversarialReport",
-    "EvGEvaluation",
     "EvGReport",
-    "Evaluation",
-    "GenerateSets",
     "GeneratedBenchmark",
-    "GeneratedEvaluation",
     "GeneratedSetWriter",
-    "OSCREvaluation",
     "OpenSetEvaluation",
     "SampleGrids",
-    "ScoringPasses",
     "SeverityAUROC",
-    "SeverityEvaluation",
-    "SeverityPlot",
-    "TrainerOptions",
 ]

@@ -32,7 +32,6 @@ import io
 import json
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -42,42 +41,28 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
-from callbacks.generated import fashion_arguments, id_datamodule
-from callbacks.plots import plot_energy_traces, plot_heatmap, save_image_grid
-from callbacks.report import (
-    Intervals,
-    check_output_dir,
-    interval_columns,
+from datamodules.evaluation import EvaluationSet
+from datamodules.evg import SEED_RULES, EvGData, SeedChoice
+from evaluation_engine.intervals import Intervals, interval_columns, with_bounds
+from evaluation_engine.outputs import (
     log_images,
     log_scalars,
     log_table,
     markdown_table,
     metric_key,
     slug,
-    with_bounds,
     write_csv,
     write_markdown,
     write_replicates,
     write_tables,
 )
-from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import (
+from evaluation_engine.plots import plot_energy_traces, plot_heatmap, save_image_grid
+from evaluation_engine.scoring import (
     ScoringPasses,
-    check_detectors,
     check_fit_options,
-    default_fit_set,
-    detector_pairs,
     write_fitted,
 )
-from datamodules.evaluation import EvaluationSet, fit_folder_set
-from datamodules.evg import SEED_CHOICES, SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
-from datamodules.sources import real_ood_set
-from datamodules.transforms import TensorPipeline
-from lightning_modules.checkpoint import check_classes
-from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
-from lightning_modules.evg.detector import VariedImages
-from lightning_modules.scoring import ScoringModel
-from metrics import auroc, get_kappa, min_rank
+from metrics import auroc, min_rank
 from metrics.intervals import resample_weights, weighted_auroc, weighted_min_rank
 from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 
@@ -88,24 +73,6 @@ RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "eV1 of", "chain
 SPLITS = ("id_val", "id_test", "ood")
 VaryAt = Literal["data", "input"]
 VARY_AT: tuple[str, ...] = get_args(VaryAt)
-
-
-@dataclass(frozen=True)
-class SeedInput:
-    """What EvG's variations act on (:meth:`EvGEvaluation.seed_input`).
-
-    Attributes:
-        pipeline: raw OOD image -> seed image (``None``: the image at its own size).
-        resize_ood: every OOD image, clean ones too, goes through ``pipeline`` first (``image_size``).
-        varied_images: what the detectors get (:class:`lightning_modules.evg.Detector`): ``raw`` images
-            (their own transform follows) or their ``model_input`` (only the normalisation follows).
-        description: the rule in words, for the report.
-    """
-
-    pipeline: Callable[[Any], Tensor] | None
-    resize_ood: bool
-    varied_images: VariedImages
-    description: str
 
 
 ENSEMBLE_SAMPLER = "eV1"  # the authors' released tables (ensemble_attack.py --ensemble V1) over the samplers run
@@ -553,208 +520,3 @@ class EvGReport(pl.Callback):
 AdversarialReport = EvGReport  # the name of before, kept for one release
 
 
-class EvGEvaluation(Evaluation):
-    """``evaluate.py evg`` (alias ``adversarial``): EvG, the outliers each detector trusts most (Yoon et al.),
-    found by MCMC over variation models of an OOD set; worst-case AUROC and MinRank next to the clean ones.
-
-    The run has three steps, each explicit: ``trainer.test`` scores the fixed sets through the engine
-    (:class:`EvGReport`), :meth:`EvGSearch.fit_standardisation` fits each detector's energy on its ID
-    validation (or, ``standardise_on: id_test``, ID test) scores, and ``trainer.predict`` runs the chains
-    (resumable: finished batches are kept; a run's chains split into batches one way only).
-
-    Args:
-        model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).
-        kappa: κ names, each paired with the models it applies to (ensemble κ with ensembles).
-        kappa_args: per κ, its arguments.
-        data: the in-distribution data (validation standardises, test is the AUROC's positives): ``fashion``,
-            a checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
-        data_args: arguments of that datamodule to change.
-        ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
-        image_size: the side every OOD image (the clean ones too) is first brought to (bilinear, antialiased),
-            the variations then acting at it; default: none (see ``vary_at``).
-        variation: variation models (:data:`lightning_modules.evg.VARIATIONS`): ``affine`` and ``colour`` (the
-            authors' presets for the size the variations act at: affineV1 below 128 px, affineV2 from 128 px;
-            colorV1; a preset whose translation reaches half the images' side is warned, naming both), the
-            presets by name (``affineV0``-``affineV3``, ``colorV0``-``colorV2``), ``gan``, ``linf``.
-        variation_args: per variation model, its arguments, e.g. ``{"affine": {"scale": [0.9, 1.2]}}``.
-        gan: the generator of the ``gan`` variation: a plain GAN checkpoint of ``train.py`` trained on the OOD
-            set, or a factory path ``pkg.mod:factory`` returning any module that maps latents ``(N, D)`` to
-            ``[0, 1]`` images (e.g. a StyleGAN2 of your own); its options (``truncation``, ``latent_dim``,
-            ``generator_args``) go in ``variation_args: {gan: ...}``.
-        sampler: samplers (:data:`lightning_modules.evg.SAMPLERS`): mh (its start and ``steps`` proposals),
-            random (``steps`` draws, as the authors' ``RandomSampler``), coordinate (the paper's Figure 2 finite
-            difference, 2 calls per step), linf (its own 20,000 iterations, not ``steps``). Two or more give the
-            ``eV1`` rows (:func:`sampler_ensemble`).
-        sampler_args: per sampler, its arguments, e.g. ``{"mh": {"temperature": 1.0}}``.
-        chains: chains per search (chain ``i`` varies seed image ``i mod N_seeds``; the seeds are
-            ``min(chains, N_ood)`` OOD images chosen by ``seed_choice``).
-        steps: the budget of each chain: MH's proposals, random search's draws (2000 in the paper).
-        chains_per_batch: chains moved together (keep it to resume an interrupted run).
-        seed: the run's seed (each chain's random numbers are keyed by it and the chain; it also chooses the
-            seed images of a balanced choice).
-        standardise_on: the ID scores that standardise the energy: ``id_val`` (the paper's text, default) or
-            ``id_test`` (the authors' code, ``IN_score.pkl``). μ cancels in the MH acceptance; σ sets the
-            effective temperature.
-        trace_every: energy trace thinning (steps).
-        batch_size, num_workers: of the passes over the fixed sets.
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        output_dir: tables, figures and chain results.
-        cache_dir: cached passes (default: ``<output_dir>/cache``).
-        plots: write and log the figures.
-        intervals: level, bootstrap resamples and seed of the intervals (:class:`EvGReport`).
-        vary_at: what the variations act on. ``data`` (default, the authors': ``cifar_vit_hf_md.yml`` warps
-            the 32 px SVHN images with affineV1 for a 224 px ViT): the OOD images at their own size, each
-            detector then taking the varied images through its own input transform, as every clean image (OOD
-            images of several sizes, e.g. a folder of photographs, are brought to the detectors' common input
-            first, as ``input``). ``input`` (this project's option): the detectors' common input (each seed
-            through the models' transform, the variation after it, e.g. affineV2 at 224 px; needs
-            ``image_size`` when their inputs differ). ``image_size`` overrides both.
-        seed_choice: the seed images: ``balanced`` (default: seeded, balanced over the OOD set's classes) or
-            ``first`` (the authors': the first ``min(chains, N_ood)`` images of the set; their scripts run
-            1,000, ``attack.py --n_sample 1000``).
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
-            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
-        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
-    """
-
-    command = "evg"
-
-    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
-                 data_args: dict[str, Any] | None = None, ood: str = "digits", image_size: int | None = None,
-                 variation: Sequence[str] = ("affine", "colour"), variation_args: dict[str, dict[str, Any]] | None = None,
-                 gan: str | None = None, sampler: Sequence[str] = ("mh", "random"),
-                 sampler_args: dict[str, dict[str, Any]] | None = None, chains: int = 1000, steps: int = 2000,
-                 chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
-                 trace_every: int = 10, batch_size: int = 256,
-                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 vary_at: VaryAt = "data", seed_choice: SeedChoice = "balanced", fit_data: str | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
-        self.intervals = Intervals.of(intervals)
-        if not model:
-            raise ValueError("give at least one model (--model, or model: in --config)")
-        for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
-                            ("trace_every", trace_every), ("batch_size", batch_size)):
-            if value < 1:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if image_size is not None and image_size < 8:
-            raise ValueError(f"image_size must be at least 8, got {image_size}")
-        unknown = sorted(set(sampler) - set(SAMPLERS))
-        if unknown:
-            raise ValueError(f"unknown samplers {unknown}; choose from {sorted(SAMPLERS)}")
-        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
-        self.data, self.data_args, self.ood, self.image_size = data, dict(data_args or {}), ood, image_size
-        self.variation, self.variation_args, self.gan = list(variation), dict(variation_args or {}), gan
-        self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
-        self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
-        self.seed, self.trace_every, self.batch_size, self.num_workers = seed, trace_every, batch_size, num_workers
-        if standardise_on not in STANDARDISATION_SETS:
-            raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got {standardise_on!r}")
-        if vary_at not in VARY_AT:
-            raise ValueError(f"vary_at must be one of {list(VARY_AT)}, got {vary_at!r}")
-        if seed_choice not in SEED_CHOICES:
-            raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
-        self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
-        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
-
-    def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, Detector]:
-        """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
-        detectors: dict[str, Detector] = {}
-        for model, kappa in detector_pairs(list(models.values()), [get_kappa(k) for k in self.kappa]):
-            detector = Detector(model, kappa, kappa_args=self.kappa_args.get(kappa.name), varied_images=varied_images)
-            detectors[detector.name] = detector
-        return detectors
-
-    def seed_input(self, models: Sequence[ScoringModel], sizes: Sequence[tuple[int, int]]) -> SeedInput:
-        """What the variations act on (see ``vary_at``), for models and seed images of ``sizes`` ``(H, W)``.
-
-        Raises:
-            ValueError: the variations would act at the detectors' common input, and their inputs differ
-                (naming them): give ``image_size``.
-        """
-        if self.image_size is not None:
-            channels = {m.model_input.channels for m in models}
-            pipeline = TensorPipeline(self.image_size, channels.pop() if len(channels) == 1 else None)
-            return SeedInput(pipeline, True, "raw", f"every OOD image (the clean ones too) first resized to "
-                             f"{self.image_size}x{self.image_size} px (image_size, bilinear), the variations acting "
-                             "there; each detector takes the varied images through its own input transform")
-        if self.vary_at == "data" and len(sizes) == 1:
-            height, width = sizes[0]
-            return SeedInput(None, False, "raw", f"at the data's own size, {height}x{width} px (the authors'); each "
-                             "detector takes the varied images through its own input transform, as every clean image")
-        pipelines = {repr(m.model_input.pipeline): m.model_input.pipeline for m in models}
-        if len(pipelines) > 1:
-            inputs = {m.display_name: m.model_input.size for m in models}
-            why = (f"the OOD images have several sizes ({', '.join(f'{h}x{w}' for h, w in sizes[:4])}, ...), so the "
-                   "variations act at the detectors' common input, but " if self.vary_at == "data" else "")
-            raise ValueError(f"{why}the detectors take images of other inputs ({inputs}): give image_size, the side "
-                             "every OOD image is brought to first (each detector then takes the varied images "
-                             "through its own input transform)")
-        size = next(iter(models)).model_input.size
-        reason = ("vary_at: input" if self.vary_at == "input" else
-                  f"the OOD images have several sizes ({', '.join(f'{h}x{w}' for h, w in sizes[:4])})")
-        return SeedInput(next(iter(pipelines.values())), False, "model_input",
-                         f"at the detectors' common input ({'x'.join(map(str, size)) if size else 'their size'} px; "
-                         f"{reason}): each seed through the models' transform, the variation after it")
-
-    def run(self) -> dict[str, Any]:
-        models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
-        for model in models.values():
-            if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
-                model.network.to(memory_format=torch.channels_last)  # runs the demo's CNN about 1.6x faster
-        self.detectors(models)  # a κ that pairs with no model is refused before any pass
-        datamodule = id_datamodule(self.data, self.data_args, models=list(models.values()))
-        data = EvGData(id_val=datamodule.evaluation_set("val", role="id_val", known_only=True),
-                       id_test=datamodule.evaluation_set("test", role="id_test", known_only=True),
-                       ood=real_ood_set(self.ood, **fashion_arguments(datamodule)), classes=datamodule.class_names,
-                       batch_size=self.batch_size, num_workers=self.num_workers)
-        for model in models.values():
-            check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
-        fit_set = None
-        if any(get_kappa(k).fit_data for k in self.kappa):
-            fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
-        for detector in self.detectors(models).values():
-            check_detectors([detector.kappa], detector.model, fit_set)
-        if self.chains > len(data["ood"]):
-            print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
-                  f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
-        seed_indices = data.seed_indices(self.chains, self.seed, choice=self.seed_choice)
-        seed_input = self.seed_input(list(models.values()), data.seed_sizes(seed_indices))
-        if seed_input.resize_ood:  # the clean OOD images are the chains' unvaried images
-            data = data.through(seed_input.pipeline)
-        detectors = self.detectors(models, seed_input.varied_images)
-        seeds = data.seed_images(seed_indices, None if seed_input.resize_ood else seed_input.pipeline)
-        print(f"EvG varies the OOD images {seed_input.description}")
-        generator = self.gan if self.gan and "gan" in self.variation else None  # a checkpoint or pkg.mod:factory
-        variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
-                                            generator=generator) for name in self.variation}
-        unknown = sorted(set(self.variation_args) - set(variations))
-        if unknown:
-            raise ValueError(f"variation_args for {unknown}, which are not among the variations {self.variation}")
-        module = EvGSearch(detectors, variations, {s: self.sampler_args.get(s, {}) for s in self.sampler}, seeds,
-                           steps=self.steps, seed=self.seed, trace_every=self.trace_every)
-        check_output_dir(self.output_dir)
-        report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
-                           plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed_choice, seed=self.seed,
-                           vary_at=seed_input.description, standardise_on=self.standardise_on,
-                           precision=self.options.precision,
-                           passes=self.shared_passes, intervals=self.intervals, fit_set=fit_set, fit=self.fit)
-        logger = make_logger(self.options, name="evg")
-        # inference mode off: model-based κ such as ODIN take input gradients inside the detector
-        trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
-        trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
-        module.fit_standardisation({name: scores[self.standardise_on] for name, scores in report.scores.items()})
-        batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
-        report.check_batches(module, batches.all_bounds)
-        skipped = [b for b in batches.all_bounds if b not in batches.bounds]
-        if skipped and trainer.is_global_zero:
-            print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
-        if batches.bounds:
-            trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
-        elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
-            print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
-            report.write(trainer, module)
-        return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(self.output_dir)}

@@ -34,7 +34,7 @@ torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metri
   every row it shapes says so in ``weak ensemble``, as does every row of a set whose generator was trained
   against a weak ensemble (``info.json``'s ``training_ensemble_quality``).
 
-Intervals (:class:`callbacks.report.Intervals`): the AUROC gets :meth:`Intervals.auroc`'s interval (the images
+Intervals (:class:`evaluation_engine.outputs.Intervals`): the AUROC gets :meth:`Intervals.auroc`'s interval (the images
 of the ID test set and of the set are independent draws: the resampling unit is the image, ID and OOD
 separately), accuracy and ECE a percentile bootstrap over the set's images; columns ``<metric> low`` /
 ``<metric> high``. The ECE is torchmetrics' binned plug-in estimate (15 bins), the number the field reports;
@@ -55,7 +55,6 @@ import csv
 import io
 import json
 import shutil
-import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -67,66 +66,53 @@ import torch
 from PIL import Image
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import Subset
 from torchmetrics.functional.classification import multiclass_calibration_error
 
-from callbacks.plots import save_image_grid
-from callbacks.report import (
+from callbacks.severity import model_name
+from datamodules.batch import Batch
+from datamodules.evaluation import EvaluationSet
+from datamodules.generated import (
+    MANIFEST_COLUMNS,
+    GeneratedBenchmarkData,
+)
+from datamodules.images import BALANCED_RULE, balanced_choice
+from datamodules.transforms import ModelInput, to_float_tensor
+from evaluation_engine.intervals import (
     DETECTION_NOTE,
     Intervals,
-    check_output_dir,
     detection_columns,
     interval_columns,
+    with_bounds,
+)
+from evaluation_engine.outputs import (
     log_images,
     log_scalars,
     log_table,
-    markdown_table,
     metric_key,
     slug,
     training_report_dir,
-    with_bounds,
     write_csv,
     write_markdown,
     write_replicates,
     write_tables,
 )
-from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import (
+from evaluation_engine.plots import save_image_grid
+from evaluation_engine.scoring import (
     ScoringPasses,
-    TransformedSet,
     check_detectors,
     check_fit_options,
-    default_fit_set,
     detector_pairs,
     write_fitted,
 )
-from callbacks.severity import model_name
-from datamodules.batch import AtLeast, Batch, collate_samples
-from datamodules.evaluation import EvaluationSet, fit_folder_set
-from datamodules.generated import (
-    MANIFEST_COLUMNS,
-    GeneratedBenchmarkData,
-    LatentSeeds,
-    real_shift_set,
-    without_unreadable,
-)
-from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
-from datamodules.registry import build_datamodule
-from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
-from datamodules.transforms import ModelInput, to_float_tensor
 from lightning_modules.checkpoint import (
     check_classes,
     class_indices,
-    datamodule_from_checkpoint,
-    load_module,
-    read_checkpoint,
 )
-from lightning_modules.ensemble_quality import EnsembleQuality, check_ensemble
-from lightning_modules.generated import RegularisedGenerator, ShiftGenerator
-from lightning_modules.generated.modes import GenerationMode, check_generation_mode, generation_mode
-from lightning_modules.nets import DeepEnsemble, PerceptualDistance
+from lightning_modules.ensemble_quality import EnsembleQuality
+from lightning_modules.generated import RegularisedGenerator
+from lightning_modules.generated.modes import check_generation_mode, generation_mode
 from lightning_modules.nets.ensemble import member_paths
-from lightning_modules.scoring import ScoringModel
 from metrics import (
     IndexedPredictions,
     Kappa,
@@ -141,7 +127,6 @@ from openset_common import (
     file_sha256,
     known_columns,
     staging_folder,
-    stale_staging_folders,
     terminate_as_exit,
 )
 
@@ -449,7 +434,7 @@ class GeneratedBenchmark(pl.Callback):
             self.pairs()
 
     def pairs(self, models: Sequence[pl.LightningModule] | None = None) -> list[tuple[pl.LightningModule, Kappa]]:
-        """(model, κ) of every detector (:func:`callbacks.scoring.detector_pairs`)."""
+        """(model, κ) of every detector (:func:`evaluation_engine.scoring.detector_pairs`)."""
         return detector_pairs(list(models if models is not None else self.models or []), self.kappas)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -805,297 +790,3 @@ def training_record(checkpoint: dict[str, Any], module: RegularisedGenerator) ->
     return record
 
 
-class GenerateSets(Evaluation):
-    """``evaluate.py generate``: write ``num`` images of each generator checkpoint as a generated set
-    (:mod:`datamodules.generated`), each with its own output folder; several share one process.
-
-    A shift generator shifts ``num`` in-distribution test images of its own datamodule (through the
-    generator's input transform), chosen seeded and class-balanced (:func:`datamodules.images.balanced_choice`;
-    the protocol test lists are sorted by class); a near-OOD generator draws image ``i`` from its own seed, and
-    the LPIPS reference images are chosen the same way. Every count and output folder is checked before
-    anything is generated. ``info.json`` records the generator's classes and training hyper-parameters, the
-    generation mode, the choice rule and its seed, and the members (paths and sha256) of the ensemble the
-    generator was trained against.
-
-    Args:
-        model: ShiftGenerator or NearOODGenerator checkpoints of ``train.py``.
-        output_dir: one folder per checkpoint (written whole or not at all).
-        num: images per set.
-        seed: near-OOD: image ``i`` comes from the seed ``seed * 1_000_003 + i``; the seed of the choice of shift
-            sources and LPIPS reference images, and of the ``pix2pix`` mode's dropout masks.
-        overwrite: replace existing sets (each stays whole until its new one is complete).
-        batch_size: of the generation (in ``pix2pix`` mode the images depend on it: batch statistics).
-        reference: near-OOD: the LPIPS of each image is to the nearest of this many ID test images.
-        ensemble: member checkpoints (or a members file) that describe the images (default: the generator's).
-        lpips_net, lpips_random_backbone: the LPIPS that describes them (default: the generator's).
-        data_args: arguments of the generator's datamodule to change (e.g. its root).
-        mode: how the generator runs (:mod:`lightning_modules.generated.modes`): ``"eval"`` (dropout off,
-            running statistics: each image a function of its input) or ``"pix2pix"`` (as in training and as
-            Isola et al. test: dropout on, batch statistics).
-        allow_weak_ensemble: describe the images with an ensemble below its quality bar anyway
-            (:mod:`lightning_modules.ensemble_quality`; the generator's own ensemble is also let through when
-            the generator was trained with ``allow_weak_ensemble``); ``info.json`` records the quality of the
-            describing ensemble (``ensemble_quality``) and of the one the generator was trained against
-            (``training_ensemble_quality``, as its checkpoint recorded it).
-    """
-
-    command = "generate"
-
-    def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
-                 batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
-                 lpips_net: str | None = None, lpips_random_backbone: bool = False,
-                 data_args: dict[str, Any] | None = None, mode: GenerationMode = "eval",
-                 allow_weak_ensemble: bool = False, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.allow_weak_ensemble = allow_weak_ensemble
-        self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
-        if not self.model:
-            raise ValueError("give at least one generator checkpoint")
-        if len(self.model) != len(self.output_dir):
-            raise ValueError(f"give one output folder per generator: {len(self.model)} checkpoints, "
-                             f"{len(self.output_dir)} folders")
-        resolved = [Path(folder).resolve() for folder in self.output_dir]
-        twice = sorted({str(folder) for folder in self.output_dir if resolved.count(Path(folder).resolve()) > 1})
-        if twice:  # the second set would replace the first (--overwrite) or fail after the first was generated
-            raise ValueError(f"each generator needs its own output folder: {twice} given more than once")
-        if num < 1:
-            raise ValueError(f"the number of images must be positive, got {num}")
-        if batch_size < 1 or reference < 1:
-            raise ValueError(f"batch_size and reference must be positive, got {batch_size} and {reference}")
-        LatentSeeds(num, seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
-        self.num, self.seed, self.overwrite, self.batch_size, self.reference = num, seed, overwrite, batch_size, reference
-        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
-        self.lpips_net, self.lpips_random_backbone = lpips_net, lpips_random_backbone
-        self.data_args = dict(data_args or {})
-        self.mode = check_generation_mode(mode)
-
-    def run(self) -> Path | list[Path]:
-        for folder in self.output_dir:
-            check_output_dir(folder, overwrite=self.overwrite, what="the generated set")
-        for folder in self.output_dir:  # what a run killed outright (SIGKILL, a power cut) left behind
-            for stale in stale_staging_folders(Path(folder).parent, staging_prefix(Path(folder))):
-                shutil.rmtree(stale, ignore_errors=True)
-                print(f"removed the staging folder {stale} of a generation that did not finish", file=sys.stderr)
-        folders = [self._generate(ckpt, Path(folder)) for ckpt, folder in zip(self.model, self.output_dir, strict=True)]
-        return folders[0] if len(folders) == 1 else folders
-
-    def _generate(self, ckpt: str, folder: Path) -> Path:
-        checkpoint = read_checkpoint(ckpt)
-        module = load_module(ckpt, checkpoint, expected=RegularisedGenerator,
-                             hint="generate writes the images of a ShiftGenerator or NearOODGenerator checkpoint")
-        datamodule = datamodule_from_checkpoint(checkpoint, ckpt, self.data_args)
-        id_test = datamodule.evaluation_set("test", role="id_test", known_only=True)
-        pipeline = datamodule.model_input().pipeline  # the images the generator was trained on
-        hparams = module.hparams
-        members = self.ensemble or hparams.get("ensemble")
-        # the describing ensemble held to its bar; the generator's own one also passes when the generator was
-        # trained with allow_weak_ensemble (its checkpoint records what was checked)
-        allow = self.allow_weak_ensemble or (not self.ensemble and bool(hparams.get("allow_weak_ensemble", False)))
-        quality = check_ensemble(members, what=f"describing the images of {ckpt} (the manifest's MI and ensemble "
-                                 "predictions)", allow_weak=allow) if members else None
-        ensemble = DeepEnsemble.from_checkpoints(members) if members else None
-        perceptual = PerceptualDistance(self.lpips_net or hparams.get("lpips_net", "vgg"),
-                                        random_backbone=self.lpips_random_backbone
-                                        or bool(hparams.get("lpips_random_backbone", False)))
-        choice = {"rule": BALANCED_RULE, "seed": self.seed}
-        if isinstance(module, ShiftGenerator):
-            kind = "shift"
-            if len(id_test) < self.num:
-                raise ValueError(f"--num {self.num}: the data have only {len(id_test)} in-distribution test images "
-                                 "to shift")
-            chosen = balanced_choice(id_test.labels(), self.num, self.seed).tolist()
-            items: Any = TransformedSet(Subset(id_test.dataset, chosen), pipeline)
-            collate: Any = collate_samples
-            module.attach_scorers(ensemble, perceptual)
-        else:
-            kind = "near_ood"
-            items, collate = LatentSeeds(self.num, self.seed), None
-            count = min(self.reference, len(id_test))
-            chosen = balanced_choice(id_test.labels(), count, self.seed).tolist()
-            reference = torch.stack([pipeline(id_test.dataset[i].image) for i in chosen])
-            module.attach_scorers(ensemble, perceptual, reference=reference)
-        info = {
-            "kind": kind, "generator": str(ckpt), "generator_sha256": file_sha256(ckpt),
-            "generator_class": type(module).__name__, "seed": self.seed,
-            "classes": list(datamodule.class_names), "mode": self.mode,
-            "lambda_perceptual": module.lambda_perceptual, "lambda_semantic": module.lambda_semantic,
-            "training": training_record(checkpoint, module),
-            "training_ensemble": member_records(hparams.get("ensemble")),
-            "lpips": perceptual.description, "ensemble": ensemble.paths if ensemble is not None else [],
-            "ensemble_quality": quality.as_dict() if quality is not None else None,
-            "training_ensemble_quality": checkpoint.get("ensemble_quality"),
-            "reference_images": self.reference if kind == "near_ood" else None,
-            "reference_choice": choice if kind == "near_ood" else None,
-            "source": "in-distribution test images of the generator's datamodule" if kind == "shift" else None,
-            "source_choice": choice if kind == "shift" else None,
-        }
-        writer = GeneratedSetWriter(folder, info, overwrite=self.overwrite)
-        trainer = make_trainer(self.options, logger=False, callbacks=[GenerationModeSetter(self.mode, self.seed), writer])
-        # at least one image per process (fewer images than processes: the repeats are written once)
-        loader = DataLoader(AtLeast(items, trainer.world_size), batch_size=self.batch_size, collate_fn=collate)
-        trainer.predict(module, dataloaders=loader, return_predictions=False)
-        if trainer.is_global_zero:
-            print(f"{writer.count} {kind} images written to {folder} ({perceptual.description}, {self.mode} mode)")
-        return folder
-
-
-class GeneratedEvaluation(Evaluation):
-    """``evaluate.py generated``: detectors on generated near-OOD and shifted sets next to real OOD and real
-    shifted sets, the sets' description, and the rank agreement of the detectors between generated and real
-    benchmarks.
-
-    Args:
-        model: the detectors' models: ``timm:<name>``, ``torchvision:<name>``, checkpoints,
-            ``ensemble:<members>``.
-        kappa: κ names; each is paired with the models it applies to (ensemble κ with ensembles).
-        kappa_args: per κ, its arguments.
-        data: the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a datamodule class path;
-            default: the first checkpoint model's datamodule.
-        data_args: arguments of that datamodule to change.
-        near_ood, shift: folders of generated sets (``evaluate.py generate``); a set generated for other
-            classes than the data's is refused.
-        real_ood: real OOD sets, ``NAME=SPEC`` or ``SPEC``: ``digits``, ``fashion:unknown``, ``fashion:<ids>``,
-            or an image folder.
-        real_shift: real shifted sets, ``NAME=FOLDER`` or ``FOLDER``, laid out as ``<folder>/<class name or
-            wnid>/*`` (ImageNet-R, one corruption and severity of ImageNet-C): accuracy, ECE and AUROC next to
-            the generated shifted sets, and Kendall's τ between their detector rankings.
-        ensemble: member checkpoints (or a members file) of the ensemble whose MI and predictions describe the
-            sets; give one independent of the generators' training ensemble for independent evidence (a shared
-            one is flagged in every table).
-        lpips_net, lpips_random_backbone: the LPIPS that describes the sets.
-        reference: ID test images the nearest-image LPIPS searches, chosen seeded and class-balanced.
-        reference_seed: the seed of that choice.
-        label_filter: also score each shifted set on the images that keep their label (the ensemble's
-            prediction on the shifted image equals that on its source, Mukhoti et al.'s condition); needs
-            ``ensemble``.
-        on_bad_image: unreadable images of the image folders (real OOD, real shifted; the ID datamodule's when it
-            has the option and ``data_args`` do not set it): ``"fail"`` names the file and stops; ``"skip"`` decodes
-            every folder image once before the passes and leaves the unreadable ones out, counted in a warning.
-        batch_size, num_workers: of the passes.
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        output_dir: the tables and grids.
-        cache_dir: cached passes (``None``: none).
-        plots: write and log the grids.
-        intervals: level, bootstrap resamples and seed of the intervals.
-        allow_weak_ensemble: describe the sets with an ensemble below its quality bar anyway
-            (:mod:`lightning_modules.ensemble_quality`: the bar stated at ``train.py ensemble``, else the sanity
-            bar); every row it shapes then names it in ``weak ensemble``.
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
-            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
-        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
-    """
-
-    command = "generated"
-
-    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
-                 data_args: dict[str, Any] | None = None, near_ood: Sequence[str] = (), shift: Sequence[str] = (),
-                 real_ood: Sequence[str] = (), real_shift: Sequence[str] = (),
-                 ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
-                 lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
-                 label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
-                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 allow_weak_ensemble: bool = False, fit_data: str | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
-        self._fit_set: EvaluationSet | None = None
-        if not model:
-            raise ValueError("give at least one model (--model, or model: in --config)")
-        self.allow_weak_ensemble = allow_weak_ensemble
-        self.intervals = Intervals.of(intervals)
-        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
-        self.data, self.data_args = data, dict(data_args or {})
-        self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
-        self.real_shift = list(real_shift)
-        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
-        self.lpips_net, self.lpips_random_backbone, self.reference = lpips_net, lpips_random_backbone, reference
-        self.reference_seed = reference_seed
-        if label_filter and not self.ensemble:
-            raise ValueError("label_filter needs --ensemble (the ensemble whose predictions on each shifted image and "
-                             "its source are compared)")
-        self.label_filter = label_filter
-        self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
-
-    def run(self) -> dict[str, Any]:
-        models = [m if isinstance(m, ScoringModel) else ScoringModel(m, pretrained=not self.random_weights)
-                  for m in self.model]
-        detector_pairs(models, [get_kappa(k) for k in self.kappa])  # before any data are read
-        data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
-        if self._fit_set is None and self.fit_data and isinstance(self.data, GeneratedBenchmarkData):
-            self._fit_set = fit_folder_set(self.fit_data, data.classes)
-        # before any pass: an ensemble below its quality bar describes nothing unless told
-        quality = check_ensemble(self.ensemble if len(self.ensemble) > 1 else self.ensemble[0],
-                                 what="describing the sets (--ensemble)",
-                                 allow_weak=self.allow_weak_ensemble) if self.ensemble else None
-        describer = ScoringModel(f"ensemble:{','.join(self.ensemble)}") if self.ensemble else None
-        perceptual = (PerceptualDistance(self.lpips_net, random_backbone=self.lpips_random_backbone)
-                      if self.lpips_net else None)
-        check_output_dir(self.output_dir)
-        benchmark = GeneratedBenchmark(data, self.kappa, models=models, kappa_args=self.kappa_args, describer=describer,
-                                       describer_quality=quality,
-                                       perceptual=perceptual, reference=self.reference,
-                                       reference_seed=self.reference_seed, label_filter=self.label_filter,
-                                       output_dir=self.output_dir, plots=self.plots,
-                                       passes=self.shared_passes or ScoringPasses(self.cache_dir),
-                                       intervals=self.intervals, fit_set=self._fit_set, fit=self.fit)
-        logger = make_logger(self.options, name="generated-benchmark")
-        trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
-        trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
-        if trainer.is_global_zero:
-            print(f"\nGenerated benchmark written to {self.output_dir}")
-            print(markdown_table(benchmark.detectors, DETECTOR_COLUMNS))
-            if benchmark.sets:
-                print((Path(self.output_dir) / "sets.md").read_text())
-        return {"detectors": benchmark.detectors, "sets": benchmark.sets, "agreement": benchmark.agreement}
-
-    def _data(self, models: list[ScoringModel]) -> GeneratedBenchmarkData:
-        datamodule = id_datamodule(self.data, self.data_args, models=models)
-        if hasattr(datamodule, "on_bad_image") and "on_bad_image" not in self.data_args:
-            datamodule.on_bad_image = self.on_bad_image
-        real = {}
-        for pair in self.real_ood:
-            name, sep, spec = pair.partition("=")
-            dataset = real_ood_set(spec if sep else pair, **fashion_arguments(datamodule))
-            if isinstance(dataset, ImageFileDataset) and self.on_bad_image == "skip":
-                dataset = without_unreadable(dataset, what=f"real OOD set {spec if sep else pair}")
-            real[name if sep else pair] = dataset
-        classes = list(datamodule.class_names)
-        shifted = {}
-        for pair in self.real_shift:
-            name, sep, folder = pair.partition("=")
-            folder = folder if sep else pair
-            shifted[name if sep else Path(folder).name] = real_shift_set(folder, classes, on_bad_image=self.on_bad_image)
-        kappas = [get_kappa(k) for k in self.kappa]
-        self._fit_set = (fit_folder_set(self.fit_data, classes) if self.fit_data else default_fit_set(datamodule)) \
-            if any(k.fit_data for k in kappas) else None
-        return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),
-                                      near_ood=self.near_ood, shift=self.shift, real_ood=real, real_shift=shifted,
-                                      classes=classes, batch_size=self.batch_size, num_workers=self.num_workers)
-
-
-def id_datamodule(data: str | None, data_args: dict[str, Any], *, models: Sequence[ScoringModel]) -> Any:
-    """The in-distribution datamodule of ``generated`` and ``evg``: ``data`` by name (``fashion``), a checkpoint
-    (its own datamodule) or a class path, with ``data_args``; default: the first checkpoint model's datamodule."""
-    if data is None:
-        checkpoints = [m.spec.removeprefix("ensemble:").split(",")[0] for m in models
-                       if m.spec.endswith(".ckpt") or m.spec.startswith("ensemble:")]
-        if not checkpoints:
-            raise ValueError("no checkpoint among the models gives the in-distribution data: give --data (fashion, a "
-                             "checkpoint of train.py, or a datamodule class path)")
-        data = checkpoints[0]
-        if not data.endswith(".ckpt"):  # a members file: its first member
-            data = str(member_paths(data)[0])
-    if data.endswith(".ckpt"):
-        return datamodule_from_checkpoint(read_checkpoint(data), data, data_args)
-    return build_datamodule(data, data_args)
-
-
-def fashion_arguments(datamodule: Any) -> dict[str, Any]:
-    """``data_dir`` and ``known`` of a Fashion-MNIST datamodule, for ``fashion:`` real OOD sets."""
-    if hasattr(datamodule, "_folder") and hasattr(datamodule, "known"):
-        return {"data_dir": datamodule._folder(), "known": datamodule.known}
-    return {"data_dir": DEBIAN_FASHION_MNIST_DIR, "known": ()}

@@ -25,8 +25,8 @@ On ``trainer.test`` it logs ``test/...`` and writes everything next to the check
 
 Every file is written atomically by global rank zero.
 
-Intervals at test (:class:`callbacks.report.Intervals`): the AUROC of knowns vs each group gets DeLong's
-interval (:meth:`callbacks.report.Intervals.auroc`); closed-set accuracy Wilson's interval of the proportion;
+Intervals at test (:class:`evaluation_engine.outputs.Intervals`): the AUROC of knowns vs each group gets DeLong's
+interval (:meth:`evaluation_engine.outputs.Intervals.auroc`); closed-set accuracy Wilson's interval of the proportion;
 CCR@FPR (each convention; NaN replicates of the authors' "—" are left out) and γ a percentile bootstrap in which
 the resampling unit is the test image, stratified: knowns, negatives and unknowns are resampled separately
 (each group's size is fixed by the protocol, not drawn). The bootstrap replicates of every scalar, accuracy
@@ -37,19 +37,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 
-from callbacks.plots import plot_oscr_curves, plot_score_histograms
-from callbacks.report import (
-    Intervals,
-    check_output_dir,
+from evaluation_engine.intervals import Intervals
+from evaluation_engine.outputs import (
     default_report_dir,
     log_images,
     training_report_dir,
@@ -57,9 +54,7 @@ from callbacks.report import (
     write_json,
     write_replicates,
 )
-from callbacks.run import Evaluation, TrainerOptions, make_logger, make_trainer
-from lightning_modules.checkpoint import load_run
-from lightning_modules.open_set_classifier import OpenSetClassifier
+from evaluation_engine.plots import plot_oscr_curves, plot_score_histograms
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
 from metrics.intervals import bootstrap_open_set
 from openset_common import atomic_write_text, tensors_fingerprint
@@ -307,65 +302,3 @@ class OpenSetEvaluation(pl.Callback):
         return directory
 
 
-class OSCREvaluation(Evaluation):
-    """``evaluate.py oscr``: the open-set test report (Palechor et al.) of a checkpoint of ``train.py`` -- CCR
-    at FPR on negatives and unknowns, AUROC, closed-set accuracy, γ, the OSCR curves and score histograms.
-
-    The model and the datamodule are rebuilt from the checkpoint alone; ``data_args`` change datamodule
-    arguments (e.g. the ImageNet root on another machine), and data of other known classes than the
-    checkpoint's are refused. The report goes next to the checkpoint (``<checkpoint>-oscr/``) unless
-    ``output_dir`` is given, and to W&B.
-
-    Args:
-        model: a checkpoint of ``train.py``.
-        data_args: datamodule arguments to change.
-        fpr: the FPR targets of CCR@FPR.
-        output_dir: the report folder.
-        plots: write and log the figures.
-        ccr_convention: ``exact`` (the largest CCR with FPR <= target) and/or ``authors`` (the published
-            tables' procedure, keys ``authors_ccr@fpr=...``).
-        intervals: level, bootstrap resamples and seed of the intervals.
-    """
-
-    command = "oscr"
-
-    def __init__(self, model: str, data_args: dict[str, Any] | None = None,
-                 fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,
-                 ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
-                 intervals: Intervals | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        if str(model).startswith(("timm:", "torchvision:", "ensemble:")):
-            raise ValueError(f"oscr needs a checkpoint of train.py (a classifier trained on an open-set protocol, whose "
-                             f"test set holds its negatives and unknowns), got the model name {model!r}; the other "
-                             "commands (severity, generated, evg) take timm:, torchvision: and ensemble: models")
-        self.intervals = Intervals.of(intervals)
-        self.model, self.data_args = model, dict(data_args or {})
-        self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
-        self.conventions = list(ccr_convention)
-
-    def run(self) -> dict[str, Any] | None:
-        # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
-        # test step to score), and a report folder that cannot be written (by default next to the checkpoint)
-        model, datamodule, checkpoint = load_run(
-            self.model, self.data_args, expected=OpenSetClassifier,
-            hint="oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test set holds "
-                 "its protocol's negatives and unknowns")
-        checkpoint_path = Path(self.model)
-        check_output_dir(self.output_dir if self.output_dir is not None
-                         else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
-        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
-                                       conventions=self.conventions, intervals=self.intervals)
-        logger = make_logger(self.options, name=f"oscr-{Path(self.model).stem}", version=checkpoint.get("logger_version"))
-        trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
-        trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
-        if not (trainer.is_global_zero and evaluation.report_path is not None):
-            return None
-        report = json.loads((evaluation.report_path / "metrics.json").read_text())
-        print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
-              + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
-              + "; nan = the authors' '—')")
-        intervals = report.get("intervals", {})
-        for name, value in sorted(report["scalars"].items()):
-            low, high = intervals.get(name, (None, None))
-            print(f"  {name:40s} {value:.4f}" + (f"  [{low:.4f}, {high:.4f}]" if low is not None else ""))
-        return report

@@ -4,7 +4,7 @@
 tested (``evaluate.py severity``, and at ``trainer.test``) on severity data (:mod:`datamodules.severity`):
 the ID test images, and the OOD pool's estimation and test images.
 
-1. collect: the engine's scoring passes (:class:`callbacks.scoring.ScoringPasses`): one sharded pass over each
+1. collect: the engine's scoring passes (:class:`evaluation_engine.scoring.ScoringPasses`): one sharded pass over each
    set gives the logits, with the model's own input transform; a model-based κ (ODIN, MC dropout) gets its
    own pass. With ``cache_dir`` (fixed models) the passes are cached on disk; during training nothing is kept
    across epochs (the weights change).
@@ -21,7 +21,7 @@ the ID test images, and the OOD pool's estimation and test images.
    level and whether the model saw them in training as negatives), ``severity.csv`` and
    ``severity_auroc.png``.
 5. intervals (at test): every level's AUROC, the mean over the levels and the hardest level's AUROC get a
-   percentile-bootstrap interval (:class:`callbacks.report.Intervals`) whose resampling unit is the class:
+   percentile-bootstrap interval (:class:`evaluation_engine.outputs.Intervals`) whose resampling unit is the class:
    a level is a group of G classes, and a benchmark of other classes would be another draw of that group.
    Each resample draws the pool's classes with replacement, keyed by their index in the pool (every test image
    of a drawn class counts as often as its class is drawn; a class has one weight in every level and every
@@ -35,7 +35,6 @@ the ID test images, and the OOD pool's estimation and test images.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,26 +44,23 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
-from callbacks.plots import plot_severity
-from callbacks.report import (
-    Intervals,
-    check_output_dir,
+from datamodules.evaluation import EvaluationSet
+from datamodules.severity import SEVERITY_SETS, SeverityData
+from evaluation_engine.intervals import Intervals, detection_columns, interval_columns, with_bounds
+from evaluation_engine.outputs import (
     default_report_dir,
-    detection_columns,
-    interval_columns,
     log_images,
     log_table,
     metric_key,
     slug,
     training_report_dir,
     wandb_loggers,
-    with_bounds,
     write_csv,
     write_replicates,
     write_tables,
 )
-from callbacks.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
-from callbacks.scoring import (
+from evaluation_engine.plots import plot_severity
+from evaluation_engine.scoring import (
     ScoringPasses,
     check_detectors,
     check_fit_options,
@@ -73,11 +69,7 @@ from callbacks.scoring import (
     model_input_of,
     write_fitted,
 )
-from datamodules.evaluation import EvaluationSet
-from datamodules.registry import build_severity_data
-from datamodules.severity import SEVERITY_SETS, SeverityData
-from lightning_modules.checkpoint import check_classes, datamodule_from_checkpoint, read_checkpoint
-from lightning_modules.scoring import ScoringModel
+from lightning_modules.checkpoint import check_classes
 from metrics import (
     TABLE_COLUMNS,
     Kappa,
@@ -465,123 +457,3 @@ class SeverityAUROC(pl.Callback):
         return out
 
 
-class SeverityEvaluation(Evaluation):
-    """``evaluate.py severity``: the model-tailored C-OOD severity benchmark (Galil et al.) of any model.
-
-    11 severity levels are built for each (model, κ) and each level's AUROC is reported, with the columns of
-    the paper's published tables. The model's passes are cached in ``cache_dir``, so a further κ on the same
-    model does not run the model again.
-
-    Args:
-        model: ``timm:<name>``, ``torchvision:<name>``, a checkpoint of ``train.py`` or ``ensemble:<members>``
-            (from Python also a :class:`lightning_modules.ScoringModel`).
-        kappa: the confidence functions (:data:`metrics.KAPPAS`).
-        kappa_args: per κ, its arguments, e.g. ``{"odin": {"temperature": 1000}}``.
-        model_args: timm/torchvision model arguments, e.g. ``{"drop_rate": 0.2}`` for MC dropout.
-        data: ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a P1-P3 checkpoint's
-            unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class path; default: the
-            checkpoint's own datamodule's, else ``imagenet`` (from Python also a :class:`SeverityData`).
-        data_args: the data's arguments (``id_root``, ``pool_root``, ``pool_file``, ``estimation``, ...).
-        num_levels: severity levels (11 in the paper).
-        batch_size, num_workers: of the passes (default: the data's).
-        cache_dir: cached model passes (``None``: no cache).
-        output_dir: tables and figure (default: ``runs/severity/<model>``).
-        plots: write and log the figure.
-        pretrained_file: an explicit weights file (timm).
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ReAct, ...):
-            ``<folder>/<class>/*`` with the model's classes (ILSVRC2012/train for a timm model); default: a
-            checkpoint's training split.
-        fit: per κ, the cap of its fit set: ``{"knn": {"fraction": 0.01}}``, ``{"mahalanobis": {"per_class": 100}}``.
-    """
-
-    command = "severity"
-
-    def __init__(self, model: str, kappa: Sequence[str] = ("softmax",), kappa_args: dict[str, dict[str, Any]] | None = None,
-                 model_args: dict[str, Any] | None = None, data: str | None = None, data_args: dict[str, Any] | None = None,
-                 num_levels: int = 11, batch_size: int | None = None, num_workers: int | None = None,
-                 cache_dir: str | None = "runs/cache", output_dir: str | None = None, plots: bool = True,
-                 pretrained_file: str | None = None, random_weights: bool = False, intervals: Intervals | None = None,
-                 fit_data: str | None = None, fit: dict[str, dict[str, Any]] | None = None,
-                 *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.intervals = Intervals.of(intervals)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
-        self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
-        self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
-        self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers
-        self.cache_dir, self.output_dir, self.plots = cache_dir, output_dir, plots
-        self.pretrained_file, self.random_weights = pretrained_file, random_weights
-
-    def run(self) -> dict[str, list[dict[str, Any]]]:
-        scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(
-            self.model, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
-            model_args=self.model_args)
-        data = self.data if isinstance(self.data, SeverityData) else build_severity_data(
-            self.data, self.data_args, datamodule=training_datamodule(scoring))
-        output_dir = Path(self.output_dir or Path("runs/severity") / slug(scoring.display_name))
-        check_output_dir(output_dir)
-        severity = SeverityAUROC(data=data, kappas=self.kappa, kappa_args=self.kappa_args, every_n_epochs=0,
-                                 num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
-                                 cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
-                                 passes=self.shared_passes, intervals=self.intervals,
-                                 fit_set=command_fit_set(scoring, self.fit_data, [get_kappa(k) for k in self.kappa]),
-                                 fit=self.fit)
-        data.setup()  # every class folder and the pool file, before the trainer starts
-        severity.check(scoring)
-        logger = make_logger(self.options, name=f"severity-{scoring.display_name}")
-        trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
-        trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
-        if trainer.is_global_zero:
-            print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, the rest from "
-                  f"{'the cache ' + str(self.cache_dir) if self.cache_dir else 'memory'})")
-            for name, rows in severity.tables.items():
-                print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
-                      + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
-        return severity.tables
-
-
-class SeverityPlot(Evaluation):
-    """``evaluate.py severity-plot``: one figure of OOD AUROC against severity for every (model, κ) in the
-    given tables (``evaluate.py severity``'s or the paper's published one).
-
-    Args:
-        tables: CSV tables with the columns of :data:`metrics.TABLE_COLUMNS`.
-        output: the PNG file to write.
-    """
-
-    command = "severity-plot"
-
-    def __init__(self, tables: Sequence[str], output: str, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        if not tables:
-            raise ValueError("give at least one severity table")
-        self.tables, self.output = list(tables), output
-
-    def run(self) -> Path:
-        found: dict[str, list[dict[str, float]]] = {}
-        for path in self.tables:
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"severity table {path} does not exist")
-            with open(path, newline="") as handle:
-                reader = csv.DictReader(handle)
-                missing = [c for c in ("severity level", "ood-auroc", "model name - confidence function")
-                           if c not in (reader.fieldnames or [])]
-                if missing:
-                    raise ValueError(f"{path} is not a severity table: columns {missing} are missing "
-                                     f"({list(TABLE_COLUMNS)})")
-                for row in reader:
-                    found.setdefault(row["model name - confidence function"], []).append(
-                        {"severity level": int(row["severity level"]), "ood-auroc": float(row["ood-auroc"])})
-        check_output_dir(Path(self.output).parent, what=f"the figure {self.output}")
-        figure = plot_severity(found, self.output)
-        print(f"Severity figure of {len(found)} tables: {figure}")
-        return figure
-
-
-def training_datamodule(scoring: ScoringModel) -> Any:
-    """The training datamodule of a checkpoint model (rebuilt from its arguments), else ``None``."""
-    if not scoring.spec.endswith(".ckpt"):
-        return None
-    return datamodule_from_checkpoint(read_checkpoint(scoring.spec), scoring.spec)

@@ -14,7 +14,7 @@ model's weights preset, a checkpoint's own datamodule (:meth:`datamodules.OpenSe
 A module given without one is refused (no PIL image ever reaches a network). It also carries the classes
 it predicts (``classes``), so that data of other classes are refused by name, not by count.
 
-The evaluation itself is done by the callbacks (:mod:`callbacks.scoring` runs the passes); ``evaluate.py``
+The evaluation itself is done by the callbacks (:mod:`evaluation_engine.scoring` runs the passes); ``evaluate.py``
 runs ``trainer.test`` only to launch the processes and call them.
 """
 

@@ -66,7 +66,7 @@ class Kappa:
     A κ backed by a detector of :mod:`metrics.detectors` (``detector`` set: Mahalanobis, KNN, ViM, ReAct,
     ASH, ... and any pytorch-ood detector by name, ``pood:<Class>``) is built per model with
     :meth:`build` and, when :attr:`needs_fit`, fitted on in-distribution training outputs before it scores
-    (the engine's fit pass, :meth:`callbacks.scoring.ScoringPasses.fitted`). Every other κ of the logits or
+    (the engine's fit pass, :meth:`evaluation_engine.scoring.ScoringPasses.fitted`). Every other κ of the logits or
     an ensemble is a detector with an empty fit (:class:`FunctionDetector`).
 
     Attributes:
@@ -413,7 +413,7 @@ def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, 
         background: the last logit is the background class.
         parameters: the κ's resolved parameters (:meth:`Kappa.parameters`).
         detector: the κ's detector for this model, fitted (required for a κ that needs fitting:
-            :meth:`callbacks.scoring.ScoringPasses.fitted` makes it); default: :meth:`Kappa.build`.
+            :meth:`evaluation_engine.scoring.ScoringPasses.fitted` makes it); default: :meth:`Kappa.build`.
     """
     if kappa.kind == "model":
         return outputs[f"scores/{kappa.name}"]

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from callbacks.report_page import MISSING, format_cell, write_page
+from report_card.page import MISSING, format_cell, write_page
 from tests.callbacks import test_report_page as fixtures
 
 pytestmark = pytest.mark.browser

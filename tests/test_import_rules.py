@@ -1,10 +1,12 @@
-"""The import rules of DESIGN.md §2: the data flow files -> datamodules -> lightning_modules -> callbacks ->
-metrics, and no import circle between the project's modules.
+"""The import rules of DESIGN.md §2: the data flow files -> datamodules -> lightning_modules -> evaluation_engine
+-> callbacks -> evaluation_methods -> report_card, all on metrics, and no import circle between the project's modules.
 
-``metrics`` imports nothing of the other packages; ``datamodules`` never imports a model, a callback or a
-metric; ``lightning_modules`` never imports a callback; ``openset_common`` imports nothing of the project. Every
-package may import ``openset_common``. Imports inside functions count: a lazy import that dodges a circle is
-still one.
+``metrics`` imports nothing of the other packages; ``datamodules`` never imports a model, the engine, a callback
+or a metric; ``lightning_modules`` never imports the engine or anything above it; the ``engine`` (scoring passes,
+intervals, outputs) never a callback, a method or the report card; a ``callback`` never a method's command or the
+card; a ``method`` never the card; ``openset_common`` imports nothing of the project. Every package may import
+``openset_common``. Imports inside functions count: a lazy import that dodges a circle is still one. And
+``callbacks/`` holds Lightning callbacks only (:func:`test_callbacks_holds_only_lightning_callbacks`).
 """
 
 import ast
@@ -14,14 +16,19 @@ import pytest
 
 from tests.conftest import ROOT
 
-PROJECT = {"metrics", "datamodules", "lightning_modules", "callbacks", "openset_common", "train", "evaluate", "benchmarks"}
-LIBRARY = ("metrics", "datamodules", "lightning_modules", "callbacks", "openset_common")
+PROJECT = {"metrics", "datamodules", "lightning_modules", "evaluation_engine", "callbacks", "evaluation_methods", "report_card", "openset_common",
+           "train", "evaluate", "benchmarks"}
+LIBRARY = ("metrics", "datamodules", "lightning_modules", "evaluation_engine", "callbacks", "evaluation_methods", "report_card", "openset_common")
+ENTRY = {"train", "evaluate", "benchmarks"}
 FORBIDDEN = {
     "openset_common": PROJECT - {"openset_common"},
     "metrics": PROJECT - {"metrics", "openset_common"},
-    "datamodules": {"lightning_modules", "callbacks", "metrics", "train", "evaluate", "benchmarks"},
-    "lightning_modules": {"callbacks", "train", "evaluate", "benchmarks"},
-    "callbacks": {"train", "evaluate", "benchmarks"},
+    "datamodules": {"lightning_modules", "evaluation_engine", "callbacks", "evaluation_methods", "report_card", "metrics", *ENTRY},
+    "lightning_modules": {"evaluation_engine", "callbacks", "evaluation_methods", "report_card", *ENTRY},
+    "evaluation_engine": {"callbacks", "evaluation_methods", "report_card", *ENTRY},
+    "callbacks": {"evaluation_methods", "report_card", *ENTRY},
+    "evaluation_methods": {"report_card", *ENTRY},
+    "report_card": ENTRY,
 }
 
 
@@ -130,3 +137,20 @@ def test_a_circle_through_a_lazy_import_is_found(tmp_path, monkeypatch):
     assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
     assert import_circles({"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}) == [["pkg.a", "pkg.b"]]
     assert import_circles(module_graph(sorted(package.glob("*.py")))) == [["pkg.a", "pkg.b"]]
+
+
+def test_callbacks_holds_only_lightning_callbacks():
+    """Every class defined in ``callbacks/`` is a ``pl.Callback`` (the commands are in ``methods/``, the engine in
+    ``engine/``, the card in ``report/``); helper functions and constants may stay beside their callback."""
+    import importlib
+    import inspect
+
+    import pytorch_lightning as pl
+
+    found = {}
+    for path in files_of("callbacks"):
+        module = importlib.import_module(module_name(path))
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and value.__module__ == module.__name__ and not issubclass(value, pl.Callback):
+                found[f"{module.__name__}.{name}"] = value
+    assert sorted(found) == []

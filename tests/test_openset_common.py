@@ -62,7 +62,8 @@ def test_sigterm_within_the_block_is_an_exit_that_runs_finally():
 
 
 GENERIC_NAMES = ("common", "utils", "data", "models", "plots", "config", "metrics_utils", "report", "scoring",
-                 "checkpoint", "transforms", "losses", "registry", "evaluation", "images", "wordnet", "protocols")
+                 "checkpoint", "transforms", "losses", "registry", "evaluation", "images", "wordnet", "protocols",
+                 "engine", "methods", "card", "page", "outputs", "intervals")
 
 
 @pytest.mark.slow  # a fresh Python importing every entry point: about 10-25 s on 2 cores
@@ -74,7 +75,8 @@ def test_a_users_generic_modules_beside_a_notebook_shadow_nothing(tmp_path):
     script = (
         "import sys\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import evaluate, train, metrics.auroc, callbacks, datamodules, lightning_modules\n"
+        "import evaluate, train, metrics.auroc, callbacks, datamodules, lightning_modules, evaluation_engine\n"
+        "import evaluation_methods, report_card\n"
         "from evaluate import report\n"
         "from openset_common import atomic_write_text\n"
         f"print(sorted(n for n in sys.modules if n in {GENERIC_NAMES!r}))\n"
@@ -92,5 +94,5 @@ def test_no_top_level_module_of_the_project_has_a_generic_name():
     top = sorted(p.stem for p in ROOT.glob("*.py")) + sorted(p.name for p in ROOT.iterdir()
                                                            if (p / "__init__.py").is_file() and p.name != "tests")
     assert top == ["evaluate", "openset_common", "train", "benchmarks", "callbacks", "datamodules",
-                   "lightning_modules", "metrics"]
+                   "evaluation_engine", "evaluation_methods", "lightning_modules", "metrics", "report_card"]
     assert not set(top) & set(GENERIC_NAMES)

@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import evaluate
-from callbacks.report import Intervals, read_replicates
-from callbacks.report_card import HEADLINES, Headline, ReportCard, compare_column
+from evaluation_engine.intervals import Intervals
+from evaluation_engine.outputs import read_replicates
 from metrics import worse_than_best
+from report_card.card import HEADLINES, Headline, ReportCard, compare_column
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
@@ -318,8 +319,8 @@ def test_section_folders_are_checked_before_the_first_section_runs(demo_checkpoi
 
 
 def test_a_card_killed_midway_leaves_its_old_page_marked_stale(tmp_path: Path) -> None:
-    from callbacks.report_card import mark_stale
-    from callbacks.report_page import write_page
+    from report_card.card import mark_stale
+    from report_card.page import write_page
 
     report = {"title": "t", "leaderboard": {"columns": [], "rows": []}, "sections": [], "notes": []}
     write_page(report, tmp_path)

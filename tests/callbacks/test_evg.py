@@ -22,12 +22,13 @@ from sklearn.datasets import load_digits
 from sklearn.metrics import roc_auc_score
 
 import evaluate
-from callbacks.evg import EvGEvaluation, ensemble_label, sampler_ensemble
+from callbacks.evg import ensemble_label, sampler_ensemble
 from datamodules.evg import EvGData
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.images import TensorImageDataset, balanced_choice
 from datamodules.sources import load_digits_images
 from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_methods.evg import EvGEvaluation
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import load_module
 from lightning_modules.evg import AffineVariation, ColourVariation, Detector, EvGSearch
@@ -447,8 +448,8 @@ def test_the_identity_variation_of_a_seed_scores_its_clean_score(rule: str) -> N
     timm model itself in tests/lightning_modules/evg/test_detector.py)."""
     from torchvision import transforms as T
 
-    from callbacks.scoring import ScoringPasses
     from datamodules.transforms import PILPipeline
+    from evaluation_engine.scoring import ScoringPasses
     from lightning_modules.evg import build_variation
 
     pil = PILPipeline(T.Compose([T.Resize(37, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(32),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from callbacks.evg import EvGReport
-from callbacks.report import Intervals
+from evaluation_engine.intervals import Intervals
 from metrics import auroc_interval, min_rank, resample_weights, weighted_auroc
 
 

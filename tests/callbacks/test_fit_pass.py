@@ -5,14 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from callbacks.scoring import (
-    ScoringPasses,
-    check_detectors,
-    check_fit_options,
-    fit_subset,
-)
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.images import TensorImageDataset
+from evaluation_engine.scoring import ScoringPasses, check_detectors, check_fit_options, fit_subset
 from metrics.detectors.base import Detector
 from metrics.kappa import detector_kappa, kappa_scores
 from tests.callbacks.test_scoring import Counting, fake_trainer, scoring_model
@@ -211,7 +206,7 @@ def test_during_training_the_detector_is_refitted_every_evaluation_on_the_capped
 
 
 def test_review_fixes_caps_heads_and_checks_before_the_pass():
-    from callbacks.scoring import check_head
+    from evaluation_engine.scoring import check_head
     from metrics import KAPPAS
 
     model, trainer, data = scoring_model(Headed()), fake_trainer(0, 1), fit_set(30, 3)
@@ -243,7 +238,7 @@ def test_review_fixes_caps_heads_and_checks_before_the_pass():
 
 
 def test_the_fitted_state_is_written_and_a_large_bank_only_fingerprinted(tmp_path, monkeypatch):
-    import callbacks.scoring as scoring
+    import evaluation_engine.scoring as scoring
     from metrics import KAPPAS
 
     model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)

@@ -360,14 +360,14 @@ def test_files_hold_the_returned_numbers(run: dict) -> None:
     assert_csv_equals(out / "agreement.csv", result["agreement"], AGREEMENT_COLUMNS)
     preamble, table = (out / "detectors.md").read_text().split("\n\n", 1)
     assert preamble.startswith("95% intervals (1000 bootstrap resamples, seed 0; AUROC logit DeLong")
-    from callbacks.generated import ECE_NOTE  # the ECE's interval is that of the biased plug-in, and says so
+    from callbacks.generated import ECE_NOTE
 
     assert ECE_NOTE in preamble and "biased upwards" in ECE_NOTE
     detectors_md = table
     assert detectors_md.startswith("| model | confidence function | set |")
     assert detectors_md.count("\n") == 2 + len(result["detectors"])
     # every number with its interval: DeLong's around the AUROC, the bootstrap's for accuracy and ECE
-    from callbacks.report import read_replicates
+    from evaluation_engine.outputs import read_replicates
 
     replicates = read_replicates(out)
     for row in result["detectors"]:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from callbacks.report import (
+from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
     metric_key,
@@ -67,7 +67,7 @@ def test_the_detector_metrics_of_every_table_match_sklearn_and_pair_with_the_aur
     import torch
     from sklearn.metrics import auc, precision_recall_curve, roc_curve
 
-    from callbacks.report import DETECTION_METRICS, Intervals, detection_columns
+    from evaluation_engine.intervals import DETECTION_METRICS, Intervals, detection_columns
     from metrics import bootstrap_auroc, bootstrap_detection
 
     rng = np.random.default_rng(3)

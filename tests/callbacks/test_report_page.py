@@ -19,14 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from callbacks.report_page import (
-    MISSING,
-    SIGNIFICANT_MARK,
-    format_cell,
-    render_html,
-    render_markdown,
-    write_page,
-)
+from report_card.page import MISSING, SIGNIFICANT_MARK, format_cell, render_html, render_markdown, write_page
 
 EVIL = '<script>alert("x")</script> & "co"'
 NAN = float("nan")

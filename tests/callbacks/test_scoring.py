@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from callbacks.scoring import PredictionCache, shard_indices, sharded_outputs
 from datamodules.images import TensorImageDataset
+from evaluation_engine.scoring import PredictionCache, shard_indices, sharded_outputs
 from tests.distributed import run_distributed
 
 
@@ -154,7 +154,7 @@ def evaluation_set(n: int = 7, name: str = "id_test"):
 
 
 def test_a_pass_is_run_once_per_model_and_set_whatever_asks_for_it(tmp_path):
-    from callbacks.scoring import ScoringPasses
+    from evaluation_engine.scoring import ScoringPasses
     from metrics import KAPPAS
 
     model, data, trainer = scoring_model(), evaluation_set(), fake_trainer(0, 1)
@@ -182,9 +182,9 @@ def test_a_pass_is_run_once_per_model_and_set_whatever_asks_for_it(tmp_path):
 def test_the_models_own_input_reaches_it_and_nan_is_never_cached(tmp_path):
     from PIL import Image
 
-    from callbacks.scoring import ScoringPasses
     from datamodules.evaluation import EvaluationSet
     from datamodules.images import ImageFileDataset
+    from evaluation_engine.scoring import ScoringPasses
 
     for i in range(3):  # files of two sizes and modes: the model's input brings them to one
         Image.new("RGB" if i else "L", (5 + i, 4), color=40 * i).save(tmp_path / f"{i}.png")
@@ -206,9 +206,9 @@ def test_the_models_own_input_reaches_it_and_nan_is_never_cached(tmp_path):
 
 
 def test_images_of_several_sizes_are_refused_by_name():
-    from callbacks.scoring import ScoringPasses
     from datamodules.evaluation import EvaluationSet
     from datamodules.transforms import ModelInput, TensorPipeline
+    from evaluation_engine.scoring import ScoringPasses
     from lightning_modules.scoring import ScoringModel
 
     mixed = torch.utils.data.ConcatDataset([TensorImageDataset(torch.rand(2, 1, 2, 2), torch.zeros(2)),
@@ -219,7 +219,7 @@ def test_images_of_several_sizes_are_refused_by_name():
 
 
 def test_pairs_that_cannot_be_served_are_refused_when_the_run_starts():
-    from callbacks.scoring import detector_pairs
+    from evaluation_engine.scoring import detector_pairs
     from metrics import KAPPAS
 
     single = scoring_model()

@@ -9,11 +9,11 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from callbacks import SeverityAUROC
-from callbacks.run import launch_loader
-from callbacks.scoring import PredictionCache
 from datamodules import FashionMNISTOpenSetDataModule
 from datamodules.severity import FashionSeverityData
 from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_engine.run import launch_loader
+from evaluation_engine.scoring import PredictionCache
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
 from metrics import KAPPAS
@@ -296,7 +296,8 @@ def test_a_resumed_run_continues_one_history(tmp_path):
 def test_intervals_resample_the_pool_classes_by_identity(demo_checkpoint, tmp_path):
     """Every level of every κ reads one draw of the pool's classes, keyed by pool index (the bug: each level drew
     its own classes by their sorted position, so a class had other weights in two rows' levels)."""
-    from callbacks.report import Intervals, read_replicates
+    from evaluation_engine.intervals import Intervals
+    from evaluation_engine.outputs import read_replicates
     from metrics import cluster_weights, resample_weights, severity_levels, weighted_auroc
     from metrics.severity import class_mean_scores
 

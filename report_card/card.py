@@ -7,12 +7,12 @@ A researcher asks "how good is this model at saying I don't know?" and gets one 
   as ``evaluate.py oscr | severity | generated | evg``, so numbers equal the commands' own): open-set OSCR for
   every checkpoint of ``train.py`` (its protocol's test set: negatives and unknowns), the severity levels of
   each (model, κ), the generated near-OOD and shifted sets next to real ones, and EvG over the chosen
-  variations. Every method shares the run's scoring passes (:class:`callbacks.scoring.ScoringPasses`, one
+  variations. Every method shares the run's scoring passes (:class:`evaluation_engine.scoring.ScoringPasses`, one
   sharded pass per (model, data set), kept in memory and in ``cache_dir``): a pass another method or an
   earlier run already made is never run again, and the report states for every pass whether it was run or
   reused (``passes`` in ``report.json``). EvG resumes the chain results of its ``output_dir``.
 - **intervals**: each method computes its intervals with the right resampling unit
-  (:class:`callbacks.report.Intervals`: images, ID and OOD separately, for AUROC, CCR and ECE; classes within
+  (:class:`evaluation_engine.outputs.Intervals`: images, ID and OOD separately, for AUROC, CCR and ECE; classes within
   each severity level and ID images; chains and ID images for worst-case AUROC and MinRank) and keeps the
   bootstrap replicates (``replicates.pt``). Resamples depend only on (seed, unit, size), so two detectors
   scored on the same images are resampled alike and their difference is paired.
@@ -50,14 +50,17 @@ import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from torch import Tensor
 
-from callbacks.evg import ENSEMBLE_SAMPLER, EvGEvaluation
-from callbacks.generated import LABEL_KEPT, GeneratedEvaluation
-from callbacks.open_set import OSCREvaluation
-from callbacks.plots import plot_severity
-from callbacks.report import DETECTION_METRICS, Intervals, check_output_dir, read_replicates, read_units, slug
-from callbacks.run import Evaluation, TrainerOptions, make_logger
-from callbacks.scoring import ScoringPasses
-from callbacks.severity import SeverityEvaluation
+from callbacks.evg import ENSEMBLE_SAMPLER
+from callbacks.generated import LABEL_KEPT
+from evaluation_engine.intervals import DETECTION_METRICS, Intervals
+from evaluation_engine.outputs import check_output_dir, read_replicates, read_units, slug
+from evaluation_engine.plots import plot_severity
+from evaluation_engine.run import Evaluation, TrainerOptions, make_logger
+from evaluation_engine.scoring import ScoringPasses
+from evaluation_methods.evg import EvGEvaluation
+from evaluation_methods.generated import GeneratedEvaluation
+from evaluation_methods.open_set import OSCREvaluation
+from evaluation_methods.severity import SeverityEvaluation
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa, pairs_with, seed_mean, seed_mean_replicates, share_first, worse_than_best
 from metrics.intervals import paired_difference
@@ -331,7 +334,7 @@ class ReportCard(Evaluation):
         if rank_zero_only.rank != 0:  # every process ran the sections; global rank zero writes the card
             return []
         card = self.assemble(found, models=list(models.values()))
-        from callbacks.report_page import write_page
+        from report_card.page import write_page
 
         paths = write_page(card, self.output_dir)
         self._wandb(card)
@@ -352,7 +355,7 @@ class ReportCard(Evaluation):
     # -- the card ---------------------------------------------------------------------------------
 
     def assemble(self, found: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
-        """The report (the schema of :mod:`callbacks.report_page`) from the sections' results and files."""
+        """The report (the schema of :mod:`report_card.page`) from the sections' results and files."""
         cells: dict[tuple[str, str], dict[str, tuple]] = {}
         rows_order: list[tuple[str, str]] = []
         for model in models:

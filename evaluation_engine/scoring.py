@@ -31,11 +31,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from callbacks.report import slug
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.images import balanced_choice
 from datamodules.transforms import ModelInput
+from evaluation_engine.outputs import slug
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
 from metrics import IndexedPredictions, Kappa, check_kappa, kappa_scores, pairs_with

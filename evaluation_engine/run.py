@@ -6,7 +6,8 @@ are YAML of the same keys, ``class_path`` where a component is configured, and e
 type), and :meth:`Evaluation.run` builds the Trainer with the method's callback and returns the rows it
 writes. The same objects run from Python in a few lines::
 
-    from callbacks import SeverityEvaluation, TrainerOptions
+    from evaluation_methods import SeverityEvaluation
+    from evaluation_engine import TrainerOptions
     tables = SeverityEvaluation(model="runs/demo/checkpoints/best.ckpt", data="fashion",
                                 kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
 """
@@ -102,7 +103,7 @@ class Evaluation:
 
     command: str = ""
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
-    # each evaluation keeps its own (callbacks.scoring.ScoringPasses)
+    # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
     shared_passes: Any = None
 
     def __init__(self, *, trainer: TrainerOptions | None = None) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from callbacks.report import write_json
+from evaluation_engine.outputs import write_json
 from openset_common import atomic_write_text
 
 MISSING = "—"
