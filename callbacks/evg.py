@@ -21,7 +21,7 @@
    cases' points, energies and κ of every detector) and ``clean_scores.pt`` (the κ of the fixed sets), from
    which every number of the tables is recomputed without a network; and the same to W&B.
 
-What the variations act on (:meth:`EvGEvaluation.seed_input`): by default the OOD images at their own size,
+What the variations act on (:meth:`evaluation_methods.evg.EvGEvaluation.seed_input`): by default the OOD images at their own size,
 each detector taking the varied images through its own input transform, the one the passes apply to the ID
 and clean OOD images (the authors'), so that the identity variation of a seed scores its clean score.
 """

@@ -1,22 +1,7 @@
-"""The report layer of the evaluation engine: output folders, the table writers, W&B and metric names.
-
-Every evaluation writes through these, so every table of the project is made one way:
-
-- :func:`output_dir`: the folder a report goes to (the one given, else the method's default), checked before
-  anything heavy runs (:func:`check_output_dir`: an existing folder that would be overwritten, a file in the
-  way, a folder that cannot be written);
-- :func:`write_csv`, :func:`write_markdown`, :func:`write_json`: atomic (a half-written table is never left
-  where a later run would trust it); :func:`markdown_table` and :func:`rows_to_csv` render the same rows;
-- :func:`log_table`, :func:`log_images`, :func:`log_scalars`: the same to every W&B logger of the trainer,
-  on global rank zero;
-- :func:`metric_key`: stage-prefixed keys with one spelling per metric: ``val/…`` (during training),
-  ``test/severity/…``, ``test/generated/…``, ``predict/evg/…``; metric names ``auroc``, ``worst_auroc``,
-  ``min_rank``, ``accuracy``, ``ece``;
-- :class:`Intervals`: the confidence level, bootstrap resamples and seed of every interval a method reports,
-  the ``<metric> low`` / ``<metric> high`` columns (:func:`interval_columns`), and the bootstrap replicates
-  every method keeps next to its tables (``replicates.pt``, :func:`write_replicates`), from which the report
-  card compares detectors.
-"""
+"""The intervals of the evaluation engine: :class:`Intervals` (the confidence level, bootstrap resamples, seed
+and AUROC method of every interval a method reports), the ``<metric> low`` / ``<metric> high`` columns
+(:func:`interval_columns`) and the detector metrics beside the AUROC (:data:`DETECTION_METRICS`,
+:func:`detection_columns`)."""
 
 from __future__ import annotations
 

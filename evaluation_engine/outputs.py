@@ -12,10 +12,9 @@ Every evaluation writes through these, so every table of the project is made one
 - :func:`metric_key`: stage-prefixed keys with one spelling per metric: ``val/…`` (during training),
   ``test/severity/…``, ``test/generated/…``, ``predict/evg/…``; metric names ``auroc``, ``worst_auroc``,
   ``min_rank``, ``accuracy``, ``ece``;
-- :class:`Intervals`: the confidence level, bootstrap resamples and seed of every interval a method reports,
-  the ``<metric> low`` / ``<metric> high`` columns (:func:`interval_columns`), and the bootstrap replicates
-  every method keeps next to its tables (``replicates.pt``, :func:`write_replicates`), from which the report
-  card compares detectors.
+- :func:`write_replicates`: the bootstrap replicates every method keeps next to its tables (``replicates.pt``;
+  the intervals' options are :class:`evaluation_engine.intervals.Intervals`), from which the report card
+  compares detectors.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
-"""The report of EvG, the adversarial evaluation of OOD detectors (Yoon et al.; DESIGN.md §5.4).
-
-:class:`EvGReport` runs around ``trainer.test`` and ``trainer.predict`` of an
-:class:`lightning_modules.evg.EvGSearch`:
-
-1. ``on_test_epoch_end``: κ of every detector on the ID validation, ID test and clean OOD images, from the
-   engine's scoring passes (one pass per model and set, whatever the number of κ of the model; sharded over
-   the devices, every rank joins every gather, cached on disk). The command then fits each detector's
-   energy standardisation on its **ID validation** scores (the paper's text; ``standardise_on: id_test``
-   takes the ID test scores, as the authors' code did), explicitly (``EvGSearch.fit_standardisation``).
-2. ``on_predict_batch_end``: the results of a batch of chains are written at once (atomically) to
-   ``chains/<run key>/chains-<first>-<last>.pt``; a resumed run with the same detectors, data, variation
-   models, samplers and seed skips the batches found there (:meth:`done`).
-3. ``on_predict_end`` (global rank zero, after every rank finished): per (detector, variation model, sampler)
-   the clean AUROC (ID test vs the unmodified OOD test images), the worst-case AUROC (ID test vs each
-   chain's lowest-energy image), MinRank of both, the acceptance rate and the step at which each chain
-   found its minimum; the transferability matrices (worst cases found against detector A scored by
-   detector B); the ``eV1`` rows of the samplers together (:func:`sampler_ensemble`, the authors'
-   ``ensemble_attack.py``); ``results.csv`` / ``.md``, ``transfer_<variation>_<sampler>.csv`` / ``.md`` /
-   ``.png``, worst-case grids (seed image, then its worst case), energy traces, ``worst_cases.pt`` (the worst
-   cases' points, energies and κ of every detector) and ``clean_scores.pt`` (the κ of the fixed sets), from
-   which every number of the tables is recomputed without a network; and the same to W&B.
-
-What the variations act on (:meth:`EvGEvaluation.seed_input`): by default the OOD images at their own size,
-each detector taking the varied images through its own input transform, the one the passes apply to the ID
-and clean OOD images (the authors'), so that the identity variation of a seed scores its clean score.
-"""
+"""``evaluate.py evg`` (alias ``adversarial``; Yoon et al.; DESIGN.md §5.4): :class:`EvGEvaluation` builds the
+detectors, the seed images (:class:`SeedInput`) and the search, and runs them through the
+:class:`callbacks.EvGReport` callback (the chains, their resumption and the report are that callback's)."""
 
 from __future__ import annotations
 

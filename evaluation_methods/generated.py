@@ -1,53 +1,7 @@
-"""Mukhoti et al.'s generated benchmarks (DESIGN.md §5.3): writing generated sets, sample grids during
-training, and detectors evaluated on the generated sets.
-
-:class:`GeneratedSetWriter` gathers what a generator's ``predict_step`` returns on every process (each
-image once, by dataset index, whatever the padding of the distributed sampler; integer fields exactly, from
-the batch), and global rank zero writes the set (:mod:`datamodules.generated`) into a temporary folder that
-is renamed into place when complete. :class:`GenerationModeSetter` runs the generator in the chosen
-generation mode (``eval`` or ``pix2pix``, :mod:`lightning_modules.generated.modes`). :class:`SampleGrids`
-logs image grids from the generator's fixed inputs every N steps.
-
-:class:`GeneratedBenchmark` runs on ``trainer.test`` of any model (a :class:`ScoringModel`: a timm or
-torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metric -> log/write.
-
-- Detectors, per κ: near-OOD AUROC (ID test vs each generated near-OOD set) and the same for every real OOD
-  set, side by side; on each shifted set and each real shifted set the accuracy against the (source) labels,
-  the expected calibration error (torchmetrics, 15 bins, L1) and the AUROC of ID test vs shifted; on the ID
-  test set the accuracy and ECE, the baseline a shift result is read against. With the label filter, each
-  shifted set also on its label-keeping images only (``<set> (label kept)``).
-- What the sets are (``describe_sets``, model-independent: once per run): the ensemble's mean MI on each
-  set (generated, ID test, real OOD), the mean LPIPS to the nearest of ``reference`` ID test images (a
-  seeded class-balanced choice; generated and real OOD), for a shifted set the fraction whose ensemble
-  prediction keeps the source label and the fraction that meets Mukhoti et al.'s label condition (the
-  ensemble's prediction on the shifted image equals that on its source), and the generation mode. Comparing
-  a regularised set with the unregularised one (λ = 0, same budget) measures what each regulariser did.
-- Rank agreement (Kendall's τ of the detectors' AUROC): each generated near-OOD set against each real OOD set,
-  each generated shifted set against each real shifted set.
-- Independence: a detector or describer that shares a member with the ensemble a set's generator was
-  trained against is flagged in every table (``shares generator ensemble``, ``describer shares generator
-  ensemble``, ``detectors sharing generator ensemble``): its numbers report the optimisation target back.
-- Quality: an ensemble whose members are near chance says nothing with its MI or its predictions. The
-  describing ensemble is held to its quality bar before anything runs (``train.py ensemble``'s record of its
-  members' ID-test accuracy, else measured; :mod:`lightning_modules.ensemble_quality`), and so is the ensemble
-  that describes the images ``generate`` writes; a weak one is refused unless ``allow_weak_ensemble``, and then
-  every row it shapes says so in ``weak ensemble``, as does every row of a set whose generator was trained
-  against a weak ensemble (``info.json``'s ``training_ensemble_quality``).
-
-Intervals (:class:`evaluation_engine.outputs.Intervals`): the AUROC gets :meth:`Intervals.auroc`'s interval (the images
-of the ID test set and of the set are independent draws: the resampling unit is the image, ID and OOD
-separately), accuracy and ECE a percentile bootstrap over the set's images; columns ``<metric> low`` /
-``<metric> high``. The ECE is torchmetrics' binned plug-in estimate (15 bins), the number the field reports;
-it is biased upwards (a calibrated model's expected plug-in ECE is about 0.08 at 200 images and 0.04 at 1,000,
-``benchmarks/interval_coverage.py``), and its interval is the percentile bootstrap *of that estimator*: it does
-not cover the population ECE of a nearly calibrated model, and the tables say so (:data:`ECE_NOTE`). The
-bootstrap replicates of every number (``replicates.pt``) use the same resamples for every detector on a set
-(keyed by image index), so the report card's differences between detectors are paired.
-
-Passes are sharded over the devices (every rank joins every gather). Global rank zero writes
-``detectors.csv`` / ``.md``, ``sets.csv`` / ``.md``, ``agreement.csv`` / ``.md`` and a grid of each set; the
-same go to W&B.
-"""
+"""``evaluate.py generate`` and ``generated`` (Mukhoti et al.; DESIGN.md §5.3): :class:`GenerateSets` writes a
+generator's sets (through :class:`callbacks.GeneratedSetWriter`), :class:`GeneratedEvaluation` scores detectors on
+the generated and real sets (through :class:`callbacks.GeneratedBenchmark`); the ID datamodule of a command
+(:func:`id_datamodule`)."""
 
 from __future__ import annotations
 

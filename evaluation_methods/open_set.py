@@ -1,37 +1,6 @@
-"""Open-set evaluation of a classifier during validation and at test: collect -> score -> metric -> log/plot.
-
-The callback gathers the probabilities, labels and dataset indices that ``validation_step`` /
-``test_step`` return, from all processes and without the ``DistributedSampler`` padding (every rank joins
-the gather, also one without a batch), one collection per dataloader (their indices may overlap), and
-computes :func:`metrics.open_set_report`: CCR at FPR 1e-3/1e-2/1e-1/1 on negatives and on unknowns (the
-exact convention, and the authors' table convention if asked), known-vs-group AUROC, closed-set accuracy
-and γ.
-
-During training (every ``every_n_epochs`` validation epochs) the scalars are logged as ``val/...``
-(``val/negatives/ccr@fpr=0.1``, ``val/negatives/auroc``, ...) so that W&B draws them over epochs next to
-``val/gamma``; every ``plot_every_n_epochs`` the OSCR curve image is logged and written to
-``<checkpoint dir>/val-oscr/epoch_<n>.png``.
-
-On ``trainer.test`` it logs ``test/...`` and writes everything next to the checkpoint:
-
-    <checkpoint dir>/<checkpoint name>-oscr/
-        metrics.json   every number, its interval, the sample counts, the checkpoint, the CCR convention(s),
-                       skipped images
-        metrics.csv    one ``metric,value,low,high`` row per scalar
-        replicates.pt  the bootstrap replicates of every scalar (what the report card compares models with)
-        oscr_<group>.csv         the OSCR curve: fpr, ccr, threshold
-        oscr_curves.png          CCR against FPR on a log axis
-        score_histograms.png     known true-class score vs. negative/unknown max score
-
-Every file is written atomically by global rank zero.
-
-Intervals at test (:class:`evaluation_engine.outputs.Intervals`): the AUROC of knowns vs each group gets DeLong's
-interval (:meth:`evaluation_engine.outputs.Intervals.auroc`); closed-set accuracy Wilson's interval of the proportion;
-CCR@FPR (each convention; NaN replicates of the authors' "—" are left out) and γ a percentile bootstrap in which
-the resampling unit is the test image, stratified: knowns, negatives and unknowns are resampled separately
-(each group's size is fixed by the protocol, not drawn). The bootstrap replicates of every scalar, accuracy
-included, are kept for the report card's paired comparisons.
-"""
+"""``evaluate.py oscr`` (Palechor et al.; DESIGN.md §5.1): :class:`OSCREvaluation`, the open-set test report of
+a checkpoint of ``train.py`` on its protocol's test set (negatives and unknowns), run through the
+:class:`callbacks.OpenSetEvaluation` callback; the tables, curves and intervals are that callback's."""
 
 from __future__ import annotations
 

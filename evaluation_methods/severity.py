@@ -1,37 +1,6 @@
-"""C-OOD severity AUROC as a Lightning callback (Galil, Dabbah, El-Yaniv, ICLR 2023; DESIGN.md §5.2).
-
-:class:`SeverityAUROC` evaluates the model being trained (every ``every_n_epochs`` validation epochs) or
-tested (``evaluate.py severity``, and at ``trainer.test``) on severity data (:mod:`datamodules.severity`):
-the ID test images, and the OOD pool's estimation and test images.
-
-1. collect: the engine's scoring passes (:class:`evaluation_engine.scoring.ScoringPasses`): one sharded pass over each
-   set gives the logits, with the model's own input transform; a model-based κ (ODIN, MC dropout) gets its
-   own pass. With ``cache_dir`` (fixed models) the passes are cached on disk; during training nothing is kept
-   across epochs (the weights change).
-2. score: every κ through the one κ dispatch (:func:`metrics.kappa_scores`; background-class models: softmax
-   over ``K+1``, the background column dropped afterwards, as in OSCR).
-3. metric: per κ, the per-class mean score on the estimation images, the severity groups
-   (:func:`metrics.severity_levels`) and the per-level table (:func:`metrics.severity_table`).
-4. log/plot: per κ the AUROC of each level, their mean (``<stage>/severity/<κ>/mean_auroc``) and the
-   hardest level's (``<stage>/severity/<κ>/hardest_auroc``) as scalars that ``ModelCheckpoint`` can
-   monitor; to W&B a line plot of AUROC against severity level with one line per evaluated epoch, and
-   the table. Global rank zero writes the files: at validation ``history.csv`` and
-   ``auroc_by_level_<κ>.png`` (one history across a resumed run: it is part of the checkpoint); at test the
-   tables of the paper (``<model>_<κ>_n<levels>.csv``), ``levels_<model>_<κ>.csv`` (the classes of each
-   level and whether the model saw them in training as negatives), ``severity.csv`` and
-   ``severity_auroc.png``.
-5. intervals (at test): every level's AUROC, the mean over the levels and the hardest level's AUROC get a
-   percentile-bootstrap interval (:class:`evaluation_engine.outputs.Intervals`) whose resampling unit is the class:
-   a level is a group of G classes, and a benchmark of other classes would be another draw of that group.
-   Each resample draws the pool's classes with replacement, keyed by their index in the pool (every test image
-   of a drawn class counts as often as its class is drawn; a class has one weight in every level and every
-   (model, κ) row of the pool, so rows are compared on the same resamples), and the ID test images with
-   replacement (one ID resample for all levels and κ, so the mean over levels is computed per resample).
-   Images of one class are not independent draws, and an image-level interval would be too narrow. A level
-   whose classes all draw 0 in a resample is counted (``empty resamples``) and left out there. Columns
-   ``ood-auroc low``/``ood-auroc high`` after the paper's; ``summary.csv`` (mean and hardest level with
-   intervals) and ``replicates.pt``.
-"""
+"""``evaluate.py severity`` and ``severity-plot`` (Galil et al.; DESIGN.md §5.2): :class:`SeverityEvaluation`, the
+model-tailored C-OOD severity levels of any model (a checkpoint, ``timm:``, ``torchvision:``, ``ensemble:``) run
+through the :class:`callbacks.SeverityAUROC` callback, and :class:`SeverityPlot`, one figure of several tables."""
 
 from __future__ import annotations
 
