@@ -37,18 +37,28 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from datamodules.images import UnreadableImageError
 from evaluation_engine import TrainerOptions
-from evaluation_methods import (
-    EvGEvaluation,
-    GeneratedEvaluation,
-    GenerateSets,
-    OSCREvaluation,
-    SeverityEvaluation,
-    SeverityPlot,
-)
+from evaluation_methods.registry import commands, methods
 from report_card.card import ReportCard, report
 
-COMMANDS = {cls.command: cls for cls in (OSCREvaluation, SeverityEvaluation, SeverityPlot, GenerateSets,
-                                         GeneratedEvaluation, EvGEvaluation, ReportCard)}
+
+class Commands(collections.abc.Mapping):
+    """The commands by name: every registered evaluation method's (:func:`evaluation_methods.registry.commands`,
+    read when asked, so a method registered after this import is a command too) and ``report``."""
+
+    def _all(self) -> dict[str, type]:
+        return {**commands(), ReportCard.command: ReportCard}
+
+    def __getitem__(self, name: str) -> type:
+        return self._all()[name]
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+COMMANDS = Commands()
 ALIASES = {"adversarial": "evg"}
 # options given as repeated KEY=VALUE (or KIND.KEY=VALUE), collected into one typed dictionary
 KEY_VALUE = {"data_arg": "data_args", "model_arg": "model_args", "kappa_arg": "kappa_args",
@@ -169,6 +179,11 @@ def build_parser() -> ArgumentParser:
         command = ArgumentParser(description=(cls.__doc__ or "").split("\n\n")[0])
         command.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
         command.add_class_arguments(cls, None, skip={"trainer"}, sub_configs=True)
+        if cls is ReportCard:  # a section per registered method: the options of its command, without the models
+            for key, method in methods().items():
+                command.add_argument(f"--{key}", type=dict[str, Any] | None, default=None,
+                                     help=f"the {method.name} section: options of evaluate.py {key} (config: FILE "
+                                          "takes them from that command's YAML); left out: not run")
         if name != "severity-plot":
             command.add_class_arguments(TrainerOptions, None)
         subcommands.add_subcommand(name, command, help=summary(cls))
@@ -197,7 +212,7 @@ def section_configs(values: dict[str, Any], files: Any) -> dict[str, Any]:
             loaded = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError):
             continue
-        for section in ("oscr", "severity", "generated", "evg"):
+        for section in methods():
             given = (loaded.get(section) or {}).get("config") if isinstance(loaded.get(section), dict) else None
             current = values.get(section)
             if (isinstance(given, str) and not Path(given).is_absolute() and isinstance(current, dict)

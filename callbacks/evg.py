@@ -205,6 +205,8 @@ class EvGReport(pl.Callback):
         self.plots, self.grid_chains = plots, grid_chains
         self.scores: dict[str, dict[str, Tensor]] = {}
         self.rows: list[dict[str, Any]] = []
+        self.units = ""  # the identity of the units the replicates resampled (ID test images, seed images)
+        self.figures: dict[str, Path] = {}  # every figure written, by name (transfer_*, grid/*, trace/*)
         self.transfer: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
         self._started = 0.0
 
@@ -381,9 +383,9 @@ class EvGReport(pl.Callback):
         fitted = module.standardisation()
         write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
         # the units the replicates resample: the ID test images and the seed images (their identity, for the card)
-        write_replicates(out, self.replicates, self.intervals, units={"*": digest(
-            {"id_test": self.data["id_test"].fingerprint(), "ood": self.data["ood"].fingerprint(),
-             "seeds": [int(i) for i in self.seed_indices.tolist()]})})
+        self.units = digest({"id_test": self.data["id_test"].fingerprint(), "ood": self.data["ood"].fingerprint(),
+                             "seeds": [int(i) for i in self.seed_indices.tolist()]})
+        write_replicates(out, self.replicates, self.intervals, units={"*": self.units})
         standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
         on = STANDARDISATION_SETS[self.standardise_on]
         notes = [n for n in (getattr(v, "size_note", "") for v in module.variations.values()) if n]
@@ -439,6 +441,7 @@ class EvGReport(pl.Callback):
         write_fitted(out, self.passes, [d.fitted for d in module.detectors.values() if d.fitted is not None])
         if self.plots:
             figures.update(self._figures(module, results))
+        self.figures = dict(figures)
         log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
                               row[column] for row in self.rows for name, column in
                               (("auroc", "clean auroc"), ("worst_auroc", "worst-case auroc"), ("min_rank", "min rank"))})

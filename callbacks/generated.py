@@ -410,6 +410,7 @@ class GeneratedBenchmark(pl.Callback):
         self._fitted: list[Any] = []  # the fitted detectors of the run (their state goes into the outputs)
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
+        self.grids: dict[str, Path] = {}  # per set, the grid of its first images (plots on)
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -733,6 +734,8 @@ class GeneratedBenchmark(pl.Callback):
                                       for i in range(min(32, len(evaluation_set)))])
                 grids[metric_key("test", "generated", "grid", slug(name))] = save_image_grid(
                     images, out / "grids" / f"{slug(name)}.png")
+            self.grids = {name: Path(grids[metric_key("test", "generated", "grid", slug(name))])
+                          for name in self.data.sets}
             log_images(trainer, grids)
         rank_zero_info(f"Generated benchmark tables: {out}")
 

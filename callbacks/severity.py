@@ -183,6 +183,7 @@ class SeverityAUROC(pl.Callback):
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.summary: list[dict[str, Any]] = []
         self.replicates: dict[str, Tensor] = {}
+        self.units = ""  # the identity of the units the replicates resampled (the ID test images, the pool)
         self._weights: Tensor | None = None  # the bootstrap's ID resamples of the evaluation running
         self._class_weights: Tensor | None = None  # and its pool-class resamples
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
@@ -446,8 +447,9 @@ class SeverityAUROC(pl.Callback):
             f"Mean OOD AUROC over the {self.num_levels} severity levels and the hardest level's, with "
             f"{self.intervals.describe()}; resampling unit: {CLASS_UNIT}."))
         # the units the replicates resample: the ID test images and the pool's classes (their identity, for the card)
-        write_replicates(out, self.replicates, self.intervals, units={"*": digest(
-            {"id_test": self.data["id_test"].fingerprint(), "ood_test": self.data["ood_test"].fingerprint()})})
+        self.units = digest({"id_test": self.data["id_test"].fingerprint(),
+                             "ood_test": self.data["ood_test"].fingerprint()})
+        write_replicates(out, self.replicates, self.intervals, units={"*": self.units})
         write_fitted(out, self.passes, [d for d in self.detectors.values()])
         if self.plots:
             figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},

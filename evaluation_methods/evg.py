@@ -12,15 +12,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from callbacks.evg import STANDARDISATION_SETS, VARY_AT, EvGReport, StandardiseOn, VaryAt
+from callbacks.evg import ENSEMBLE_SAMPLER, STANDARDISATION_SETS, VARY_AT, EvGReport, StandardiseOn, VaryAt
 from datamodules.evaluation import fit_folder_set
 from datamodules.evg import SEED_CHOICES, ChainBatches, EvGData, SeedChoice, chain_ranges
 from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.outputs import (
-    check_output_dir,
-)
+from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from evaluation_engine.scoring import (
     check_detectors,
@@ -28,6 +26,17 @@ from evaluation_engine.scoring import (
     detector_pairs,
 )
 from evaluation_methods.generated import fashion_arguments, id_datamodule
+from evaluation_methods.registry import (
+    CardContext,
+    Estimate,
+    Headline,
+    Method,
+    MethodResult,
+    Section,
+    Table,
+    column_cell,
+    register,
+)
 from lightning_modules.checkpoint import check_classes
 from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
 from lightning_modules.evg.detector import VariedImages
@@ -202,7 +211,7 @@ class EvGEvaluation(Evaluation):
                          f"at the detectors' common input ({'x'.join(map(str, size)) if size else 'their size'} px; "
                          f"{reason}): each seed through the models' transform, the variation after it")
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> MethodResult:
         models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
         for model in models.values():
             if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
@@ -259,4 +268,97 @@ class EvGEvaluation(Evaluation):
         elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
             print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
             report.write(trainer, module)
-        return {"rows": report.rows, "transfer": report.transfer, "output_dir": Path(self.output_dir)}
+        result = MethodResult("evg", {"rows": report.rows, "transfer": report.transfer,
+                                       "output_dir": Path(self.output_dir)},
+                              folder=self.output_dir, replicates=report.replicates, units=report.units)
+        result.estimates = evg_estimates(result, self.intervals)
+        sampler = headline_sampler(report.rows)
+        for name, path in sorted(report.figures.items(), key=lambda item: item[1].name):
+            if name.startswith("transfer_") and (path.stem.endswith(f"_{slug(sampler)}")
+                                                 or sampler == ENSEMBLE_SAMPLER and path.stem.endswith("_mh")):
+                result.figure(path.stem.replace("_", " "), path, "worst-case AUROC of each column's detector on the "
+                              "worst cases found against each row's")
+        grid_sampler = "mh" if "mh" in {r["sampler"] for r in report.rows} else sampler
+        for name, path in sorted(report.figures.items(), key=lambda item: item[1].name):
+            if name.startswith("grid/") and path.stem.endswith(f"__{slug(grid_sampler)}"):
+                result.figure(path.stem.replace("__", " / "), path,
+                              "the lowest-energy worst cases (each seed next to its worst case where conditional)")
+        return result
+
+
+def headline_sampler(rows: Sequence[dict[str, Any]]) -> str:
+    """The sampler of the leaderboard: eV1 where several samplers ran, else the first."""
+    samplers = {r["sampler"] for r in rows}
+    return ENSEMBLE_SAMPLER if ENSEMBLE_SAMPLER in samplers else sorted(samplers)[0]
+
+
+def evg_estimates(result: MethodResult, intervals: Intervals) -> list[Estimate]:
+    """The leaderboard's numbers: per detector the lowest worst-case AUROC and MinRank over the variations (of
+    the eV1 rows where several samplers ran, else of the variation's one sampler), resample by resample; MinRank's
+    interval is Wilson's of the count of ID test images (conditional on the searches)."""
+    rows = result["rows"]
+    chosen: dict[tuple[str, str], str] = {}
+    for row in rows:
+        pair = (row["detector"], row["variation"])
+        if pair not in chosen or row["sampler"] == ENSEMBLE_SAMPLER:
+            chosen[pair] = row["sampler"]
+    per_detector: dict[str, list[tuple[dict[str, Any], Tensor | None, Tensor | None]]] = {}
+    for row in rows:
+        key = f"{row['detector']}|{row['variation']}|{row['sampler']}"
+        if row["sampler"] == chosen[(row["detector"], row["variation"])]:
+            per_detector.setdefault(row["detector"], []).append(
+                (row, result.replicates.get(f"{key}|worst_auroc"), result.replicates.get(f"{key}|min_rank")))
+    found = []
+    for detector, entries in per_detector.items():
+        model, _, kappa = detector.rpartition("/")
+        for headline, column, index in (("evg_worst", "worst-case auroc", 1), ("evg_min_rank", "min rank", 2)):
+            value = min(e[0][column] for e in entries)
+            reps = [e[index] for e in entries]
+            # the minimum over the variations, resample by resample (the same resamples for every variation)
+            replicate = torch.stack(reps).min(dim=0).values if all(r is not None for r in reps) else None
+            if headline == "evg_min_rank":  # conditional on the searches: a count of ID images, Wilson's
+                bounds = intervals.count(int(value), int(entries[0][0]["id test images"]))
+            else:
+                bounds = intervals.bounds(replicate) if replicate is not None else (None, None)
+            chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
+            found.append(Estimate(model, kappa, headline, value, *bounds, replicate,
+                                  f"{EVG_UNIT}|{chains} chains, {entries[0][0]['id test images']} ID test images"))
+    return found
+
+
+EVG_UNIT = ("seed images (a chain's weight is its seed's) + ID test images; MinRank: ID test images, the worst cases "
+            "held fixed")
+
+
+@register
+class EvGMethod(Method):
+    """Adversarial generation of outliers (Yoon et al.): per detector the worst case over the variations."""
+
+    key, slug, evaluation = "evg", "evg", EvGEvaluation
+    title, name, group = "Adversarial generation of outliers, EvG (Yoon et al.)", "EvG adversarial outliers", "EvG"
+    unit = EVG_UNIT
+    headlines = (
+        Headline("evg_worst", "worst-case AUROC", "evg", True,
+                 "ID test vs each chain's worst case, the lowest over the variations (eV1 where several samplers ran)"),
+        Headline("evg_min_rank", "MinRank", "evg", True,
+                 "ID test images scoring above the most trusted worst case, the lowest over the variations", digits=0,
+                 proportion=False),
+    )
+
+    def section(self, results: Any, context: CardContext) -> Section:
+        (result,) = results.values()
+        table = [{"detector": row["detector"], "variation": row["variation"],
+                  "sampler": row["sampler"] + (f" ({row['eV1 of']})" if row.get("eV1 of") else ""),
+                  "chains": row["chains"], "clean AUROC": column_cell(row, "clean auroc"),
+                  "worst-case AUROC": column_cell(row, "worst-case auroc"), "MinRank": column_cell(row, "min rank"),
+                  "clean MinRank": row["clean min rank"]} for row in result["rows"]]
+        return Section(self.slug, self.title, (
+            "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
+            "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "
+            "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "
+            f"every ID image). Leaderboard: the lowest over the variations, of the {ENSEMBLE_SAMPLER} rows where "
+            "several samplers ran (a variation searched by one sampler: its row). "
+            "Intervals: the clean and worst-case AUROC's (chains of one seed image clustered); MinRank conditional "
+            "on the search (Wilson's interval of the count of ID test images above the fixed worst case; the "
+            f"bootstrap of a maximum over chains does not cover). Resampled: {self.unit}."),
+            [Table("results", list(table[0]) if table else [], table)], list(result.figures))

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Subset
 
 from callbacks.generated import (
     DETECTOR_COLUMNS,
+    LABEL_KEPT,
     GeneratedBenchmark,
     GeneratedSetWriter,
     GenerationModeSetter,
@@ -46,6 +47,20 @@ from evaluation_engine.scoring import (
     default_fit_set,
     detector_pairs,
 )
+from evaluation_methods.registry import (
+    DETECTION_HEADERS,
+    CardContext,
+    Estimate,
+    Headline,
+    Method,
+    MethodResult,
+    Section,
+    Table,
+    cell,
+    column_cell,
+    detection_cells,
+    register,
+)
 from lightning_modules.checkpoint import (
     datamodule_from_checkpoint,
     load_module,
@@ -57,9 +72,8 @@ from lightning_modules.generated.modes import GenerationMode, check_generation_m
 from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
-from metrics import (
-    get_kappa,
-)
+from metrics import get_kappa
+from metrics.intervals import paired_difference
 from openset_common import (
     file_sha256,
     stale_staging_folders,
@@ -281,7 +295,7 @@ class GeneratedEvaluation(Evaluation):
         self.batch_size, self.num_workers = batch_size, num_workers
         self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> MethodResult:
         models = [m if isinstance(m, ScoringModel) else ScoringModel(m, pretrained=not self.random_weights)
                   for m in self.model]
         detector_pairs(models, [get_kappa(k) for k in self.kappa])  # before any data are read
@@ -311,7 +325,13 @@ class GeneratedEvaluation(Evaluation):
             print(markdown_table(benchmark.detectors, DETECTOR_COLUMNS))
             if benchmark.sets:
                 print((Path(self.output_dir) / "sets.md").read_text())
-        return {"detectors": benchmark.detectors, "sets": benchmark.sets, "agreement": benchmark.agreement}
+        result = MethodResult("generated", {"detectors": benchmark.detectors, "sets": benchmark.sets,
+                                             "agreement": benchmark.agreement},
+                              folder=self.output_dir, replicates=benchmark.replicates)
+        result.estimates = generated_estimates(result)
+        for path in sorted(benchmark.grids.values(), key=lambda path: path.name):
+            result.figure(f"set {path.stem}", path, "the first images of the set")
+        return result
 
     def _data(self, models: list[ScoringModel]) -> GeneratedBenchmarkData:
         datamodule = id_datamodule(self.data, self.data_args, models=models)
@@ -360,3 +380,98 @@ def fashion_arguments(datamodule: Any) -> dict[str, Any]:
     if hasattr(datamodule, "_folder") and hasattr(datamodule, "known"):
         return {"data_dir": datamodule._folder(), "known": datamodule.known}
     return {"data_dir": DEBIAN_FASHION_MNIST_DIR, "known": ()}
+
+
+# the leaderboard's columns: AUROC of ID test vs the first set of each kind
+KIND_OF_HEADLINE = {"near_ood": "near_ood", "shift": "shift", "real_ood": "real_ood"}
+
+
+def headline_sets(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Per kind of set, the first set of the detectors table (not a label-filtered copy): the leaderboard's."""
+    first: dict[str, str] = {}
+    for row in rows:
+        if not row["set"].endswith(LABEL_KEPT):
+            first.setdefault(row["kind"], row["set"])
+    return first
+
+
+def generated_estimates(result: MethodResult) -> list[Estimate]:
+    """The leaderboard's numbers of the detectors table: per detector the AUROC on the first set of each kind,
+    measured on that set's images (a set and its size name the units)."""
+    first = headline_sets(result["detectors"])
+    found = []
+    for row in result["detectors"]:
+        key = f"{row['model']}|{row['confidence function']}|{row['set']}"
+        for headline, kind in KIND_OF_HEADLINE.items():
+            if first.get(kind) == row["set"] and row["auroc"] is not None:
+                found.append(Estimate(row["model"], row["confidence function"], headline, row["auroc"],
+                                      row.get("auroc low"), row.get("auroc high"),
+                                      result.replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}"))
+    return found
+
+
+@register
+class GeneratedMethod(Method):
+    """Generated near-OOD and shifted sets (Mukhoti et al.): detectors on them next to real ones."""
+
+    key, slug, evaluation, commands = "generated", "generated", GeneratedEvaluation, (GenerateSets,)
+    title = "Generated near-OOD and shifted sets (Mukhoti et al.)"
+    name, group = "Generated shift and near-OOD sets", "Generated"
+    unit = "images (ID test and the set resampled separately)"
+    headlines = (
+        Headline("near_ood", "near-OOD", "generated", True, "ID test vs the first generated near-OOD set"),
+        Headline("shift", "shift", "generated", True, "ID test vs the first generated shifted set"),
+        Headline("real_ood", "real OOD", "generated", True, "ID test vs the first real OOD set"),
+    )
+
+    def section(self, results: Any, context: CardContext) -> Section:
+        (result,) = results.values()
+        rows = result["detectors"]
+        first = headline_sets(rows)
+        table = [{"model": row["model"], "κ": row["confidence function"], "set": row["set"], "kind": row["kind"],
+                  "images": row["images"], "AUROC": column_cell(row, "auroc"), "accuracy": column_cell(row, "accuracy"),
+                  "ECE": column_cell(row, "ece"), **detection_cells(row),
+                  "shares generator ensemble": row.get("shares generator ensemble", "")} for row in rows]
+        sets = [{k: v for k, v in r.items() if k in ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID",
+                                                       "keeps ensemble label", "mode")} for r in result.get("sets", [])]
+        text = ("Detectors on the generated near-OOD and shifted sets next to the real ones: the AUROC of ID test "
+                "vs each set, and on the shifted sets (and the ID test set, the baseline) the accuracy and ECE. "
+                f"Headline columns: near-OOD = {first.get('near_ood', '—')}, shift = {first.get('shift', '—')}, "
+                f"real OOD = {first.get('real_ood', '—')}. Intervals: AUROC DeLong, accuracy and ECE bootstrap; "
+                f"resampling unit {self.unit}. A detector sharing the generators' training ensemble "
+                "reports the generator's own objective back (flagged).")
+        tables = [Table("detectors", ["model", "κ", "set", "kind", "images", "AUROC", *DETECTION_HEADERS,
+                                      "accuracy", "ECE", "shares generator ensemble"], table)]
+        differences = set_differences(rows, result.replicates, context.intervals.level)
+        if differences:
+            tables.append(Table("differences between sets of one kind (paired; each pair's interval on its own, "
+                                "not simultaneous)", list(differences[0]), differences))
+        if sets:
+            tables.append(Table("what the sets are", list(sets[0]), sets))
+        return Section(self.slug, self.title, text, tables, list(result.figures))
+
+
+def set_differences(rows: Sequence[dict[str, Any]], replicates: dict[str, Any], level: float) -> list[dict[str, Any]]:
+    """Per detector, the AUROC difference of every two generated sets of one kind (e.g. a regularised set and
+    its plain twin) with the interval of the paired difference: the ID test resamples are the same, and the
+    sets' images are resampled by position (image i of two sets of one size share their weight; the sets
+    of one generator pair, plain and regularised, share their seeds by position)."""
+    found = []
+    by_detector: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["kind"] in ("near_ood", "shift") and row["auroc"] is not None and not row["set"].endswith(LABEL_KEPT):
+            by_detector.setdefault((row["model"], row["confidence function"]), []).append(row)
+    for (model, kappa), sets in by_detector.items():
+        for i, first in enumerate(sets):
+            for second in sets[i + 1:]:
+                if first["kind"] != second["kind"]:
+                    continue
+                a = replicates.get(f"{model}|{kappa}|{first['set']}|auroc")
+                b = replicates.get(f"{model}|{kappa}|{second['set']}|auroc")
+                if a is None or b is None or a.numel() != b.numel():
+                    continue
+                low, high, significant = paired_difference(a, b, level)
+                found.append({"model": model, "κ": kappa, "set A": first["set"], "set B": second["set"],
+                              "AUROC A − B": cell(first["auroc"] - second["auroc"], low, high),
+                              "significant": "yes" if significant else "no"})
+    return found

@@ -4,6 +4,7 @@ a checkpoint of ``train.py`` on its protocol's test set (negatives and unknowns)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,12 +12,23 @@ from typing import Any, Literal
 
 from callbacks.open_set import OpenSetEvaluation
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.outputs import (
-    check_output_dir,
-)
+from evaluation_engine.outputs import check_output_dir
 from evaluation_engine.run import Evaluation, TrainerOptions, make_logger, make_trainer
+from evaluation_methods.registry import (
+    CardContext,
+    Estimate,
+    Headline,
+    Method,
+    MethodResult,
+    Run,
+    Section,
+    Table,
+    cell,
+    register,
+)
 from lightning_modules.checkpoint import load_run
 from lightning_modules.open_set_classifier import OpenSetClassifier
+from lightning_modules.scoring import checkpoint_display_name
 from metrics import DEFAULT_FPR_TARGETS
 
 
@@ -56,7 +68,7 @@ class OSCREvaluation(Evaluation):
         self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
         self.conventions = list(ccr_convention)
 
-    def run(self) -> dict[str, Any] | None:
+    def run(self) -> MethodResult | None:
         # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
         # test step to score), and a report folder that cannot be written (by default next to the checkpoint)
         model, datamodule, checkpoint = load_run(
@@ -73,7 +85,19 @@ class OSCREvaluation(Evaluation):
         trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
         if not (trainer.is_global_zero and evaluation.report_path is not None):
             return None
-        report = json.loads((evaluation.report_path / "metrics.json").read_text())
+        folder = evaluation.report_path
+        report = json.loads((folder / "metrics.json").read_text())
+        found = evaluation.report
+        result = MethodResult("oscr", report, folder=folder, replicates=found.get("replicates"),
+                              units=found.get("units") or json.dumps(report.get("counts", {}), sort_keys=True))
+        name = checkpoint_display_name(checkpoint_path)
+        for key, scalar in HEADLINE_SCALARS:
+            if scalar in found["scalars"]:
+                low, high = found.get("intervals", {}).get(scalar, (None, None))
+                result.estimates.append(Estimate(name, "softmax", key, found["scalars"][scalar], low, high,
+                                                 result.replicates.get(scalar), result.units))
+        for file, title, caption in FIGURES:
+            result.figure(title, folder / file, caption)
         print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
               + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
               + "; nan = the authors' '—')")
@@ -81,4 +105,59 @@ class OSCREvaluation(Evaluation):
         for name, value in sorted(report["scalars"].items()):
             low, high = intervals.get(name, (None, None))
             print(f"  {name:40s} {value:.4f}" + (f"  [{low:.4f}, {high:.4f}]" if low is not None else ""))
-        return report
+        return result
+
+
+# the leaderboard's columns: the maximum softmax probability against the protocol's unknown classes
+HEADLINE_SCALARS = (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc"))
+FIGURES = (("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
+           ("score_histograms.png", "score histograms",
+            "true-class score of the knowns vs maximum score of negatives and unknowns"))
+
+
+def is_checkpoint(spec: str) -> bool:
+    """A checkpoint of ``train.py`` (what OSCR needs: its protocol's test set)."""
+    return spec.endswith(".ckpt") and not spec.startswith("ensemble:")
+
+
+@register
+class OpenSetMethod(Method):
+    """Open-set recognition (Palechor et al.): every checkpoint of ``train.py`` on its protocol's test set."""
+
+    key, slug, evaluation, per_model = "oscr", "open_set", OSCREvaluation, True
+    title, name, group = "Open-set recognition (Palechor et al.)", "Open set (OSCR)", "Open set"
+    unit = "test images (knowns, negatives, unknowns resampled separately)"
+    headlines = (
+        Headline("oscr_ccr", "CCR@FPR 0.1 unknowns", "open_set", True,
+                 "correct classification rate of the knowns at FPR 0.1 on the protocol's unknown classes (exact "
+                 "convention); the maximum softmax probability, so on the softmax rows of train.py checkpoints"),
+        Headline("oscr_auroc", "AUROC unknowns", "open_set", True,
+                 "knowns vs the protocol's unknown classes, maximum softmax probability"),
+    )
+
+    def runs(self, models: Any, kappas: Any) -> list[Run]:
+        return [Run(model.display_name, spec, None) for spec, model in models.items() if is_checkpoint(spec)]
+
+    def check(self, specs: Any) -> None:
+        if not any(is_checkpoint(spec) for spec in specs):
+            raise ValueError(f"report section oscr needs a classifier checkpoint of train.py (its protocol's test "
+                             f"set: negatives and unknowns); the models are {list(specs)}")
+
+    def section(self, results: Any, context: CardContext) -> Section:
+        table, figures = [], []
+        for model, result in results.items():
+            intervals = result.get("intervals", {})
+            for name, value in sorted(result["scalars"].items()):
+                low, high = intervals.get(name, (None, None))
+                table.append({"model": model, "metric": name, "value": cell(value, low, high)})
+            figures += [dataclasses.replace(f, title=f"{model}: {f.title}") for f in result.figures]
+        return Section(self.slug, self.title, (
+            "Every number of the open-set test report of each checkpoint on its protocol's test set: CCR at each "
+            "FPR target on negatives (-1, seen in training) and unknowns (-2, never seen), the AUROC of knowns vs "
+            f"each group, closed-set accuracy and γ. Intervals: resampling unit {self.unit}."),
+            [Table("open-set report", ["model", "metric", "value"], table)], figures)
+
+    def notes(self, results: Any, models: Any) -> list[str]:
+        skipped = [m.display_name for m in models if m.display_name not in results]
+        return ([f"OSCR needs a checkpoint of train.py (its protocol's test set): not run for {', '.join(skipped)}."]
+                if skipped else [])

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from callbacks.severity import SeverityAUROC
 from datamodules.registry import build_severity_data
 from datamodules.severity import SeverityData
@@ -22,12 +24,25 @@ from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, mak
 from evaluation_engine.scoring import (
     command_fit_set,
 )
+from evaluation_methods.registry import (
+    DETECTION_HEADERS,
+    CardContext,
+    Estimate,
+    Figure,
+    Headline,
+    Method,
+    MethodResult,
+    Run,
+    Section,
+    Table,
+    cell,
+    column_cell,
+    detection_cells,
+    register,
+)
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import ScoringModel
-from metrics import (
-    TABLE_COLUMNS,
-    get_kappa,
-)
+from metrics import TABLE_COLUMNS, get_kappa, pairs_with
 
 
 class SeverityEvaluation(Evaluation):
@@ -79,7 +94,7 @@ class SeverityEvaluation(Evaluation):
         self.cache_dir, self.output_dir, self.plots = cache_dir, output_dir, plots
         self.pretrained_file, self.random_weights = pretrained_file, random_weights
 
-    def run(self) -> dict[str, list[dict[str, Any]]]:
+    def run(self) -> MethodResult:
         scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(
             self.model, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
             model_args=self.model_args)
@@ -104,7 +119,11 @@ class SeverityEvaluation(Evaluation):
             for name, rows in severity.tables.items():
                 print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
                       + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
-        return severity.tables
+        result = MethodResult("severity", severity.tables, folder=output_dir, replicates=severity.replicates,
+                              units=severity.units)
+        result.estimates = severity_estimates(scoring.display_name, result, self.intervals)
+        result.figure(f"C-OOD severity: {scoring.display_name}", output_dir / "severity_auroc.png")
+        return result
 
 
 class SeverityPlot(Evaluation):
@@ -143,6 +162,84 @@ class SeverityPlot(Evaluation):
         figure = plot_severity(found, self.output)
         print(f"Severity figure of {len(found)} tables: {figure}")
         return figure
+
+
+def severity_estimates(model: str, result: MethodResult, intervals: Intervals) -> list[Estimate]:
+    """The leaderboard's numbers of one model's severity tables: per κ the mean AUROC over the levels (its
+    interval from the replicates of the mean) and the hardest level's AUROC."""
+    found = []
+    for kappa, rows in result.items():
+        aurocs = [r["ood-auroc"] for r in rows]
+        mean, hardest = result.replicates.get(f"{kappa}/mean"), result.replicates.get(f"{kappa}/hardest")
+        bounds = intervals.bounds(mean) if mean is not None else (None, None)
+        found += [Estimate(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *bounds, mean, result.units),
+                  Estimate(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
+                           rows[-1].get("ood-auroc high"), hardest, result.units)]
+    return found
+
+
+@register
+class SeverityMethod(Method):
+    """C-OOD severity levels (Galil et al.): per (model, κ), the levels built for it and their AUROC."""
+
+    key, slug, evaluation, commands, per_model = "severity", "severity", SeverityEvaluation, (SeverityPlot,), True
+    title, name, group = "C-OOD severity levels (Galil et al.)", "C-OOD severity levels", "Severity"
+    unit = "the pool's classes (keyed by pool index) + ID images"
+    headlines = (
+        Headline("severity_mean", "mean AUROC", "severity", True,
+                 "OOD AUROC averaged over the severity levels built for this (model, κ)"),
+        Headline("severity_hardest", "hardest level", "severity", True,
+                 "OOD AUROC of the hardest severity level (the classes this (model, κ) trusts most)"),
+    )
+
+    def runs(self, models: Any, kappas: Sequence[str]) -> list[Run]:
+        found = []
+        for spec, model in models.items():
+            paired = [k for k in kappas if pairs_with(get_kappa(k), ensemble=bool(model.ensemble))]
+            if paired:
+                found.append(Run(model.display_name, spec, paired))
+        return found
+
+    def section(self, results: Any, context: CardContext) -> Section:
+        summary, levels, lines = [], [], {}
+        for model, result in results.items():
+            for kappa, rows in result.items():
+                estimates = {e.key: e for e in result.estimates if e.kappa == kappa}
+                mean = estimates["severity_mean"]
+                replicates = result.replicates.get(f"{kappa}/mean")
+                summary.append({"model": model, "κ": kappa, "mean AUROC": cell(mean.value, mean.low, mean.high),
+                                "hardest level": column_cell(rows[-1], "ood-auroc"),
+                                "easiest level": column_cell(rows[0], "ood-auroc"),
+                                **{f"hardest {k}": v for k, v in detection_cells(rows[-1]).items()},
+                                "empty resamples": int(torch.isnan(replicates).sum()) if replicates is not None else ""})
+                levels.append({"model": model, "κ": kappa, **{
+                    f"level {r['severity level']}": column_cell(r, "ood-auroc") for r in rows}})
+                lines[f"{model} / {kappa}"] = rows
+        figures = []
+        if context.plots and lines:
+            path = plot_severity(lines, context.output_dir / "severity_auroc.png",
+                                 title=f"OOD AUROC by severity level ({context.intervals.level:.0%} intervals)")
+            figures.append(Figure("AUROC by severity level", path,
+                                  "level 0 = easiest, the last level = hardest; bands: the class-resampled intervals"))
+        level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")]]
+        return Section(self.slug, self.title, (
+            "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
+            "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "
+            "classes the model trusts most). Each level's AUROC is ID test vs that level's test images. "
+            f"Intervals: resampling unit {self.unit} (a level is a group of classes; a class has one weight "
+            "in every level and row of a resample). Empty resamples: those in which every class of some level drew "
+            "0 (no AUROC there), left out of the mean's interval."),
+            [Table("summary", ["model", "κ", "mean AUROC", "hardest level", "easiest level",
+                               *[f"hardest {h}" for h in DETECTION_HEADERS], "empty resamples"], summary),
+             Table("AUROC per level", level_columns, levels)], figures)
+
+    def notes(self, results: Any, models: Any) -> list[str]:
+        pools = {result.units for result in results.values()}
+        return ["Severity levels are built per (model, κ), so two rows' levels hold different classes; rows "
+                "measured on the same pool and ID test set are compared on the same resamples (a pool class "
+                "has one weight in every level and row)"
+                + ("." if len(pools) <= 1 else "; the models here use different severity data, and rows of "
+                   "different data are not compared.")]
 
 
 def training_datamodule(scoring: ScoringModel) -> Any:

@@ -16,7 +16,8 @@ A researcher asks "how good is this model at saying I don't know?" and gets one 
   each severity level and ID images; chains and ID images for worst-case AUROC and MinRank) and keeps the
   bootstrap replicates (``replicates.pt``). Resamples depend only on (seed, unit, size), so two detectors
   scored on the same images are resampled alike and their difference is paired.
-- **leaderboard**: one row per (model, κ) with the headline numbers of each method (:data:`HEADLINES`),
+- **leaderboard**: one row per (model, κ) with the headline numbers of each method (its
+  :attr:`evaluation_methods.registry.Method.headlines`),
   each with its interval; per column the best row is marked, every other row is compared with it from the
   paired replicates (the interval of the difference; ``significant`` when it excludes 0), and every row gets
   the probability of ranking first over the resamples. Then one section per method with its tables and
@@ -36,7 +37,6 @@ import datetime
 import importlib.metadata
 import inspect
 import json
-import math
 import os
 import platform
 import sys
@@ -48,70 +48,29 @@ from typing import Any
 import torch
 import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
-from torch import Tensor
 
-from callbacks.evg import ENSEMBLE_SAMPLER
-from callbacks.generated import LABEL_KEPT
-from evaluation_engine.intervals import DETECTION_METRICS, Intervals
-from evaluation_engine.outputs import check_output_dir, read_replicates, read_units, slug
-from evaluation_engine.plots import plot_severity
+from evaluation_engine.intervals import Intervals
+from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.run import Evaluation, TrainerOptions, make_logger
 from evaluation_engine.scoring import ScoringPasses
-from evaluation_methods.evg import EvGEvaluation
-from evaluation_methods.generated import GeneratedEvaluation
-from evaluation_methods.open_set import OSCREvaluation
-from evaluation_methods.severity import SeverityEvaluation
+from evaluation_methods.registry import (
+    CardContext,
+    Headline,
+    MethodResult,
+    Run,
+    cell,
+    headlines,
+    iter_estimates,
+    methods,
+)
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa, pairs_with, seed_mean, seed_mean_replicates, share_first, worse_than_best
-from metrics.intervals import paired_difference
 from openset_common import atomic_write_text, file_sha256, typed_arguments
 
-SECTIONS: dict[str, type[Evaluation]] = {"oscr": OSCREvaluation, "severity": SeverityEvaluation,
-                                         "generated": GeneratedEvaluation, "evg": EvGEvaluation}
-METHOD_OF = {"oscr": "open_set", "severity": "severity", "generated": "generated", "evg": "evg"}
-TITLES = {"open_set": "Open-set recognition (Palechor et al.)", "severity": "C-OOD severity levels (Galil et al.)",
-          "generated": "Generated near-OOD and shifted sets (Mukhoti et al.)",
-          "evg": "Adversarial generation of outliers, EvG (Yoon et al.)"}
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
 # keys a section's own config file may not set: the report card's models, κ and trainer are every section's
 REPORT_KEYS = {"model", "kappa", *TRAINER_KEYS}
-UNITS = {"open_set": "test images (knowns, negatives, unknowns resampled separately)",
-         "severity": "the pool's classes (keyed by pool index) + ID images",
-         "generated": "images (ID test and the set resampled separately)",
-         "evg": "seed images (a chain's weight is its seed's) + ID test images; MinRank: ID test images, the "
-                "worst cases held fixed"}
 PAGE_FILES = ("index.html", "report.md", "report.json")
-
-
-@dataclasses.dataclass(frozen=True)
-class Headline:
-    """A leaderboard column: ``key``, its title, the method, whether higher is better, what it is."""
-
-    key: str
-    title: str
-    method: str
-    higher_is_better: bool
-    description: str
-
-
-HEADLINES = (
-    Headline("oscr_ccr", "CCR@FPR 0.1 unknowns", "open_set", True,
-             "correct classification rate of the knowns at FPR 0.1 on the protocol's unknown classes (exact "
-             "convention); the maximum softmax probability, so on the softmax rows of train.py checkpoints"),
-    Headline("oscr_auroc", "AUROC unknowns", "open_set", True,
-             "knowns vs the protocol's unknown classes, maximum softmax probability"),
-    Headline("severity_mean", "mean AUROC", "severity", True,
-             "OOD AUROC averaged over the severity levels built for this (model, κ)"),
-    Headline("severity_hardest", "hardest level", "severity", True,
-             "OOD AUROC of the hardest severity level (the classes this (model, κ) trusts most)"),
-    Headline("near_ood", "near-OOD", "generated", True, "ID test vs the first generated near-OOD set"),
-    Headline("shift", "shift", "generated", True, "ID test vs the first generated shifted set"),
-    Headline("real_ood", "real OOD", "generated", True, "ID test vs the first real OOD set"),
-    Headline("evg_worst", "worst-case AUROC", "evg", True,
-             "ID test vs each chain's worst case, the lowest over the variations (eV1 where several samplers ran)"),
-    Headline("evg_min_rank", "MinRank", "evg", True,
-             "ID test images scoring above the most trusted worst case, the lowest over the variations"),
-)
 
 
 @dataclasses.dataclass
@@ -141,16 +100,6 @@ class ModelSeeds:
         if len(set(self.seeds)) < 2:
             raise ValueError(f"model {self.name}: a mean over seeds needs at least two different runs, got "
                              f"{list(self.seeds)}")
-
-
-DETECTION_HEADERS = ("FPR@95TPR", "AUPR-In", "AUPR-Out")
-
-
-def detection_cells(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The detector metrics beside the AUROC of a method's table row, as the card's cells (empty where the row
-    has none: an ID row, a table of before)."""
-    return {header: cell(row.get(column), row.get(f"{column} low"), row.get(f"{column} high"))
-            for header, column in zip(DETECTION_HEADERS, DETECTION_METRICS, strict=True)}
 
 
 class ReportCard(Evaluation):
@@ -187,12 +136,11 @@ class ReportCard(Evaluation):
     command = "report"
 
     def __init__(self, model: Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, oscr: dict[str, Any] | None = None,
-                 severity: dict[str, Any] | None = None, generated: dict[str, Any] | None = None,
-                 evg: dict[str, Any] | None = None, output_dir: str = "runs/report", cache_dir: str | None = "runs/cache",
-                 intervals: Intervals | None = None, title: str | None = None, random_weights: bool = False,
-                 plots: bool = True, fit_data: str | None = None, fit: dict[str, dict[str, Any]] | None = None,
-                 *, trainer: TrainerOptions | None = None) -> None:
+                 kappa_args: dict[str, dict[str, Any]] | None = None, output_dir: str = "runs/report",
+                 cache_dir: str | None = "runs/cache", intervals: Intervals | None = None, title: str | None = None,
+                 random_weights: bool = False, plots: bool = True, fit_data: str | None = None,
+                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None,
+                 **sections: dict[str, Any] | None) -> None:
         super().__init__(trainer=trainer)
         self.fit_data, self.fit = fit_data, dict(fit or {})
         if not model:
@@ -203,11 +151,15 @@ class ReportCard(Evaluation):
         self.kappa_args = dict(kappa_args or {})
         for name in self.kappa:
             get_kappa(name)  # an unknown κ is named before anything runs
-        self.sections = {name: section for name, section in
-                         (("oscr", oscr), ("severity", severity), ("generated", generated), ("evg", evg))
-                         if section is not None}
+        registered = methods()
+        unknown = sorted(set(sections) - set(registered))
+        if unknown:
+            raise ValueError(f"report sections {unknown} are no registered evaluation method (the methods: "
+                             f"{sorted(registered)})")
+        # in the order of the registry, whatever order they were given in
+        self.sections = {name: sections[name] for name in registered if sections.get(name) is not None}
         if not self.sections:
-            raise ValueError("the report has no section: give at least one of oscr, severity, generated, evg")
+            raise ValueError(f"the report has no section: give at least one of {', '.join(registered)}")
         self.output_dir, self.cache_dir = Path(output_dir), cache_dir
         self.intervals = Intervals.of(intervals)
         self.title, self.random_weights, self.plots = title, random_weights, plots
@@ -218,7 +170,7 @@ class ReportCard(Evaluation):
 
     def _check_pairs(self) -> None:
         """Refuse, before anything runs, a κ that pairs with no model of the card and an OSCR section without a
-        checkpoint of ``train.py``, as the other commands refuse them."""
+        model it can evaluate (OSCR without a checkpoint of ``train.py``), as the commands refuse them."""
         ensembles = [spec.startswith("ensemble:") for spec in self.model]
         for where, names in [("kappa", self.kappa)] + [(f"{s}.kappa", o["kappa"]) for s, o in
                                                        self.section_options.items() if "kappa" in o]:
@@ -228,9 +180,8 @@ class ReportCard(Evaluation):
                     kind = "an ensemble (ensemble:FILE)" if pairs_with(get_kappa(name), ensemble=True) else "a single model"
                     raise ValueError(f"{where}: the confidence function {name!r} pairs with no model of the report "
                                      f"(it needs {kind}; the models: {self.model})")
-        if "oscr" in self.sections and not any(_is_checkpoint(spec) for spec in self.model):
-            raise ValueError(f"report section oscr needs a classifier checkpoint of train.py (its protocol's test "
-                             f"set: negatives and unknowns); the models are {self.model}")
+        for name in self.sections:
+            methods()[name].check(self.model)
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -249,29 +200,30 @@ class ReportCard(Evaluation):
                 raise ValueError(f"report section {name}: {path} is not a YAML mapping of options")
             options.update({k: v for k, v in loaded.items() if k not in REPORT_KEYS})
         options.update({k: v for k, v in section.items() if k != "config"})
-        accepted = set(inspect.signature(SECTIONS[name].__init__).parameters) - {"self", "trainer"}
+        command = methods()[name].evaluation
+        accepted = set(inspect.signature(command.__init__).parameters) - {"self", "trainer"}
         unknown = sorted(set(options) - accepted - {"kappa"})
         if unknown:
             raise ValueError(f"report section {name}: {unknown} are not options of evaluate.py "
-                             f"{SECTIONS[name].command} (its options: {sorted(accepted - {'model'})})")
+                             f"{command.command} (its options: {sorted(accepted - {'model'})})")
         if "model" in options:
             raise ValueError(f"report section {name}: the models are the report's (model:), not a section's")
         # the types, as the command's parser checks them (a word where a number is expected names the key)
-        typed_arguments(SECTIONS[name], {k: v for k, v in options.items() if k != "intervals"},
+        typed_arguments(command, {k: v for k, v in options.items() if k != "intervals"},
                         what=f"report section {name}")
         if "intervals" in options:
             options["intervals"] = Intervals.of(options["intervals"])
         return options
 
     def _evaluation(self, name: str, model: Any, kappa: Sequence[str] | None, output_dir: Path) -> Evaluation:
-        cls = SECTIONS[name]
+        cls = methods()[name].evaluation
         accepted = set(inspect.signature(cls.__init__).parameters)
         options = dict(self.section_options[name])
         options["output_dir"] = str(output_dir)  # the caller's choice: the section's folder or one inside it
         defaults = {"intervals": self.intervals, "plots": self.plots,
                     "random_weights": self.random_weights, "kappa_args": self.kappa_args, "cache_dir": self.cache_dir}
-        if kappa is not None:
-            options.setdefault("kappa", list(kappa))
+        if kappa is not None and "kappa" in accepted:
+            options["kappa"] = list(kappa)  # the section's (or the card's) κ that pair with this run's model
         kappas = options.get("kappa", self.kappa)
         kappas = [kappas] if isinstance(kappas, str) else list(kappas)
         defaults["fit_data"] = self.fit_data
@@ -285,10 +237,6 @@ class ReportCard(Evaluation):
         evaluation.shared_passes = self.passes
         return evaluation
 
-    def _kappas(self, section: str, model: ScoringModel) -> list[str]:
-        names = self.section_options[section].get("kappa", self.kappa)
-        return [k for k in names if pairs_with(get_kappa(k), ensemble=bool(model.ensemble))]
-
     # -- the run ----------------------------------------------------------------------------------
 
     def run(self) -> list[dict[str, Any]]:
@@ -301,36 +249,25 @@ class ReportCard(Evaluation):
             raise ValueError(f"the models of several seeds {clash} are named like another model of the report")
         self.passes = ScoringPasses(self.cache_dir)
         # every section's evaluation built first: options and output folders checked before anything runs
-        plan: list[tuple[str, Any, Evaluation, Path]] = []
-        if "oscr" in self.sections:
-            for spec in self.model:
-                if _is_checkpoint(spec):
-                    folder = self._folder("oscr") / slug(names[spec])
-                    plan.append(("open_set", names[spec], self._evaluation("oscr", spec, None, folder), folder))
-        if "severity" in self.sections:
-            for spec in self.model:
-                kappas = self._kappas("severity", models[spec])
-                if kappas:
-                    folder = self._folder("severity") / slug(names[spec])
-                    plan.append(("severity", names[spec], self._evaluation("severity", spec, kappas, folder), folder))
-        for section in ("generated", "evg"):
-            if section in self.sections:
-                folder = self._folder(section)
-                plan.append((section, None, self._evaluation(
-                    section, list(self.model), self.section_options[section].get("kappa", self.kappa), folder), folder))
+        plan: list[tuple[str, Run, Evaluation, Path]] = []
+        for key in self.sections:
+            method = methods()[key]
+            kappas = self.section_options[key].get("kappa", self.kappa)
+            for planned in method.runs(models, [kappas] if isinstance(kappas, str) else list(kappas)):
+                folder = self._folder(key) / slug(planned.name) if method.per_model else self._folder(key)
+                plan.append((key, planned, self._evaluation(key, planned.model, planned.kappa, folder), folder))
         for *_, folder in plan:
             check_output_dir(folder)
         if rank_zero_only.rank == 0:
             mark_stale(self.output_dir)  # until the card is written whole, a page there is an old one
-        found: dict[str, Any] = {}
-        for method, name, evaluation, folder in plan:
+        found: dict[str, dict[str | None, MethodResult]] = {}
+        for key, planned, evaluation, _ in plan:
             result = evaluation.run()
-            if method == "open_set":
-                found.setdefault(method, {})[name] = folder
-            elif method == "severity":
-                found.setdefault(method, {})[name] = (folder, result)
-            else:
-                found[method] = (folder, result)
+            if not isinstance(result, MethodResult):
+                if rank_zero_only.rank != 0:
+                    continue  # a command returns its result on global rank zero only
+                raise TypeError(f"evaluate.py {key} returned {type(result).__name__}, not a MethodResult")
+            found.setdefault(key, {})[planned.name] = result
         if rank_zero_only.rank != 0:  # every process ran the sections; global rank zero writes the card
             return []
         card = self.assemble(found, models=list(models.values()))
@@ -345,7 +282,7 @@ class ReportCard(Evaluation):
 
     def _folder(self, section: str) -> Path:
         """A section's folder: its own ``output_dir``, else ``<report>/<method>``."""
-        return Path(self.section_options[section].get("output_dir") or self.output_dir / METHOD_OF[section])
+        return Path(self.section_options[section].get("output_dir") or self.output_dir / methods()[section].slug)
 
     def _pass_summary(self) -> str:
         log = self.passes.log if self.passes is not None else []
@@ -364,33 +301,28 @@ class ReportCard(Evaluation):
                     rows_order.append((model.display_name, name))
         sections = []
 
-        def put(model: str, kappa: str, key: str, value: Any, low: Any, high: Any, replicates: Tensor | None,
-                units: str = "") -> None:
-            """One headline number; ``units`` names the resampled units it was measured on (data fingerprints):
-            only rows of the same units are compared (their resamples are paired)."""
-            if (model, kappa) not in rows_order:
-                rows_order.append((model, kappa))
-            cells.setdefault((model, kappa), {})[key] = (_number(value), _number(low), _number(high), replicates,
-                                                         units)
-
-        if "open_set" in found:
-            sections.append(self._open_set_section(found["open_set"], put))
-        if "severity" in found:
-            sections.append(self._severity_section(found["severity"], put))
-        if "generated" in found:
-            sections.append(self._generated_section(*found["generated"], put))
-        if "evg" in found:
-            sections.append(self._evg_section(*found["evg"], put))
+        context = CardContext(self.intervals, self.plots, self.output_dir)
+        for key, results in found.items():
+            method = methods()[key]
+            for estimate in iter_estimates(results):
+                row = (estimate.model, estimate.kappa)
+                if row not in rows_order:
+                    rows_order.append(row)
+                # only rows measured on the same units (data fingerprints) are compared: their resamples are paired
+                cells.setdefault(row, {})[estimate.key] = (estimate.value, estimate.low, estimate.high,
+                                                           estimate.replicates, estimate.units)
+            sections.append(method.section(results, context).as_dict())
         if self.groups:
             sections.append(self._seeds_section(cells, rows_order))
         for section in sections:  # the page and the JSON name images relative to the report folder
             for image in section["images"]:
                 image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
-        columns = [h for h in HEADLINES if any(h.key in c for c in cells.values())]
+        columns = [h for h in headlines() if any(h.key in c for c in cells.values())]
+        by_slug = {m.slug: m for m in methods().values()}
         rows = [{"model": m, "kappa": k, "cells": {}} for m, k in rows_order]
         for column in columns:
             entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
-            compare_column(entries, column, self.intervals)
+            compare_column(entries, column, self.intervals, unit=by_slug[column.method].unit)
         shown = [m.display_name for m in models if not any(m.display_name in v for v in self.members.values())]
         return {
             "title": self.title or "OOD report card: " + ", ".join([*self.groups, *shown]),
@@ -405,7 +337,8 @@ class ReportCard(Evaluation):
                        for m in models],
             "data": self._data(),
             "passes": list(self.passes.log) if self.passes is not None else [],
-            "leaderboard": {"columns": [dataclasses.asdict(c) for c in columns], "rows": rows},
+            "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_slug[c.method].group,
+                                         "method_title": by_slug[c.method].name} for c in columns], "rows": rows},
             "sections": sections,
             "notes": self._notes(found, models),
         }
@@ -418,7 +351,7 @@ class ReportCard(Evaluation):
         members_of = {name: group for group, names in self.members.items() for name in names}
         for group, names in self.members.items():
             for kappa in dict.fromkeys(k for m, k in rows_order if m in names):
-                for headline in HEADLINES:
+                for headline in headlines():
                     entries = [cells.get((name, kappa), {}).get(headline.key) for name in names]
                     if any(e is None or e[0] is None for e in entries):
                         continue
@@ -433,7 +366,7 @@ class ReportCard(Evaluation):
                     replicates = torch.stack([e[3].double() for e in entries])
                     combined = seed_mean(estimates, replicates, self.intervals.level)
                     low, high = combined.low, combined.high
-                    if headline.key != "evg_min_rank":  # AUROC, CCR: within [0, 1]
+                    if headline.proportion:  # AUROC, CCR: within [0, 1]
                         low, high = max(0.0, low), min(1.0, high)
                     else:
                         low = max(0.0, low)
@@ -478,220 +411,9 @@ class ReportCard(Evaluation):
                  "not a probability of being the best, it favours the observed leader (with equal true values the "
                  "observed leader still ranks first in most resamples).",
                  f"Passes: {self._pass_summary()}."]
-        if "open_set" in found:
-            skipped = [m.display_name for m in models if m.display_name not in found["open_set"]]
-            if skipped:
-                notes.append(f"OSCR needs a checkpoint of train.py (its protocol's test set): not run for "
-                             f"{', '.join(skipped)}.")
-        if "severity" in found:
-            pools = {read_units(folder).get("*", "") for folder, _ in found["severity"].values()}
-            notes.append("Severity levels are built per (model, κ), so two rows' levels hold different classes; rows "
-                         "measured on the same pool and ID test set are compared on the same resamples (a pool class "
-                         "has one weight in every level and row)"
-                         + ("." if len(pools) <= 1 else "; the models here use different severity data, and rows of "
-                            "different data are not compared."))
+        for key, results in found.items():
+            notes += methods()[key].notes(results, models)
         return notes
-
-    # -- sections ---------------------------------------------------------------------------------
-
-    def _open_set_section(self, folders: dict[str, Path], put: Any) -> dict[str, Any]:
-        table, images = [], []
-        for model, folder in folders.items():
-            metrics = json.loads((folder / "metrics.json").read_text())
-            intervals = metrics.get("intervals", {})
-            replicates = read_replicates(folder)
-            units = read_units(folder).get("*") or json.dumps(metrics.get("counts", {}), sort_keys=True)
-            for name, value in sorted(metrics["scalars"].items()):
-                low, high = intervals.get(name, (None, None))
-                table.append({"model": model, "metric": name, "value": cell(value, low, high)})
-            for key, scalar in (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc")):
-                if scalar in metrics["scalars"]:
-                    low, high = intervals.get(scalar, (None, None))
-                    put(model, "softmax", key, metrics["scalars"][scalar], low, high, replicates.get(scalar), units)
-            images += [{"title": f"{model}: {title}", "path": str(folder / file), "caption": caption}
-                       for file, title, caption in (
-                           ("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
-                           ("score_histograms.png", "score histograms",
-                            "true-class score of the knowns vs maximum score of negatives and unknowns"))
-                       if (folder / file).is_file()]
-        return {"method": "open_set", "title": TITLES["open_set"], "text": (
-            "Every number of the open-set test report of each checkpoint on its protocol's test set: CCR at each "
-            "FPR target on negatives (-1, seen in training) and unknowns (-2, never seen), the AUROC of knowns vs "
-            f"each group, closed-set accuracy and γ. Intervals: resampling unit {UNITS['open_set']}."),
-            "tables": [{"title": "open-set report", "columns": ["model", "metric", "value"], "rows": table}],
-            "images": images}
-
-    def _severity_section(self, found: dict[str, tuple[Path, dict[str, list[dict]]]], put: Any) -> dict[str, Any]:
-        summary, levels, lines = [], [], {}
-        for model, (folder, tables) in found.items():
-            replicates = read_replicates(folder)
-            units = read_units(folder).get("*", "")  # the ID test set and the pool: rows of the same data are paired
-            for kappa, rows in tables.items():
-                aurocs = [r["ood-auroc"] for r in rows]
-                mean, hardest = replicates.get(f"{kappa}/mean"), replicates.get(f"{kappa}/hardest")
-                mean_bounds = self.intervals.bounds(mean) if mean is not None else (None, None)
-                put(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *mean_bounds, mean, units)
-                put(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
-                    rows[-1].get("ood-auroc high"), hardest, units)
-                summary.append({"model": model, "κ": kappa,
-                                "mean AUROC": cell(sum(aurocs) / len(aurocs), *mean_bounds),
-                                "hardest level": cell(aurocs[-1], rows[-1].get("ood-auroc low"),
-                                                      rows[-1].get("ood-auroc high")),
-                                "easiest level": cell(aurocs[0], rows[0].get("ood-auroc low"),
-                                                      rows[0].get("ood-auroc high")),
-                                **{f"hardest {k}": v for k, v in detection_cells(rows[-1]).items()},
-                                "empty resamples": int(torch.isnan(mean).sum()) if mean is not None else ""})
-                levels.append({"model": model, "κ": kappa, **{
-                    f"level {r['severity level']}": cell(r["ood-auroc"], r.get("ood-auroc low"), r.get("ood-auroc high"))
-                    for r in rows}})
-                lines[f"{model} / {kappa}"] = rows
-        images = []
-        if self.plots and lines:
-            path = plot_severity(lines, self.output_dir / "severity_auroc.png",
-                                 title=f"OOD AUROC by severity level ({self.intervals.level:.0%} intervals)")
-            images.append({"title": "AUROC by severity level", "path": str(path),
-                           "caption": "level 0 = easiest, the last level = hardest; bands: the class-resampled intervals"})
-        level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")]]
-        return {"method": "severity", "title": TITLES["severity"], "text": (
-            "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
-            "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "
-            "classes the model trusts most). Each level's AUROC is ID test vs that level's test images. "
-            f"Intervals: resampling unit {UNITS['severity']} (a level is a group of classes; a class has one weight "
-            "in every level and row of a resample). Empty resamples: those in which every class of some level drew "
-            "0 (no AUROC there), left out of the mean's interval."),
-            "tables": [{"title": "summary", "columns": ["model", "κ", "mean AUROC", "hardest level", "easiest level",
-                                                        *[f"hardest {h}" for h in DETECTION_HEADERS],
-                                                        "empty resamples"],
-                        "rows": summary},
-                       {"title": "AUROC per level", "columns": level_columns, "rows": levels}],
-            "images": images}
-
-    def _generated_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
-        replicates = read_replicates(folder)
-        rows = result["detectors"]
-        first: dict[str, str] = {}
-        for row in rows:
-            if not row["set"].endswith(LABEL_KEPT):
-                first.setdefault(row["kind"], row["set"])
-        table = []
-        for row in rows:
-            key = f"{row['model']}|{row['confidence function']}|{row['set']}"
-            for headline, kind in (("near_ood", "near_ood"), ("shift", "shift"), ("real_ood", "real_ood")):
-                if first.get(kind) == row["set"] and row["auroc"] is not None:
-                    put(row["model"], row["confidence function"], headline, row["auroc"], row.get("auroc low"),
-                        row.get("auroc high"), replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}")
-            table.append({"model": row["model"], "κ": row["confidence function"], "set": row["set"],
-                          "kind": row["kind"], "images": row["images"],
-                          "AUROC": cell(row["auroc"], row.get("auroc low"), row.get("auroc high")),
-                          "accuracy": cell(row.get("accuracy"), row.get("accuracy low"), row.get("accuracy high")),
-                          "ECE": cell(row.get("ece"), row.get("ece low"), row.get("ece high")),
-                          **detection_cells(row),
-                          "shares generator ensemble": row.get("shares generator ensemble", "")})
-        sets = [{k: v for k, v in r.items() if k in ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID",
-                                                       "keeps ensemble label", "mode")} for r in result.get("sets", [])]
-        images = [{"title": f"set {path.stem}", "path": str(path), "caption": "the first images of the set"}
-                  for path in sorted((folder / "grids").glob("*.png"))]
-        text = ("Detectors on the generated near-OOD and shifted sets next to the real ones: the AUROC of ID test "
-                "vs each set, and on the shifted sets (and the ID test set, the baseline) the accuracy and ECE. "
-                f"Headline columns: near-OOD = {first.get('near_ood', '—')}, shift = {first.get('shift', '—')}, "
-                f"real OOD = {first.get('real_ood', '—')}. Intervals: AUROC DeLong, accuracy and ECE bootstrap; "
-                f"resampling unit {UNITS['generated']}. A detector sharing the generators' training ensemble "
-                "reports the generator's own objective back (flagged).")
-        tables = [{"title": "detectors", "columns": ["model", "κ", "set", "kind", "images", "AUROC", *DETECTION_HEADERS,
-                                                     "accuracy", "ECE", "shares generator ensemble"], "rows": table}]
-        differences = self._set_differences(rows, replicates)
-        if differences:
-            tables.append({"title": "differences between sets of one kind (paired; each pair's interval on its own, "
-                                    "not simultaneous)", "columns": list(differences[0]),
-                           "rows": differences})
-        if sets:
-            tables.append({"title": "what the sets are", "columns": list(sets[0]), "rows": sets})
-        return {"method": "generated", "title": TITLES["generated"], "text": text, "tables": tables, "images": images}
-
-    def _set_differences(self, rows: Sequence[dict[str, Any]], replicates: dict[str, Tensor]) -> list[dict[str, Any]]:
-        """Per detector, the AUROC difference of every two generated sets of one kind (e.g. a regularised set and
-        its plain twin) with the interval of the paired difference: the ID test resamples are the same, and the
-        sets' images are resampled by position (image i of two sets of one size share their weight; the sets
-        of one generator pair, plain and regularised, share their seeds by position)."""
-        found = []
-        by_detector: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for row in rows:
-            if row["kind"] in ("near_ood", "shift") and row["auroc"] is not None and not row["set"].endswith(LABEL_KEPT):
-                by_detector.setdefault((row["model"], row["confidence function"]), []).append(row)
-        for (model, kappa), sets in by_detector.items():
-            for i, first in enumerate(sets):
-                for second in sets[i + 1:]:
-                    if first["kind"] != second["kind"]:
-                        continue
-                    a = replicates.get(f"{model}|{kappa}|{first['set']}|auroc")
-                    b = replicates.get(f"{model}|{kappa}|{second['set']}|auroc")
-                    if a is None or b is None or a.numel() != b.numel():
-                        continue
-                    low, high, significant = paired_difference(a, b, self.intervals.level)
-                    found.append({"model": model, "κ": kappa, "set A": first["set"], "set B": second["set"],
-                                  "AUROC A − B": cell(first["auroc"] - second["auroc"], low, high),
-                                  "significant": "yes" if significant else "no"})
-        return found
-
-    def _evg_section(self, folder: Path, result: dict[str, Any], put: Any) -> dict[str, Any]:
-        replicates = read_replicates(folder)
-        units = read_units(folder).get("*", "")  # the ID test images and the seed images
-        rows = result["rows"]
-        samplers = {r["sampler"] for r in rows}
-        headline_sampler = ENSEMBLE_SAMPLER if ENSEMBLE_SAMPLER in samplers else sorted(samplers)[0]
-        # per (detector, variation) the eV1 row where several samplers ran, else the row of its one sampler
-        chosen = {}
-        for row in rows:
-            pair = (row["detector"], row["variation"])
-            if pair not in chosen or row["sampler"] == ENSEMBLE_SAMPLER:
-                chosen[pair] = row["sampler"]
-        table, per_detector = [], {}
-        for row in rows:
-            key = f"{row['detector']}|{row['variation']}|{row['sampler']}"
-            sampler = row["sampler"] + (f" ({row['eV1 of']})" if row.get("eV1 of") else "")
-            table.append({"detector": row["detector"], "variation": row["variation"], "sampler": sampler,
-                          "chains": row["chains"],
-                          "clean AUROC": cell(row["clean auroc"], row.get("clean auroc low"), row.get("clean auroc high")),
-                          "worst-case AUROC": cell(row["worst-case auroc"], row.get("worst-case auroc low"),
-                                                   row.get("worst-case auroc high")),
-                          "MinRank": cell(row["min rank"], row.get("min rank low"), row.get("min rank high")),
-                          "clean MinRank": row["clean min rank"]})
-            if row["sampler"] == chosen[(row["detector"], row["variation"])]:
-                per_detector.setdefault(row["detector"], []).append(
-                    (row, replicates.get(f"{key}|worst_auroc"), replicates.get(f"{key}|min_rank")))
-        for detector, entries in per_detector.items():
-            model, _, kappa = detector.rpartition("/")
-            for headline, column, index in (("evg_worst", "worst-case auroc", 1), ("evg_min_rank", "min rank", 2)):
-                value = min(e[0][column] for e in entries)
-                reps = [e[index] for e in entries]
-                # the minimum over the variations, resample by resample (the same resamples for every variation)
-                replicate = torch.stack(reps).min(dim=0).values if all(r is not None for r in reps) else None
-                if headline == "evg_min_rank":  # conditional on the searches: a count of ID images, Wilson's
-                    bounds = self.intervals.count(int(value), int(entries[0][0]["id test images"]))
-                else:
-                    bounds = self.intervals.bounds(replicate) if replicate is not None else (None, None)
-                chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
-                put(model, kappa, headline, value, *bounds, replicate,
-                    f"{units}|{chains} chains, {entries[0][0]['id test images']} ID test images")
-        images = [{"title": path.stem.replace("_", " "), "path": str(path),
-                   "caption": "worst-case AUROC of each column's detector on the worst cases found against each row's"}
-                  for path in sorted(folder.glob("transfer_*.png")) if path.stem.endswith(f"_{slug(headline_sampler)}")
-                  or headline_sampler == ENSEMBLE_SAMPLER and path.stem.endswith("_mh")]
-        grid_sampler = "mh" if "mh" in samplers else headline_sampler
-        images += [{"title": path.stem.replace("__", " / "), "path": str(path),
-                    "caption": "the lowest-energy worst cases (each seed next to its worst case where conditional)"}
-                   for path in sorted((folder / "grids").glob(f"*__{slug(grid_sampler)}.png"))]
-        return {"method": "evg", "title": TITLES["evg"], "text": (
-            "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
-            "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "
-            "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "
-            f"every ID image). Leaderboard: the lowest over the variations, of the {ENSEMBLE_SAMPLER} rows where "
-            "several samplers ran (a variation searched by one sampler: its row). "
-            "Intervals: the clean and worst-case AUROC's (chains of one seed image clustered); MinRank conditional "
-            "on the search (Wilson's interval of the count of ID test images above the fixed worst case; the "
-            f"bootstrap of a maximum over chains does not cover). Resampled: {UNITS['evg']}."),
-            "tables": [{"title": "results", "columns": list(table[0]) if table else [], "rows": table}],
-            "images": images}
 
     # -- W&B --------------------------------------------------------------------------------------
 
@@ -734,11 +456,12 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
 # -- comparisons ----------------------------------------------------------------------------------
 
 
-def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headline, intervals: Intervals) -> None:
+def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headline, intervals: Intervals, *,
+                   unit: str = "") -> None:
     """Fill each row's cell of one leaderboard column: the value, its interval, ``best``, ``significant`` (worse
     than the best row, simultaneously over the column: :func:`metrics.worse_than_best` over the rows measured
     on the same units as the best row, at the card's level) and ``share_first`` (the share of resamples in
-    which the row ranks first, where every row shares the units)."""
+    which the row ranks first, where every row shares the units); ``unit`` says what the column resampled."""
     present = [(row, entry) for row, entry in entries if entry is not None and entry[0] is not None]
     if not present:
         return
@@ -765,16 +488,11 @@ def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headli
     for row, (value, low, high, *_) in present:
         row["cells"][column.key] = {"value": value, "low": low, "high": high, "best": id(row) in tied,
                                     "significant": worse.get(id(row), False), "share_first": shares.get(id(row)),
-                                    "unit": UNITS[column.method]}
+                                    "unit": unit}
 
 
 def _units(entry: tuple) -> str:
     return entry[4] if len(entry) > 4 else ""
-
-
-def _is_checkpoint(spec: str) -> bool:
-    """A checkpoint of ``train.py`` (what OSCR needs: its protocol's test set)."""
-    return spec.endswith(".ckpt") and not spec.startswith("ensemble:")
 
 
 def _model_specs(entries: Sequence[Any]) -> tuple[list[str], dict[str, list[str]]]:
@@ -844,14 +562,6 @@ SIGNIFICANT_TEXT = ("▼ (significantly worse than the best row of its column) i
                     "(each column is its own family).")
 
 
-def cell(value: Any, low: Any = None, high: Any = None) -> dict[str, Any] | Any:
-    """A table cell with its interval (the page's Cell), or the plain value where it has none."""
-    if value is None or isinstance(value, str):
-        return value
-    return {"value": _number(value), "low": _number(low), "high": _number(high), "best": False,
-            "significant": False, "share_first": None, "unit": ""}
-
-
 def flat(value: Any) -> Any:
     """A W&B cell: a Cell as "value [low, high]", numbers as they are."""
     if isinstance(value, dict):
@@ -870,20 +580,13 @@ def leaderboard_text(card: dict[str, Any]) -> str:
         for column in columns:
             found = row["cells"].get(column["key"])
             if found and found.get("value") is not None:
-                digits = 0 if column["key"] == "evg_min_rank" else 3
+                digits = int(column.get("digits", 3))
                 interval = (f" [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
                             if found.get("low") is not None else "")
                 mark = " (best)" if found["best"] else (" (worse)" if found["significant"] else "")
                 parts.append(f"{column['method']} {column['title']} {found['value']:.{digits}f}{interval}{mark}")
         lines.append(f"  {row['model']} / {row['kappa']}: " + "; ".join(parts))
     return "\n".join(lines)
-
-
-def _number(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
 
 
 def _sha256(spec: str) -> str | None:
@@ -902,4 +605,4 @@ def versions() -> dict[str, str]:
     return found
 
 
-__all__ = ["HEADLINES", "Headline", "ModelSeeds", "ReportCard", "compare_column", "mark_stale", "report"]
+__all__ = ["Headline", "ModelSeeds", "ReportCard", "compare_column", "mark_stale", "report"]

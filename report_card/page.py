@@ -40,14 +40,6 @@ from openset_common import atomic_write_text
 
 MISSING = "—"
 SIGNIFICANT_MARK = "▼"
-METHOD_TITLES = {
-    "open_set": "Open set (OSCR)",
-    "severity": "C-OOD severity levels",
-    "generated": "Generated shift and near-OOD sets",
-    "evg": "EvG adversarial outliers",
-}
-# the leaderboard's column groups: short, so that a group over one column stays on one line
-METHOD_GROUPS = {"open_set": "Open set", "severity": "Severity", "generated": "Generated", "evg": "EvG"}
 
 
 # -- numbers ----------------------------------------------------------------------------------------------
@@ -125,8 +117,9 @@ def _percent(level: Any) -> str:
     return f"{float(level) * 100:g}%" if _finite(level) else "the report's"
 
 
-def _method_title(method: str) -> str:
-    return METHOD_TITLES.get(method, method)
+def _method_title(column: Mapping[str, Any]) -> str:
+    """A leaderboard column's method, as the card names it (``method_title``; the method's id in a card of before)."""
+    return str(column.get("method_title") or column.get("method", ""))
 
 
 def _units(rows: Iterable[Mapping[str, Any]], key: str) -> list[str]:
@@ -314,8 +307,10 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
             groups[-1] = (groups[-1][0], groups[-1][1] + 1)
         else:
             groups.append((column.get("method", ""), 1))
+    # each group under its short name (the card's ``group``), its method's title as the tip
+    shown = {c.get("method", ""): (str(c.get("group") or c.get("method", "")), _method_title(c)) for c in columns}
     out.append('<tr class="groups"><th colspan="2"></th>' + "".join(
-        f'<th colspan="{span}" title="{_e(_method_title(method))}">{_e(METHOD_GROUPS.get(method, method))}</th>'
+        f'<th colspan="{span}" title="{_e(shown[method][1])}">{_e(shown[method][0])}</th>'
         for method, span in groups) + "</tr>")
     header = [_sortable_header("Model", 0), _sortable_header("κ", 1, tooltip="confidence function")]
     for i, column in enumerate(columns, start=2):
@@ -338,7 +333,7 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
             better = "higher" if column.get("higher_is_better", True) else "lower"
             unit = f" Resampled: {'; '.join(units)}." if units else ""
             out.append(f"<dt>{_e(column.get('title', column.get('key')))}</dt>"
-                       f"<dd>{_e(_method_title(column.get('method', '')))}: {_e(column.get('description', ''))} "
+                       f"<dd>{_e(_method_title(column))}: {_e(column.get('description', ''))} "
                        f"({better} is better).{_e(unit)}</dd>")
         out.append("</dl>")
     return out
@@ -432,7 +427,7 @@ def render_html(report: Mapping[str, Any], folder: str | Path) -> str:
         ("created", report.get("created")), ("level", _percent(level)), ("resamples", resamples),
         ("seed", report.get("seed"))) if value is not None)
     toc = ['<a href="#results">Leaderboard</a>']
-    toc += [f'<a href="#{a}">{_e(s.get("title") or _method_title(s.get("method", "")))}</a>'
+    toc += [f'<a href="#{a}">{_e(s.get("title") or s.get("method", ""))}</a>'
             for a, s in zip(anchors, sections, strict=True)]
     toc.append('<a href="#provenance">Models, data, versions</a>')
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -444,7 +439,7 @@ def render_html(report: Mapping[str, Any], folder: str | Path) -> str:
            '<section id="results"><h2>Leaderboard</h2>', *_leaderboard_html(report), "</section>"]
     for anchor, section in zip(anchors, sections, strict=True):
         out.append(f'<section id="{anchor}" data-method="{_e(section.get("method"))}">')
-        out.append(f"<h2>{_e(section.get('title') or _method_title(section.get('method', '')))}</h2>")
+        out.append(f"<h2>{_e(section.get('title') or section.get('method', ''))}</h2>")
         out += _paragraphs(section.get("text"))
         for table in section.get("tables", []):
             out += _table_html(table, level=level, resamples=resamples)
@@ -520,10 +515,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     for column in columns:
         units = _units(rows, column.get("key"))
         unit = f" Resampled: {'; '.join(units)}." if units else ""
-        out.append(f"- **{_md(column.get('title', column.get('key')))}** ({_md(_method_title(column.get('method', '')))})"
+        out.append(f"- **{_md(column.get('title', column.get('key')))}** ({_md(_method_title(column))})"
                    f": {_md(column.get('description', ''))}{_md(unit)}")
     for section in report.get("sections", []):
-        out += ["", f"## {_md(section.get('title') or _method_title(section.get('method', '')))}", ""]
+        out += ["", f"## {_md(section.get('title') or section.get('method', ''))}", ""]
         for block in re.split(r"\n\s*\n", (section.get("text") or "").strip()):
             if block.strip():
                 out += [_md(block), ""]

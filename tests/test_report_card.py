@@ -19,8 +19,10 @@ import torch
 import evaluate
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import read_replicates
+from evaluation_methods.generated import set_differences
+from evaluation_methods.registry import Headline, headlines
 from metrics import worse_than_best
-from report_card.card import HEADLINES, Headline, ReportCard, compare_column
+from report_card.card import ReportCard, compare_column
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
@@ -202,8 +204,8 @@ def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> N
         low, high = percentile(per_variation.min(dim=0).values.numpy(), 0.95)
         assert (cells["evg_worst"]["low"], cells["evg_worst"]["high"]) == pytest.approx((low, high), abs=1e-9)
     # every cell: an interval, and per column the best row and probabilities of ranking first that sum to 1
-    columns = {h.key for h in HEADLINES} & {k for cells in by_row.values() for k in cells}
-    assert columns == {h.key for h in HEADLINES}  # every method gave its numbers
+    columns = {h.key for h in headlines()} & {k for cells in by_row.values() for k in cells}
+    assert columns == {h.key for h in headlines()}  # every method gave its numbers
     for key in columns:
         present = [cells[key] for cells in by_row.values() if key in cells]
         assert all(c["low"] is not None and c["low"] <= c["high"] for c in present)
@@ -245,8 +247,6 @@ def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
 
 
 def test_set_differences_pair_the_sets_of_one_kind_per_detector() -> None:
-    card = ReportCard.__new__(ReportCard)
-    card.intervals = Intervals(resamples=400)
     generator = torch.Generator().manual_seed(3)
     shared = torch.randn(400, generator=generator, dtype=torch.float64) * 0.02
     replicates = {"m|softmax|near|auroc": 0.85 + shared, "m|softmax|near_plain|auroc": 0.84 + shared,
@@ -258,7 +258,7 @@ def test_set_differences_pair_the_sets_of_one_kind_per_detector() -> None:
                                   ("near_plain", "near_ood", replicates["m|softmax|near_plain|auroc"]),
                                   ("near_twin", "near_ood", replicates["m|softmax|near_twin|auroc"]),
                                   ("shift", "shift", replicates["m|softmax|shift|auroc"]))]
-    found = card._set_differences(rows, replicates)
+    found = set_differences(rows, replicates, Intervals(resamples=400).level)
     # three near-OOD pairs, no pair across kinds
     assert [(r["set A"], r["set B"]) for r in found] == [("near", "near_plain"), ("near", "near_twin"),
                                                          ("near_plain", "near_twin")]

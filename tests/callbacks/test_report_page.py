@@ -57,6 +57,11 @@ def make_report(folder: Path) -> dict[str, Any]:
         {"key": "min_rank", "title": "MinRank", "method": "evg", "higher_is_better": False,
          "description": "rank of the worst adversarial outlier among the ID images"},
     ]
+    # the group and method name each column's method gives the card (evaluation_methods.registry.Method)
+    named = {"open_set": ("Open set", "Open set (OSCR)"), "severity": ("Severity", "C-OOD severity levels"),
+             "generated": ("Generated", "Generated shift and near-OOD sets"), "evg": ("EvG", "EvG adversarial outliers")}
+    for column in columns:
+        column["group"], column["method_title"] = named[column["method"]]
     chains = "chains + ID images"
     levels = "classes within the level + ID images"
     rows = [
