@@ -91,16 +91,17 @@ def normalise(command: str, argv: list[str]) -> list[str]:
     """The command line in jsonargparse's terms: ``--foo-bar`` -> ``--foo_bar``; ``--data-arg K=V`` collected
     into ``--data_args {...}`` (values as YAML); several values of a list option into one list; the old
     spellings mapped, with a deprecation warning."""
-    lists, flags = option_kinds(COMMANDS[command])
+    cls = COMMANDS[command]
+    lists, flags = option_kinds(cls)
     out: list[str] = []
     collected: dict[str, dict[str, Any]] = {}
     tokens = list(argv)
-    if command == "severity-plot":  # the tables are positional
+    if cls.positional:  # the leading values are that option's (severity-plot's tables)
         positional = []
         while tokens and not tokens[0].startswith("--"):
             positional.append(tokens.pop(0))
         if positional:
-            tokens = ["--tables", *positional, *tokens]
+            tokens = [f"--{cls.positional}", *positional, *tokens]
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -117,9 +118,9 @@ def normalise(command: str, argv: list[str]) -> list[str]:
         if name in RENAMED:
             _deprecated(name, RENAMED[name])
             name = RENAMED[name]
-        if name == "data" and command in ("oscr", "generate"):
-            _deprecated("data KEY=VALUE", "data-arg KEY=VALUE")  # the old datamodule overrides
-            name = "data_arg"
+        if name in cls.renamed_options:  # the command's own old spellings
+            name, message = cls.renamed_options[name]
+            warnings.warn(message, DeprecatedOption, stacklevel=2)
         if name in FLAGS:
             name, value = FLAGS[name]
             out += [f"--{name}", value]
@@ -128,9 +129,9 @@ def normalise(command: str, argv: list[str]) -> list[str]:
             warnings.warn(f"--{name} is no longer needed and is ignored: {DROPPED[name]}", DeprecatedOption,
                           stacklevel=2)
             continue
-        if name == "image_size" and command == "generated":
-            warnings.warn("--image-size is no longer needed by generated and is ignored: every model takes the sets "
-                          "through its own input transform", DeprecatedOption, stacklevel=2)
+        if name in cls.dropped_options:
+            warnings.warn(f"--{name.replace('_', '-')} is no longer needed by {command} and is ignored: "
+                          f"{cls.dropped_options[name]}", DeprecatedOption, stacklevel=2)
             continue
         if name in KEY_VALUE:
             target = KEY_VALUE[name]

@@ -102,6 +102,13 @@ class Evaluation:
     """
 
     command: str = ""
+    # how evaluate.py reads the command's line beyond the shared vocabulary: the option that takes the leading
+    # positional values (``severity-plot TABLE...``); options of an old spelling, mapped with a deprecation
+    # warning (name -> (new name, what the warning says)); options no longer needed, ignored with a warning
+    # that says why (name -> why)
+    positional: str | None = None
+    renamed_options: dict[str, tuple[str, str]] = {}
+    dropped_options: dict[str, str] = {}
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
     shared_passes: Any = None

@@ -47,6 +47,7 @@ from evaluation_engine.scoring import (
     default_fit_set,
     detector_pairs,
 )
+from evaluation_methods.open_set import OSCREvaluation
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
     CardContext,
@@ -115,6 +116,7 @@ class GenerateSets(Evaluation):
     """
 
     command = "generate"
+    renamed_options = OSCREvaluation.renamed_options  # --data KEY=VALUE, the datamodule overrides of before
 
     def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
                  batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
@@ -261,6 +263,7 @@ class GeneratedEvaluation(Evaluation):
     """
 
     command = "generated"
+    dropped_options = {"image_size": "every model takes the sets through its own input transform"}
 
     def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
                  kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,

@@ -53,6 +53,8 @@ class OSCREvaluation(Evaluation):
     """
 
     command = "oscr"
+    # the datamodule overrides of before one vocabulary (kept for one release)
+    renamed_options = {"data": ("data_arg", "--data KEY=VALUE is deprecated (kept for one release): use --data-arg KEY=VALUE")}
 
     def __init__(self, model: str, data_args: dict[str, Any] | None = None,
                  fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,

@@ -136,6 +136,7 @@ class SeverityPlot(Evaluation):
     """
 
     command = "severity-plot"
+    positional = "tables"  # severity-plot runs/*/severity.csv --output all.png
 
     def __init__(self, tables: Sequence[str], output: str, *, trainer: TrainerOptions | None = None) -> None:
         super().__init__(trainer=trainer)

@@ -317,3 +317,20 @@ def test_generated_benchmark_config_runs(tmp_path, tmp_path_factory, demo_checkp
         evaluate.main(["generated", "--config", config, "--model", str(demo_checkpoint), "--kappa", "softmax",
                        "ensemble_mi", "--near-ood", str(sets["near_ood"]), "--output-dir", str(tmp_path / "x"),
                        "--cache-dir", str(tmp_path / "cache"), *CLI])
+
+
+def test_each_commands_own_spellings_are_declared_on_its_class() -> None:
+    # severity-plot: the leading values are its tables
+    assert evaluate.normalise("severity-plot", ["a.csv", "b.csv", "--output", "all.png"]) == [
+        "--tables", '["a.csv", "b.csv"]', "--output", "all.png"]
+    # oscr and generate: --data KEY=VALUE of before is --data-arg, with a warning
+    for command in ("oscr", "generate"):
+        with pytest.warns(evaluate.DeprecatedOption, match="use --data-arg KEY=VALUE"):
+            assert evaluate.normalise(command, ["--data", "root=/data/x"]) == ["--data_args.root", "/data/x"]
+    # but severity's --data names its data (no old spelling there)
+    assert evaluate.normalise("severity", ["--data", "fashion"]) == ["--data", "fashion"]
+    # generated: --image-size is ignored, saying why; other commands do not know it
+    with pytest.warns(evaluate.DeprecatedOption, match="--image-size is no longer needed by generated"):
+        assert evaluate.normalise("generated", ["--image-size", "64", "--kappa", "softmax"]) == [
+            "--kappa", '["softmax"]']
+    assert evaluate.normalise("evg", ["--image-size", "64"]) == ["--image_size", "64"]
