@@ -44,6 +44,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
+from datamodules.catalog import severity_factory
 from datamodules.evaluation import EvaluationSet
 from datamodules.severity import SEVERITY_SETS, SeverityData
 from evaluation_engine.intervals import Intervals, detection_columns, interval_columns, with_bounds
@@ -199,11 +200,12 @@ class SeverityAUROC(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.data is None:
             datamodule = getattr(trainer, "datamodule", None)
-            factory = getattr(datamodule, "severity_data", None)
+            factory = severity_factory(datamodule) if datamodule is not None else None
             if factory is None:
                 raise ValueError(
                     "SeverityAUROC needs `data` (a datamodules.severity.SeverityData), or a training "
-                    f"datamodule with a severity_data() method; got {type(datamodule).__name__}"
+                    "datamodule with severity data (an entry of datamodules.catalog, or a severity_data() "
+                    f"method); got {type(datamodule).__name__}"
                 )
             self.data = factory(**self.data_args)
         elif self.data_args:

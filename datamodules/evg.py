@@ -36,9 +36,10 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.batch import Sample, collate_samples
+from datamodules.catalog import real_ood_set
 from datamodules.evaluation import EvaluationData, EvaluationSet, dataset_fingerprint
 from datamodules.images import BALANCED_RULE, balanced_choice, dataset_labels
-from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
+from datamodules.sources import DEBIAN_FASHION_MNIST_DIR
 from datamodules.transforms import ModelInput, TensorPipeline, to_float_tensor
 from openset_common import digest
 

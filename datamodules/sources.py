@@ -16,15 +16,12 @@ from __future__ import annotations
 import functools
 import gzip
 import os
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset, image_files_under
-from openset_common import UNKNOWN_LABEL
+from datamodules.images import image_files_under
 
 DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -112,48 +109,3 @@ def folder_images(folder: str | Path) -> list[str]:
     """Every image file under ``folder`` (sub-folders included), as sorted paths relative to it; other files
     are left out with a warning that counts them (:func:`datamodules.images.image_files_under`)."""
     return image_files_under(folder)
-
-
-def real_ood_set(spec: str, *, data_dir: str, known: Sequence[int] = (),
-                 transform: Callable | None = None) -> torch.utils.data.Dataset:
-    """A real OOD set by name: ``fashion:unknown`` (the demo's never-seen classes), ``fashion:<id>,<id>``
-    (those Fashion-MNIST classes), ``digits`` (scikit-learn's 8x8 digits, upsampled), or a folder of images
-    (sub-folders included), every image labelled -2. Official test images only.
-
-    Args:
-        data_dir: the Fashion-MNIST folder (for ``fashion:`` sets).
-        known: Fashion-MNIST class ids that are in-distribution (refused in a ``fashion:`` set).
-        transform: applied to each raw image (default: none, an evaluation set: PIL images for files, float
-            tensors for the others).
-    """
-    if spec == "digits":
-        images, digit = load_digits_images()
-        dataset = TensorImageDataset(images, torch.full((images.shape[0],), UNKNOWN_LABEL), transform=transform)
-        return _with_source_classes(dataset, torch.from_numpy(digit))
-    if spec.startswith("fashion:"):
-        classes = DEMO_UNKNOWN if spec == "fashion:unknown" else tuple(int(c) for c in spec[8:].split(","))
-        if set(classes) & set(known):
-            raise ValueError(f"real OOD set {spec!r} holds in-distribution classes {sorted(set(classes) & set(known))}")
-        images, labels = load_fashion_mnist(data_dir, "test")
-        mask = np.isin(labels, classes)
-        dataset = TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
-                                     torch.full((int(mask.sum()),), UNKNOWN_LABEL), transform=transform)
-        return _with_source_classes(dataset, torch.from_numpy(labels[mask].astype(np.int64)))
-    folder = Path(spec)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"real OOD set {spec!r}: not 'digits', 'fashion:...' nor an existing folder")
-    rows = [(path, UNKNOWN_LABEL) for path in folder_images(folder)]
-    if not rows:
-        raise FileNotFoundError(f"real OOD set folder {folder} holds no image files ({' '.join(IMAGE_EXTENSIONS)}, any case)")
-    subfolders = [Path(path).parts[0] if len(Path(path).parts) > 1 else "" for path, _ in rows]
-    index = {name: i for i, name in enumerate(sorted(set(subfolders)))}
-    return _with_source_classes(ImageFileDataset(str(folder), rows, transform=transform),
-                                torch.tensor([index[name] for name in subfolders]))
-
-
-def _with_source_classes(dataset: Any, classes: torch.Tensor) -> Any:
-    """Record each OOD image's class in its own source (a digit, a Fashion-MNIST class, the first sub-folder
-    of an image folder; every label stays -2) as ``source_classes``: what a class-balanced choice of the
-    images balances over (:func:`datamodules.images.balanced_choice`, EvG's seeds)."""
-    dataset.source_classes = classes.long()
-    return dataset

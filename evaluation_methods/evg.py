@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from callbacks.evg import ENSEMBLE_SAMPLER, STANDARDISATION_SETS, VARY_AT, EvGReport, StandardiseOn, VaryAt
+from datamodules.catalog import ood_context, real_ood_set
 from datamodules.evaluation import fit_folder_set
 from datamodules.evg import SEED_CHOICES, ChainBatches, EvGData, SeedChoice, chain_ranges
-from datamodules.sources import real_ood_set
 from datamodules.transforms import TensorPipeline
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import check_output_dir, slug
@@ -25,7 +25,7 @@ from evaluation_engine.scoring import (
     default_fit_set,
     detector_pairs,
 )
-from evaluation_methods.generated import fashion_arguments, id_datamodule
+from evaluation_methods.generated import id_datamodule
 from evaluation_methods.registry import (
     CardContext,
     Estimate,
@@ -220,7 +220,7 @@ class EvGEvaluation(Evaluation):
         datamodule = id_datamodule(self.data, self.data_args, models=list(models.values()))
         data = EvGData(id_val=datamodule.evaluation_set("val", role="id_val", known_only=True),
                        id_test=datamodule.evaluation_set("test", role="id_test", known_only=True),
-                       ood=real_ood_set(self.ood, **fashion_arguments(datamodule)), classes=datamodule.class_names,
+                       ood=real_ood_set(self.ood, **ood_context(datamodule)), classes=datamodule.class_names,
                        batch_size=self.batch_size, num_workers=self.num_workers)
         for model in models.values():
             check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)

@@ -25,6 +25,7 @@ from callbacks.generated import (
     training_record,
 )
 from datamodules.batch import AtLeast, collate_samples
+from datamodules.catalog import build_datamodule, ood_context, real_ood_set
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.generated import (
     GeneratedBenchmarkData,
@@ -33,8 +34,6 @@ from datamodules.generated import (
     without_unreadable,
 )
 from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
-from datamodules.registry import build_datamodule
-from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, real_ood_set
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import (
     check_output_dir,
@@ -343,7 +342,7 @@ class GeneratedEvaluation(Evaluation):
         real = {}
         for pair in self.real_ood:
             name, sep, spec = pair.partition("=")
-            dataset = real_ood_set(spec if sep else pair, **fashion_arguments(datamodule))
+            dataset = real_ood_set(spec if sep else pair, **ood_context(datamodule))
             if isinstance(dataset, ImageFileDataset) and self.on_bad_image == "skip":
                 dataset = without_unreadable(dataset, what=f"real OOD set {spec if sep else pair}")
             real[name if sep else pair] = dataset
@@ -376,13 +375,6 @@ def id_datamodule(data: str | None, data_args: dict[str, Any], *, models: Sequen
     if data.endswith(".ckpt"):
         return datamodule_from_checkpoint(read_checkpoint(data), data, data_args)
     return build_datamodule(data, data_args)
-
-
-def fashion_arguments(datamodule: Any) -> dict[str, Any]:
-    """``data_dir`` and ``known`` of a Fashion-MNIST datamodule, for ``fashion:`` real OOD sets."""
-    if hasattr(datamodule, "_folder") and hasattr(datamodule, "known"):
-        return {"data_dir": datamodule._folder(), "known": datamodule.known}
-    return {"data_dir": DEBIAN_FASHION_MNIST_DIR, "known": ()}
 
 
 # the leaderboard's columns: AUROC of ID test vs the first set of each kind

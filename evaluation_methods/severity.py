@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from callbacks.severity import SeverityAUROC
-from datamodules.registry import build_severity_data
+from datamodules.catalog import build_severity_data
 from datamodules.severity import SeverityData
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import (

@@ -13,9 +13,9 @@ from PIL import Image
 from torch.utils.data import ConcatDataset, Subset
 
 from datamodules import FashionMNISTOpenSetDataModule, ImageNetProtocolDataModule
+from datamodules.catalog import build_datamodule, build_severity_data
 from datamodules.evaluation import EvaluationData, EvaluationSet, dataset_fingerprint, known_subset, raw
 from datamodules.images import ImageFileDataset, TensorImageDataset, dataset_labels
-from datamodules.registry import build_datamodule, build_severity_data
 from datamodules.severity import FashionSeverityData
 from tests.conftest import write_jpeg
 

@@ -17,6 +17,7 @@ import torchvision.transforms.functional as TF
 from PIL import Image
 from torch.utils.data import DataLoader, Subset
 
+from datamodules.catalog import real_ood_set
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.generated import (
     MANIFEST_COLUMNS,
@@ -26,7 +27,7 @@ from datamodules.generated import (
     LatentSeeds,
 )
 from datamodules.images import NonImageFilesWarning, TensorImageDataset
-from datamodules.sources import DEMO_KNOWN, load_fashion_mnist, real_ood_set
+from datamodules.sources import DEMO_KNOWN, load_fashion_mnist
 
 
 @pytest.fixture(autouse=True, scope="module")
