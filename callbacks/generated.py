@@ -411,6 +411,9 @@ class GeneratedBenchmark(pl.Callback):
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self.grids: dict[str, Path] = {}  # per set, the grid of its first images (plots on)
+        # per (model, set): its predictions and their accuracy and ECE, computed once for every κ of the model
+        self._probabilities: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}
+        self._calibrations: dict[tuple[str, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -449,6 +452,7 @@ class GeneratedBenchmark(pl.Callback):
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         models = self.models if self.models is not None else [pl_module]
         kinds = self.data.kinds
+        self._probabilities, self._calibrations = {}, {}  # per (model, set): this evaluation's only
         with torch.inference_mode(False), torch.no_grad():
             description = self._describe(trainer, pl_module)
             self.kept = self._label_kept(description)
@@ -534,11 +538,34 @@ class GeneratedBenchmark(pl.Callback):
             targets = columns[targets]
         return probs, targets
 
-    def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "") -> dict[str, float | None]:
+    def _classified(self, trainer: pl.Trainer, model: pl.LightningModule, name: str, background: bool,
+                    batch: dict[str, int]) -> tuple[Tensor, Tensor]:
+        """:meth:`_classification` once per (model, set): every κ of a model reads the same predictions (an
+        ensemble's mean probabilities are computed once, not once per κ)."""
+        memo = (model_name(model), name)
+        if memo not in self._probabilities:
+            self._probabilities[memo] = self._classification(trainer, model, name, background, batch)
+        return self._probabilities[memo]
+
+    def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "", *,
+                      memo: tuple[str, ...] | None = None) -> dict[str, float | None]:
         """Accuracy with Wilson's interval and ECE with its bootstrap interval (the set's images resampled);
-        bootstrap replicates of both under ``<key>|accuracy`` and ``<key>|ece``."""
+        bootstrap replicates of both under ``<key>|accuracy`` and ``<key>|ece``. With ``memo`` (the model, the
+        set), computed once and reused by every κ of that model."""
+        if memo is not None and memo in self._calibrations:
+            row, replicates = self._calibrations[memo]
+        else:
+            row, replicates = self._calibration(probs, targets)
+            if memo is not None:
+                self._calibrations[memo] = (row, replicates)
+        for metric, values in replicates.items():
+            if key:
+                self.replicates[f"{key}|{metric}"] = values
+        return dict(row)
+
+    def _calibration(self, probs: Tensor, targets: Tensor) -> tuple[dict[str, float | None], dict[str, Tensor]]:
         if targets.numel() == 0:
-            return {"accuracy": None, "ece": None}
+            return {"accuracy": None, "ece": None}, {}
         # calibration of the known-class prediction; with a background column the row does not sum to 1, and
         # the ECE uses the confidence of the predicted known class as it is
         row: dict[str, float | None] = {
@@ -550,10 +577,7 @@ class GeneratedBenchmark(pl.Callback):
         correct = int((probs.argmax(dim=1) == targets).sum())
         with_bounds(row, "accuracy", self.intervals.proportion(correct, targets.numel()))  # Wilson's
         with_bounds(row, "ece", self.intervals.bounds(replicates["ece"]))
-        for metric in ("accuracy", "ece"):
-            if key:
-                self.replicates[f"{key}|{metric}"] = replicates[metric]
-        return row
+        return row, {metric: replicates[metric] for metric in ("accuracy", "ece")}
 
     def _auroc(self, id_scores: Tensor, ood_scores: Tensor, key: str) -> dict[str, float | None]:
         """AUROC with its interval (:meth:`Intervals.auroc`); its bootstrap replicates under ``<key>|auroc``."""
@@ -581,25 +605,27 @@ class GeneratedBenchmark(pl.Callback):
         rows = []
         for name, kind in self.data.kinds.items():
             key = f"{common['model']}|{kappa.name}|{name}"
+            memo = (common["model"], name)
             if kind == "id":  # the baseline every shift result is read against
-                probs, targets = self._classification(trainer, model, name, background, batch)
+                probs, targets = self._classified(trainer, model, name, background, batch)
                 rows.append({**common, "set": name, "kind": kind, "auroc": None,
-                             **self._accuracy_ece(probs, targets, key), "images": int(targets.numel())})
+                             **self._accuracy_ece(probs, targets, key, memo=memo), "images": int(targets.numel())})
                 continue
             row = {**common, "set": name, "kind": kind, **self._auroc(scores["id_test"], scores[name], key),
                    "images": int(scores[name].numel())}
             rows.append(row)
             if kind not in ("shift", "real_shift"):
                 continue
-            probs, targets = self._classification(trainer, model, name, background, batch)
-            row.update(self._accuracy_ece(probs, targets, key))
+            probs, targets = self._classified(trainer, model, name, background, batch)
+            row.update(self._accuracy_ece(probs, targets, key, memo=memo))
             if self.label_filter and kind == "shift":
                 kept = self.kept[name].to(probs.device)
                 kept_key = f"{common['model']}|{kappa.name}|{name}{LABEL_KEPT}"
                 rows.append({**common, "set": f"{name}{LABEL_KEPT}", "kind": kind,
                              **(self._auroc(scores["id_test"], scores[name][kept.to(scores[name].device)], kept_key)
                                 if bool(kept.any()) else {"auroc": None}),
-                             **self._accuracy_ece(probs[kept], targets[kept], kept_key), "images": int(kept.sum())})
+                             **self._accuracy_ece(probs[kept], targets[kept], kept_key, memo=(*memo, LABEL_KEPT)),
+                             "images": int(kept.sum())})
         return rows
 
     # -- the label condition -----------------------------------------------------------------------

@@ -15,6 +15,8 @@ from scipy.stats import binomtest, kendalltau
 from sklearn.metrics import roc_auc_score
 
 import evaluate
+from callbacks.generated import GeneratedBenchmark
+from callbacks.severity import model_name
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.sources import DEMO_KNOWN, DEMO_UNKNOWN, load_fashion_mnist
 from tests.test_generate import CLI, generate, manifest, seeded_random_lpips, train_generators
@@ -59,14 +61,24 @@ def run(tmp_path_factory: pytest.TempPathFactory, one_thread: None) -> dict:
     members = [str(p) for p in paths["members"]]
     inverted, inverted_indices = write_inverted_fashion(root / "inverted")
     output = root / "tables"
-    result = evaluate.main([
-        "generated", "--model", members[0], f"ensemble:{members[0]},{members[1]}", "--kappa", *KAPPAS,
-        "--near-ood", str(near), "--shift", str(shift), "--real-ood", "fashion:unknown", "digits",
-        "--real-shift", str(inverted), "--label-filter",
-        "--ensemble", *members, "--allow-weak-ensemble", "--lpips-net", "alex", "--lpips-random-backbone",
-        "--reference", str(REFERENCE), "--output-dir", str(output), "--cache-dir", str(root / "cache"), *CLI,
-    ])
-    return {"result": result, "output": output, "near": near, "shift": shift, "members": paths["members"],
+    # every κ of a model reads one set of predictions per labelled set: count how often they are computed
+    calls: list[tuple[str, str]] = []
+    computed = GeneratedBenchmark._classification
+
+    def counted(self, trainer, model, name, background, batch):
+        calls.append((model_name(model), name))
+        return computed(self, trainer, model, name, background, batch)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GeneratedBenchmark, "_classification", counted)
+        result = evaluate.main([
+            "generated", "--model", members[0], f"ensemble:{members[0]},{members[1]}", "--kappa", *KAPPAS,
+            "--near-ood", str(near), "--shift", str(shift), "--real-ood", "fashion:unknown", "digits",
+            "--real-shift", str(inverted), "--label-filter",
+            "--ensemble", *members, "--allow-weak-ensemble", "--lpips-net", "alex", "--lpips-random-backbone",
+            "--reference", str(REFERENCE), "--output-dir", str(output), "--cache-dir", str(root / "cache"), *CLI,
+        ])
+    return {"calls": calls, "result": result, "output": output, "near": near, "shift": shift, "members": paths["members"],
             "inverted": inverted_indices, "cache": root / "cache"}
 
 
@@ -251,6 +263,8 @@ def test_detector_aurocs_match_sklearn(run: dict, logits: dict) -> None:
 
 
 def test_accuracy_and_calibration_on_id_shifted_and_real_shifted_sets(run: dict, logits: dict) -> None:
+    # each model's predictions of each labelled set (ID test, shifted, real shifted) computed once for all its κ
+    assert len(run["calls"]) == len(set(run["calls"])) == 2 * 3
     logits = with_kept(logits)
     kept = label_kept(logits)
     checked = set()
