@@ -34,38 +34,40 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.metadata
 import inspect
-import json
 import os
-import platform
 import sys
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import check_output_dir, slug
-from evaluation_engine.run import Evaluation, TrainerOptions, make_logger
+from evaluation_engine.run import Evaluation, TrainerOptions
 from evaluation_engine.scoring import ScoringPasses
 from evaluation_methods.registry import (
     CardContext,
-    Headline,
     MethodResult,
     Run,
-    cell,
     headlines,
     iter_estimates,
     methods,
 )
 from lightning_modules.scoring import ScoringModel
-from metrics import get_kappa, pairs_with, seed_mean, seed_mean_replicates, share_first, worse_than_best
-from openset_common import atomic_write_text, file_sha256, typed_arguments
+from metrics import get_kappa, pairs_with
+from openset_common import typed_arguments
+from report_card.leaderboard import (
+    COMPARISON_METHOD,
+    SIGNIFICANT_TEXT,
+    compare_column,
+    leaderboard_text,
+    seeds_section,
+)
+from report_card.provenance import data_sets, mark_stale, model_sha256, versions
+from report_card.publish import log_card
 
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
 # keys a section's own config file may not set: the report card's models, κ and trainer are every section's
@@ -274,7 +276,7 @@ class ReportCard(Evaluation):
         from report_card.page import write_page
 
         paths = write_page(card, self.output_dir)
-        self._wandb(card)
+        log_card(card, self.options)
         print(f"\nReport card written to {paths['html']} ({self._pass_summary()})")
         print(leaderboard_text(card))
         self.card = card
@@ -313,7 +315,7 @@ class ReportCard(Evaluation):
                                                            estimate.replicates, estimate.units)
             sections.append(method.section(results, context).as_dict())
         if self.groups:
-            sections.append(self._seeds_section(cells, rows_order))
+            sections.append(seeds_section(cells, rows_order, self.members, self.intervals))
         for section in sections:  # the page and the JSON name images relative to the report folder
             for image in section["images"]:
                 image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
@@ -332,74 +334,16 @@ class ReportCard(Evaluation):
             "comparison": {"method": COMPARISON_METHOD, "level": self.intervals.level,
                            "controls": "per column, family-wise", "not controlled": "across columns"},
             "versions": versions(),
-            "models": [{"name": m.display_name, "source": m.spec, "sha256": _sha256(m.spec),
+            "models": [{"name": m.display_name, "source": m.spec, "sha256": model_sha256(m.spec),
                         "seed of": next((g for g, v in self.members.items() if m.display_name in v), None)}
                        for m in models],
-            "data": self._data(),
+            "data": data_sets(self.passes.log if self.passes is not None else []),
             "passes": list(self.passes.log) if self.passes is not None else [],
             "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_slug[c.method].group,
                                          "method_title": by_slug[c.method].name} for c in columns], "rows": rows},
             "sections": sections,
             "notes": self._notes(found, models),
         }
-
-    def _seeds_section(self, cells: dict[tuple[str, str], dict[str, tuple]],
-                       rows_order: list[tuple[str, str]]) -> dict[str, Any]:
-        """Each model of several seeds: its members' headline numbers combined into one row (:func:`metrics.seed_mean`)
-        in ``cells`` (the members' own rows leave the leaderboard), and the table of every seed's number."""
-        table = []
-        members_of = {name: group for group, names in self.members.items() for name in names}
-        for group, names in self.members.items():
-            for kappa in dict.fromkeys(k for m, k in rows_order if m in names):
-                for headline in headlines():
-                    entries = [cells.get((name, kappa), {}).get(headline.key) for name in names]
-                    if any(e is None or e[0] is None for e in entries):
-                        continue
-                    row = {"model": group, "κ": kappa, "metric": headline.title,
-                           **{f"seed {i + 1}": e[0] for i, e in enumerate(entries)}}
-                    usable = (all(e[3] is not None for e in entries) and len({e[3].numel() for e in entries}) == 1
-                              and len({e[4] for e in entries}) == 1
-                              and int(torch.stack([e[3] for e in entries]).isfinite().all(dim=0).sum()) >= 2)
-                    if not usable:
-                        continue
-                    estimates = torch.tensor([e[0] for e in entries], dtype=torch.float64)
-                    replicates = torch.stack([e[3].double() for e in entries])
-                    combined = seed_mean(estimates, replicates, self.intervals.level)
-                    low, high = combined.low, combined.high
-                    if headline.proportion:  # AUROC, CCR: within [0, 1]
-                        low, high = max(0.0, low), min(1.0, high)
-                    else:
-                        low = max(0.0, low)
-                    stream = self.intervals.seed + zlib.crc32(f"{group}|{kappa}|{headline.key}".encode())
-                    cells.setdefault((group, kappa), {})[headline.key] = (
-                        combined.value, low, high, seed_mean_replicates(estimates, replicates, seed=stream),
-                        entries[0][4])
-                    table.append({**row, "mean": cell(combined.value, low, high), "between-seed sd": combined.std,
-                                  "shared test variance": combined.shared, "dof": combined.dof})
-                if (group, kappa) not in rows_order and (group, kappa) in cells:
-                    first = next(i for i, (m, k) in enumerate(rows_order) if m in names and k == kappa)
-                    rows_order.insert(first, (group, kappa))
-        rows_order[:] = [(m, k) for m, k in rows_order if m not in members_of]
-        seeds = max((len(v) for v in self.members.values()), default=0)
-        return {"method": "seeds", "title": "Models of several training seeds", "text": (
-            "Each model below is several training runs of one recipe. The leaderboard shows the mean over its seeds "
-            "with an interval that combines the sampling of the test data and the seeds: the between-seed variance "
-            "over S plus the test-sampling variance the seeds share (the bootstrap covariance of their replicates "
-            "over the same resamples); the interval's half-width is the quantile of a Student t on S − 1 degrees "
-            "of freedom (the seeds' part, estimated from S numbers) plus a normal (the shared test sampling), a "
-            "one-way random-effects model (metrics.seed_mean; Satterthwaite's t under-covers with three seeds). "
-            "Each seed's own numbers are in the method sections."),
-            "tables": [{"title": "every seed", "columns": ["model", "κ", "metric", *[f"seed {i + 1}" for i in
-                                                                                    range(seeds)],
-                                                          "mean", "between-seed sd", "shared test variance", "dof"],
-                        "rows": table}], "images": []}
-
-    def _data(self) -> list[dict[str, Any]]:
-        seen: dict[str, dict[str, Any]] = {}
-        for entry in self.passes.log if self.passes is not None else []:
-            seen.setdefault(entry["fingerprint"], {"name": entry["set"], "role": entry["role"],
-                                                   "fingerprint": entry["fingerprint"], "samples": entry["samples"]})
-        return list(seen.values())
 
     def _notes(self, found: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
         notes = [f"{self.intervals.describe()}; every other number: percentile bootstrap over its resampling unit.",
@@ -415,34 +359,6 @@ class ReportCard(Evaluation):
             notes += methods()[key].notes(results, models)
         return notes
 
-    # -- W&B --------------------------------------------------------------------------------------
-
-    def _wandb(self, card: dict[str, Any]) -> None:
-        from pytorch_lightning.loggers import WandbLogger
-
-        logger = make_logger(self.options, name="report-card")
-        if not isinstance(logger, WandbLogger):
-            return
-        columns = ["model", "kappa"] + [f"{c['key']}{suffix}" for c in card["leaderboard"]["columns"]
-                                        for suffix in ("", " low", " high", " share_first")]
-        data = []
-        for row in card["leaderboard"]["rows"]:
-            values: list[Any] = [row["model"], row["kappa"]]
-            for column in card["leaderboard"]["columns"]:
-                found = row["cells"].get(column["key"]) or {}
-                values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
-            data.append(values)
-        logger.log_table(key="report/leaderboard", columns=columns, data=data)
-        for section in card["sections"]:
-            for table in section["tables"]:
-                logger.log_table(key=f"report/{section['method']}/{slug(table['title'])}", columns=table["columns"],
-                                 data=[[flat(row.get(c)) for c in table["columns"]] for row in table["rows"]])
-            for image in section["images"]:
-                if Path(image["path"]).is_file():
-                    logger.log_image(key=f"report/{section['method']}/{slug(image['title'])}", images=[image["path"]])
-        logger.experiment.finish()
-
-
 def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",), *,
            trainer: TrainerOptions | None = None, **options: Any) -> list[dict[str, Any]]:
     """The report card from Python: the leaderboard rows the page shows (``{"model", "kappa", "cells": {column:
@@ -454,45 +370,6 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
 
 
 # -- comparisons ----------------------------------------------------------------------------------
-
-
-def compare_column(entries: Sequence[tuple[dict[str, Any], Any]], column: Headline, intervals: Intervals, *,
-                   unit: str = "") -> None:
-    """Fill each row's cell of one leaderboard column: the value, its interval, ``best``, ``significant`` (worse
-    than the best row, simultaneously over the column: :func:`metrics.worse_than_best` over the rows measured
-    on the same units as the best row, at the card's level) and ``share_first`` (the share of resamples in
-    which the row ranks first, where every row shares the units); ``unit`` says what the column resampled."""
-    present = [(row, entry) for row, entry in entries if entry is not None and entry[0] is not None]
-    if not present:
-        return
-    sign = 1.0 if column.higher_is_better else -1.0
-    _, best = max(present, key=lambda item: sign * item[1][0])
-    tied = {id(row) for row, entry in present if entry[0] == best[0]}  # equal values share the best mark
-    # the family: rows measured on the same units as the best row, with replicates over the same resamples
-    family = [(row, entry) for row, entry in present
-              if _units(entry) == _units(best) and entry[3] is not None and best[3] is not None
-              and entry[3].numel() == best[3].numel() and entry[3].numel() > 1]
-    worse: dict[int, bool] = {}
-    if len(family) > 1:
-        flags = worse_than_best(torch.tensor([e[0] for _, e in family], dtype=torch.float64),
-                                torch.stack([e[3].double().flatten() for _, e in family]), intervals.level,
-                                higher_is_better=column.higher_is_better)
-        worse = {id(row): bool(flag) for (row, _), flag in zip(family, flags, strict=True)}
-    shares: dict[int, float] = {}
-    if len(family) == len(present):
-        stacked = torch.stack([e[3].double().flatten() for _, e in family]) if family else torch.empty(0, 0)
-        stacked = stacked[:, ~torch.isnan(stacked).any(dim=0)] if family else stacked
-        if family and stacked.shape[1]:
-            shares = {id(row): float(p) for (row, _), p in zip(
-                family, share_first(stacked, higher_is_better=column.higher_is_better), strict=True)}
-    for row, (value, low, high, *_) in present:
-        row["cells"][column.key] = {"value": value, "low": low, "high": high, "best": id(row) in tied,
-                                    "significant": worse.get(id(row), False), "share_first": shares.get(id(row)),
-                                    "unit": unit}
-
-
-def _units(entry: tuple) -> str:
-    return entry[4] if len(entry) > 4 else ""
 
 
 def _model_specs(entries: Sequence[Any]) -> tuple[list[str], dict[str, list[str]]]:
@@ -525,84 +402,4 @@ def _model_specs(entries: Sequence[Any]) -> tuple[list[str], dict[str, list[str]
     return list(dict.fromkeys(specs)), groups
 
 
-def mark_stale(folder: Path) -> None:
-    """Mark the card a previous run left in ``folder`` as stale while a new one runs (a run killed midway leaves
-    the mark): a banner at the top of ``index.html``, a first line in ``report.md``, ``"stale"`` in
-    ``report.json``. A finished run writes all three anew."""
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    text = (f"STALE: a report card run over this folder started at {started} and has not finished; the numbers "
-            "below are from an earlier run.")
-    page = folder / "index.html"
-    if page.is_file():
-        content = page.read_text()
-        if STALE_MARK not in content:
-            content = content.replace("<body>", f'<body>\n<p class="stale" {STALE_MARK} style="background:#fdd;'
-                                      f'padding:.5em;font-weight:bold">{text}</p>', 1)
-            atomic_write_text(page, content)
-    markdown = folder / "report.md"
-    if markdown.is_file() and not markdown.read_text().startswith("**STALE"):
-        atomic_write_text(markdown, f"**{text}**\n\n" + markdown.read_text())
-    payload = folder / "report.json"
-    if payload.is_file():
-        try:
-            report_json = json.loads(payload.read_text())
-        except ValueError:
-            report_json = None
-        if isinstance(report_json, dict):
-            report_json["stale"] = text
-            atomic_write_text(payload, json.dumps(report_json, indent=2) + "\n")
-
-
-STALE_MARK = 'data-stale="true"'
-COMPARISON_METHOD = ("studentised bootstrap max-T over all pairs of rows, stepped down (Romano & Wolf 2005), "
-                     "metrics.worse_than_best")
-SIGNIFICANT_TEXT = ("▼ (significantly worse than the best row of its column) is a simultaneous statement over the "
-                    "rows of that column compared on the same units: " + COMPARISON_METHOD + "; the chance that any "
-                    "▼ of a column is false is at most 1 − the card's level. Not controlled: marks across columns "
-                    "(each column is its own family).")
-
-
-def flat(value: Any) -> Any:
-    """A W&B cell: a Cell as "value [low, high]", numbers as they are."""
-    if isinstance(value, dict):
-        if value.get("low") is None:
-            return value.get("value")
-        return f"{value['value']:.4f} [{value['low']:.4f}, {value['high']:.4f}]"
-    return value
-
-
-def leaderboard_text(card: dict[str, Any]) -> str:
-    """The leaderboard as plain text for the terminal."""
-    columns = card["leaderboard"]["columns"]
-    lines = []
-    for row in card["leaderboard"]["rows"]:
-        parts = []
-        for column in columns:
-            found = row["cells"].get(column["key"])
-            if found and found.get("value") is not None:
-                digits = int(column.get("digits", 3))
-                interval = (f" [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
-                            if found.get("low") is not None else "")
-                mark = " (best)" if found["best"] else (" (worse)" if found["significant"] else "")
-                parts.append(f"{column['method']} {column['title']} {found['value']:.{digits}f}{interval}{mark}")
-        lines.append(f"  {row['model']} / {row['kappa']}: " + "; ".join(parts))
-    return "\n".join(lines)
-
-
-def _sha256(spec: str) -> str | None:
-    path = Path(spec.removeprefix("ensemble:"))
-    return file_sha256(path) if path.is_file() else None
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("openset-bench", "torch", "torchvision", "pytorch-lightning", "torchmetrics", "timm", "numpy",
-                    "scikit-learn", "wandb"):
-        try:
-            found[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-__all__ = ["Headline", "ModelSeeds", "ReportCard", "compare_column", "mark_stale", "report"]
+__all__ = ["ModelSeeds", "ReportCard", "report"]

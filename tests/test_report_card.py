@@ -22,7 +22,8 @@ from evaluation_engine.outputs import read_replicates
 from evaluation_methods.generated import set_differences
 from evaluation_methods.registry import Headline, headlines
 from metrics import worse_than_best
-from report_card.card import ReportCard, compare_column
+from report_card.card import ReportCard
+from report_card.leaderboard import compare_column
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
@@ -319,8 +320,8 @@ def test_section_folders_are_checked_before_the_first_section_runs(demo_checkpoi
 
 
 def test_a_card_killed_midway_leaves_its_old_page_marked_stale(tmp_path: Path) -> None:
-    from report_card.card import mark_stale
     from report_card.page import write_page
+    from report_card.provenance import mark_stale
 
     report = {"title": "t", "leaderboard": {"columns": [], "rows": []}, "sections": [], "notes": []}
     write_page(report, tmp_path)

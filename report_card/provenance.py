@@ -1,0 +1,76 @@
+"""Where a card's numbers come from: the versions, the models' files, the data of the passes; and the mark of
+a card whose run has not finished (stale)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from openset_common import atomic_write_text, file_sha256
+
+
+def mark_stale(folder: Path) -> None:
+    """Mark the card a previous run left in ``folder`` as stale while a new one runs (a run killed midway leaves
+    the mark): a banner at the top of ``index.html``, a first line in ``report.md``, ``"stale"`` in
+    ``report.json``. A finished run writes all three anew."""
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    text = (f"STALE: a report card run over this folder started at {started} and has not finished; the numbers "
+            "below are from an earlier run.")
+    page = folder / "index.html"
+    if page.is_file():
+        content = page.read_text()
+        if STALE_MARK not in content:
+            content = content.replace("<body>", f'<body>\n<p class="stale" {STALE_MARK} style="background:#fdd;'
+                                      f'padding:.5em;font-weight:bold">{text}</p>', 1)
+            atomic_write_text(page, content)
+    markdown = folder / "report.md"
+    if markdown.is_file() and not markdown.read_text().startswith("**STALE"):
+        atomic_write_text(markdown, f"**{text}**\n\n" + markdown.read_text())
+    payload = folder / "report.json"
+    if payload.is_file():
+        try:
+            report_json = json.loads(payload.read_text())
+        except ValueError:
+            report_json = None
+        if isinstance(report_json, dict):
+            report_json["stale"] = text
+            atomic_write_text(payload, json.dumps(report_json, indent=2) + "\n")
+
+
+STALE_MARK = 'data-stale="true"'
+
+
+STALE_MARK = 'data-stale="true"'
+
+
+def model_sha256(spec: str) -> str | None:
+    path = Path(spec.removeprefix("ensemble:"))
+    return file_sha256(path) if path.is_file() else None
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("openset-bench", "torch", "torchvision", "pytorch-lightning", "torchmetrics", "timm", "numpy",
+                    "scikit-learn", "wandb"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def data_sets(log: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The data sets of a run's passes (its log), each once: name, role, fingerprint, samples."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in log:
+        seen.setdefault(entry["fingerprint"], {"name": entry["set"], "role": entry["role"],
+                                               "fingerprint": entry["fingerprint"], "samples": entry["samples"]})
+    return list(seen.values())
+
+
+__all__ = ["STALE_MARK", "data_sets", "mark_stale", "model_sha256", "versions"]
