@@ -43,6 +43,7 @@ from torch import Tensor
 
 from datamodules.evaluation import EvaluationSet
 from datamodules.evg import SEED_RULES, EvGData, SeedChoice
+from evaluation_engine.chains import ChainStore
 from evaluation_engine.intervals import Intervals, interval_columns, with_bounds
 from evaluation_engine.outputs import (
     log_images,
@@ -226,41 +227,22 @@ class EvGReport(pl.Callback):
             "precision": self.precision, "vary_at": self.vary_at,
         })
 
-    def chain_dir(self, module: Any) -> Path:
-        if not hasattr(self, "_chain_dir"):
-            self._chain_dir = self.output_dir / "chains" / self.run_key(module)[:16]
-        return self._chain_dir
+    def store(self, module: Any) -> ChainStore:
+        """The run's chain results (:class:`evaluation_engine.chains.ChainStore`), in ``chains/<run key>``."""
+        if not hasattr(self, "_store"):
+            self._store = ChainStore(self.output_dir / "chains" / self.run_key(module)[:16], self.chains)
+        return self._store
 
-    @staticmethod
-    def _chain_file(directory: Path, first: int, stop: int) -> Path:
-        return directory / f"chains-{first:07d}-{stop - 1:07d}.pt"
+    def chain_dir(self, module: Any) -> Path:
+        return self.store(module).directory
 
     def check_batches(self, module: Any, bounds: Sequence[tuple[int, int]]) -> None:
-        """Refuse, before any chain runs, to resume a run whose chain files were written with another split of
-        the chains into batches (another ``chains_per_batch``): they would be recomputed and overlap."""
-        directory = self.chain_dir(module)
-        expected = {self._chain_file(directory, first, stop).name for first, stop in bounds}
-        foreign = sorted(p.name for p in directory.glob("chains-*.pt") if p.name not in expected)
-        if foreign:
-            first, last = (int(part) for part in foreign[0].removesuffix(".pt").split("-")[1:])
-            raise ValueError(f"{directory} holds chain results of this run in other batches ({foreign[0]}: "
-                             f"{last - first + 1} chains per batch, or another number of chains); resume with "
-                             "the chains_per_batch and chains of the interrupted run, or use another output_dir")
+        """:meth:`ChainStore.check_batches` of this run's store."""
+        self.store(module).check_batches(bounds)
 
     def done(self, module: Any) -> Callable[[int, int], bool]:
         """``(first, stop) -> True`` when the batch of chains ``[first, stop)`` has a readable result."""
-        directory = self.chain_dir(module)
-        return lambda first, stop: self._read(self._chain_file(directory, first, stop)) is not None
-
-    @staticmethod
-    def _read(path: Path) -> dict[str, Any] | None:
-        if not path.is_file():
-            return None
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # a truncated file of an interrupted write cannot exist (atomic), but a foreign one can
-            return None
-        return payload if isinstance(payload, dict) and "chains" in payload and "results" in payload else None
+        return self.store(module).done
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -285,11 +267,7 @@ class EvGReport(pl.Callback):
 
     def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
-        chains = outputs["chains"]
-        first, stop = int(chains[0]), int(chains[-1]) + 1
-        buffer = io.BytesIO()
-        torch.save(outputs, buffer)
-        atomic_write_bytes(self._chain_file(self.chain_dir(pl_module), first, stop), buffer.getvalue())
+        first, stop = self.store(pl_module).write(outputs)
         rank_zero_info(f"chains {first}-{stop - 1}: {len(outputs['results'])} searches done "
                        f"({time.perf_counter() - self._started:.1f} s since the start)")
 
@@ -308,35 +286,7 @@ class EvGReport(pl.Callback):
 
     def assemble(self, module: Any) -> dict[tuple[str, str, str], dict[str, Tensor]]:
         """Every chain's result, per (detector, variation, sampler), ordered by chain index."""
-        parts = []
-        for path in sorted(self.chain_dir(module).glob("chains-*.pt")):
-            payload = self._read(path)
-            if payload is None:
-                raise RuntimeError(f"chain result {path} is unreadable; delete it and run again to recompute it")
-            parts.append(payload)
-        if not parts:
-            raise RuntimeError(f"no chain results in {self.chain_dir(module)}")
-        chains = torch.cat([p["chains"] for p in parts])
-        order = torch.argsort(chains)
-        if not torch.equal(chains[order], torch.arange(self.chains)):
-            missing = sorted(set(range(self.chains)) - set(chains.tolist()))[:10]
-            raise RuntimeError(f"chain results in {self.chain_dir(module)} cover {chains.numel()} chains, expected "
-                               f"0..{self.chains - 1} once each (missing e.g. {missing})")
-        assembled: dict[tuple[str, str, str], dict[str, Tensor]] = {}
-        for combo in parts[0]["results"]:
-            merged: dict[str, Tensor] = {}
-            for key in parts[0]["results"][combo]:
-                values = [p["results"][combo][key] for p in parts]
-                if key == "calls":
-                    merged[key] = values[0]
-                elif key == "trace_steps":
-                    merged[key] = values[0]
-                elif key in ("trace_energy", "trace_best"):
-                    merged[key] = torch.cat(values, dim=1)[:, order]
-                else:
-                    merged[key] = torch.cat(values)[order]
-            assembled[combo] = merged
-        return assembled
+        return self.store(module).assemble()
 
     def _report(self, trainer: pl.Trainer, module: Any) -> None:
         out = self.output_dir
