@@ -433,7 +433,6 @@ class GeneratedBenchmark(pl.Callback):
         self.sets: list[dict[str, Any]] = []
         self.agreement: list[dict[str, Any]] = []
         self.kept: dict[str, Tensor] = {}
-        self._digests: dict[str, str] = {}
         if self.models is not None:
             self.pairs()
 
@@ -481,15 +480,9 @@ class GeneratedBenchmark(pl.Callback):
 
     # -- independence of the evidence ------------------------------------------------------------------
 
-    def _digest(self, path: str) -> str | None:
-        if path not in self._digests:
-            self._digests[path] = file_sha256(path) if Path(path).is_file() else ""
-        return self._digests[path] or None
-
     def shares_generator_ensemble(self, model: Any, set_name: str) -> bool:
         """Whether a model (a checkpoint or ``ensemble:`` :class:`ScoringModel`) has a member of the ensemble the
-        generator of ``set_name`` was trained against: the same resolved path or the same sha256."""
-        trained = self.data.info.get(set_name, {}).get("training_ensemble") or []
+        generator of ``set_name`` was trained against (:meth:`GeneratedBenchmarkData.trained_against`)."""
         spec = str(getattr(model, "spec", ""))
         if spec.startswith("ensemble:"):
             own = member_paths(spec.removeprefix("ensemble:"))
@@ -497,13 +490,7 @@ class GeneratedBenchmark(pl.Callback):
             own = [spec]
         else:
             own = [str(p) for p in getattr(model, "paths", ())]  # a DeepEnsemble given from Python
-        if not trained or not own:
-            return False
-        paths = {record.get("resolved") for record in trained}
-        if any(str(Path(p).resolve()) in paths for p in own):
-            return True
-        digests = {record.get("sha256") for record in trained} - {None}
-        return bool(digests) and any(self._digest(str(Path(p).resolve())) in digests for p in own)
+        return self.data.trained_against(own, set_name)
 
     def weak_ensemble(self, set_name: str, *, described: bool) -> str:
         """What a row on ``set_name`` says about the weak ensembles it rests on (``"no"``: none): the generator's

@@ -45,6 +45,7 @@ from datamodules.images import (
     is_image_file,
     without_unreadable,
 )
+from openset_common import file_sha256
 
 MANIFEST_COLUMNS = ("file", "index", "seed", "source_index", "source_label", "ensemble_prediction", "mi", "lpips",
                     "generator_sha256")
@@ -279,6 +280,7 @@ class GeneratedBenchmarkData(EvaluationData):
         sets += [EvaluationSet(f"real_shift:{name}", "real_shift", dataset)
                  for name, dataset in (real_shift or {}).items()]
         super().__init__(sets, batch_size=batch_size, num_workers=num_workers, classes=classes)
+        self._digests: dict[str, str] = {}  # each model checkpoint's sha256, read once
 
     @property
     def kinds(self) -> dict[str, str]:
@@ -289,3 +291,21 @@ class GeneratedBenchmarkData(EvaluationData):
     def info(self) -> dict[str, dict[str, Any]]:
         """Set name -> ``info.json`` of each generated set."""
         return {name: s.info for name, s in self.sets.items() if s.role in ("near_ood", "shift")}
+
+    def trained_against(self, checkpoints: Sequence[str | Path], set_name: str) -> bool:
+        """Whether any of ``checkpoints`` (a model's member checkpoints) is a member of the ensemble the generator
+        of ``set_name`` was trained against (its ``info.json``'s ``training_ensemble``): the same resolved path
+        or the same sha256 (a copy of the file elsewhere)."""
+        trained = self.info.get(set_name, {}).get("training_ensemble") or []
+        if not trained or not checkpoints:
+            return False
+        paths = {record.get("resolved") for record in trained}
+        if any(str(Path(p).resolve()) in paths for p in checkpoints):
+            return True
+        digests = {record.get("sha256") for record in trained} - {None}
+        return bool(digests) and any(self._sha256(str(Path(p).resolve())) in digests for p in checkpoints)
+
+    def _sha256(self, path: str) -> str | None:
+        if path not in self._digests:
+            self._digests[path] = file_sha256(path) if Path(path).is_file() else ""
+        return self._digests[path] or None
