@@ -64,25 +64,20 @@ def card_for(config: Path, folder: Path, *, cache: bool) -> Any:
 
 def separately(card: Any) -> float:
     """The four commands one by one, each with its own passes and no cache; seconds."""
+    from evaluation_engine.outputs import slug
+    from evaluation_methods.registry import methods
     from lightning_modules.scoring import ScoringModel
 
     card.passes = None
     card.cache_dir = None
     start = time.perf_counter()
     models = {spec: ScoringModel(spec, pretrained=not card.random_weights) for spec in card.model}
-    for name in card.section_options:
-        if name == "oscr":
-            for spec, model in models.items():
-                if spec.endswith(".ckpt") and not model.ensemble:
-                    card._evaluation(name, spec, None, card.output_dir / "oscr" / model.display_name).run()
-        elif name == "severity":
-            for spec, model in models.items():
-                kappas = card._kappas(name, model)
-                if kappas:
-                    card._evaluation(name, spec, kappas, card.output_dir / "severity" / model.display_name).run()
-        else:
-            card._evaluation(name, list(card.model), card.section_options[name].get("kappa", card.kappa),
-                             card._folder(name)).run()
+    for name in card.section_options:  # each method's evaluations as the card plans them (the registry's runs)
+        method = methods()[name]
+        kappas = card.section_options[name].get("kappa", card.kappa)
+        for planned in method.runs(models, [kappas] if isinstance(kappas, str) else list(kappas)):
+            folder = card._folder(name) / slug(planned.name) if method.per_model else card._folder(name)
+            card._evaluation(name, planned.model, planned.kappa, folder).run()
     return time.perf_counter() - start
 
 

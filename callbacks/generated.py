@@ -412,8 +412,8 @@ class GeneratedBenchmark(pl.Callback):
         self.replicates: dict[str, Tensor] = {}
         self.grids: dict[str, Path] = {}  # per set, the grid of its first images (plots on)
         # per (model, set): its predictions and their accuracy and ECE, computed once for every κ of the model
-        self._probabilities: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}
-        self._calibrations: dict[tuple[str, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
+        self._probabilities: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+        self._calibrations: dict[tuple[Any, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
@@ -529,13 +529,13 @@ class GeneratedBenchmark(pl.Callback):
                     batch: dict[str, int]) -> tuple[Tensor, Tensor]:
         """:meth:`_classification` once per (model, set): every κ of a model reads the same predictions (an
         ensemble's mean probabilities are computed once, not once per κ)."""
-        memo = (model_name(model), name)
+        memo = (id(model), name)  # the model object: two models may share a display name
         if memo not in self._probabilities:
             self._probabilities[memo] = self._classification(trainer, model, name, background, batch)
         return self._probabilities[memo]
 
     def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "", *,
-                      memo: tuple[str, ...] | None = None) -> dict[str, float | None]:
+                      memo: tuple[Any, ...] | None = None) -> dict[str, float | None]:
         """Accuracy with Wilson's interval and ECE with its bootstrap interval (the set's images resampled);
         bootstrap replicates of both under ``<key>|accuracy`` and ``<key>|ece``. With ``memo`` (the model, the
         set), computed once and reused by every κ of that model."""
@@ -592,7 +592,7 @@ class GeneratedBenchmark(pl.Callback):
         rows = []
         for name, kind in self.data.kinds.items():
             key = f"{common['model']}|{kappa.name}|{name}"
-            memo = (common["model"], name)
+            memo = (id(model), name)  # the model object (two models may share a display name), the set
             if kind == "id":  # the baseline every shift result is read against
                 probs, targets = self._classified(trainer, model, name, background, batch)
                 rows.append({**common, "set": name, "kind": kind, "auroc": None,

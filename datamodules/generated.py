@@ -253,7 +253,7 @@ class GeneratedBenchmarkData(EvaluationData):
         id_test: the in-distribution test set (raw images with known labels), or an evaluation set.
         near_ood, shift: folders of generated sets (:class:`GeneratedDataset`), refused when generated for
             other classes than ``classes``.
-        real_ood: name -> data set of real OOD images (:func:`datamodules.sources.real_ood_set`).
+        real_ood: name -> data set of real OOD images (:func:`datamodules.catalog.real_ood_set`).
         real_shift: name -> data set of real shifted images labelled with the known classes
             (:func:`real_shift_set`).
         classes: the ID classes in label order.

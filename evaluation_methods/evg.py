@@ -211,7 +211,7 @@ class EvGEvaluation(Evaluation):
                          f"at the detectors' common input ({'x'.join(map(str, size)) if size else 'their size'} px; "
                          f"{reason}): each seed through the models' transform, the variation after it")
 
-    def run(self) -> MethodResult:
+    def run(self) -> MethodResult | None:
         models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
         for model in models.values():
             if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
@@ -268,6 +268,8 @@ class EvGEvaluation(Evaluation):
         elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
             print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
             report.write(trainer, module)
+        if not trainer.is_global_zero:  # the report (its rows, replicates, figures) is global rank zero's
+            return None
         result = MethodResult("evg", {"rows": report.rows, "transfer": report.transfer,
                                        "output_dir": Path(self.output_dir)},
                               folder=self.output_dir, replicates=report.replicates, units=report.units)
@@ -321,8 +323,9 @@ def evg_estimates(result: MethodResult, intervals: Intervals) -> list[Estimate]:
             else:
                 bounds = intervals.bounds(replicate) if replicate is not None else (None, None)
             chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
+            # the units: the ID test and seed images (their digest), and how many chains searched them
             found.append(Estimate(model, kappa, headline, value, *bounds, replicate,
-                                  f"{EVG_UNIT}|{chains} chains, {entries[0][0]['id test images']} ID test images"))
+                                  f"{result.units}|{chains} chains, {entries[0][0]['id test images']} ID test images"))
     return found
 
 

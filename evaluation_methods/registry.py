@@ -199,6 +199,9 @@ class Method:
         return {"key": self.key, "title": self.title, "name": self.name, "group": self.group, "unit": self.unit}
 
 
+# what a method's key cannot be: evaluate.py report's command and its own options (a section is --<key>)
+RESERVED = frozenset({"report", "model", "kappa", "kappa_args", "output_dir", "cache_dir", "intervals", "title",
+                      "random_weights", "plots", "fit_data", "fit", "trainer", "config", "help"})
 _REGISTRY: dict[str, Method] = {}
 _LOADED = False
 
@@ -212,6 +215,13 @@ def register(method: type[Method] | Method) -> Any:
             raise TypeError(f"method {type(instance).__name__} does not set {attribute}")
     if instance.evaluation.command != instance.key:
         raise ValueError(f"method {instance.key}: its evaluation's command is {instance.evaluation.command!r}")
+    if not instance.key.isidentifier() or instance.key in RESERVED:
+        raise ValueError(f"method key {instance.key!r}: a report section's key must be a Python name and not one "
+                         f"of evaluate.py report's own options or commands {sorted(RESERVED)}")
+    wrong = [h.key for h in instance.headlines if h.method != instance.slug]
+    if wrong:
+        raise ValueError(f"method {instance.key}: leaderboard columns {wrong} name another method than its slug "
+                         f"{instance.slug!r} (Headline.method)")
     for other in _REGISTRY.values():
         if type(other) is type(instance):
             continue
@@ -238,21 +248,29 @@ def methods() -> dict[str, Method]:
     of ``openset_bench.methods``), then any registered since."""
     global _LOADED
     if not _LOADED:
-        _LOADED = True
-        for module in BUILT_IN:
-            importlib.import_module(module)
-        for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-            try:
-                loaded = entry.load()
-            except Exception as error:  # a broken plug-in is named, not a traceback of the import machinery
-                raise ImportError(f"the evaluation method {entry.name!r} of entry point {entry.value!r} "
-                                  f"({ENTRY_POINTS}) does not import: {error}") from error
-            if not any(type(m) is loaded or m is loaded for m in _REGISTRY.values()):
-                register(loaded)
+        _LOADED = True  # set first: a plug-in that asks for the methods while it loads gets those loaded so far
+        try:
+            _load()
+        except BaseException:
+            _LOADED = False  # raised again on the next call, never a half-filled registry taken as whole
+            raise
     # the built-in methods in the order of BUILT_IN (whatever order their modules were imported in), then the rest
     rank = {module: i for i, module in enumerate(BUILT_IN)}
     ordered = sorted(_REGISTRY.values(), key=lambda m: rank.get(type(m).__module__, len(rank)))
     return {method.key: method for method in ordered}
+
+
+def _load() -> None:
+    for module in BUILT_IN:
+        importlib.import_module(module)
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            loaded = entry.load()
+        except Exception as error:  # a broken plug-in is named, not a traceback of the import machinery
+            raise ImportError(f"the evaluation method {entry.name!r} of entry point {entry.value!r} "
+                              f"({ENTRY_POINTS}) does not import: {error}") from error
+        if not any(type(m) is loaded or m is loaded for m in _REGISTRY.values()):
+            register(loaded)
 
 
 def commands() -> dict[str, type[Evaluation]]:

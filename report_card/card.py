@@ -117,7 +117,9 @@ class ReportCard(Evaluation):
         kappa: the confidence functions; each is paired with the models it applies to (ensemble κ with
             ensembles); a κ that pairs with no model is refused. A section may give its own ``kappa``.
         kappa_args: per κ, its arguments.
-        oscr, severity, generated, evg: the sections to run, each the options of that method's command
+        sections: the sections to run, one per registered method by its key (``oscr``, ``severity``,
+            ``generated``, ``evg``, and any plug-in's: :func:`evaluation_methods.registry.methods`), each the
+            options of that method's command
             (``evaluate.py <method> --help``) without the models, checked by type before anything runs;
             ``config: FILE`` takes them from that command's YAML (its ``model``, ``kappa`` and trainer options
             left out; a relative FILE in a ``--config`` file is read relative to that file), keys next to it
@@ -369,7 +371,7 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
                       trainer=TrainerOptions.of(trainer), **options).run()
 
 
-# -- comparisons ----------------------------------------------------------------------------------
+# -- the models ----------------------------------------------------------------------------------
 
 
 def _model_specs(entries: Sequence[Any]) -> tuple[list[str], dict[str, list[str]]]:

@@ -45,9 +45,6 @@ def mark_stale(folder: Path) -> None:
 STALE_MARK = 'data-stale="true"'
 
 
-STALE_MARK = 'data-stale="true"'
-
-
 def model_sha256(spec: str) -> str | None:
     path = Path(spec.removeprefix("ensemble:"))
     return file_sha256(path) if path.is_file() else None

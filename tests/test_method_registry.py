@@ -198,3 +198,32 @@ def test_the_built_in_methods_keep_their_order_and_columns() -> None:
         "evg_min_rank"]
     assert {"severity-plot", "generate"} <= set(registry.commands())
     assert registry.methods()["evg"].headlines[1].digits == 0 and not registry.methods()["evg"].headlines[1].proportion
+
+
+def test_a_method_key_the_card_or_its_columns_cannot_carry_is_refused() -> None:
+    oscr = evaluate.COMMANDS["oscr"]
+    for key in ("title", "report", "my-method"):
+        command = type("E", (oscr,), {"command": key})
+        method = type("M", (Method,), {"key": key, "slug": f"{key}_slug", "evaluation": command, "title": "t",
+                                       "name": "n", "group": "g"})
+        with pytest.raises(ValueError, match="must be a Python name and not one of evaluate.py report's own"):
+            register(method)
+    command = type("E", (oscr,), {"command": "wrong_column"})
+    method = type("M", (Method,), {"key": "wrong_column", "slug": "wrong_column", "evaluation": command, "title": "t",
+                                   "name": "n", "group": "g",
+                                   "headlines": (Headline("w", "w", "open_set", True, ""),)})
+    with pytest.raises(ValueError, match=r"columns \['w'\] name another method than its slug 'wrong_column'"):
+        register(method)
+    assert not {"title", "report", "my-method", "wrong_column"} & set(registry.methods())
+
+
+def test_a_plug_in_that_does_not_import_is_named_and_raised_again(tmp_path: Path, monkeypatch) -> None:
+    info = tmp_path / "broken_method-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-method\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\nbroken = no_such_module:Method\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_LOADED", False)
+    for _ in range(2):  # not a half-filled registry taken as whole on the second call
+        with pytest.raises(ImportError, match=r"the evaluation method 'broken' of entry point 'no_such_module:Method'"):
+            registry.methods()
