@@ -151,7 +151,10 @@ def build_severity_data(name: str | None, arguments: dict[str, Any] | None = Non
     if name is None and factory is None:
         name = "imagenet"
     if name is None or (factory is not None and name in ("protocol", "fashion", "folder")):
-        made = typing.get_type_hints(getattr(datamodule, "severity_data", None) or (lambda: None)).get("return")
+        entry = entry_of(datamodule)  # the function that builds it: the entry's, else the datamodule's method
+        source = entry.severity if entry is not None and entry.severity is not _own_severity_data \
+            else datamodule.severity_data
+        made = typing.get_type_hints(source).get("return")
         if isinstance(made, type):
             typed_arguments(made, arguments, what=f"--data-arg of {type(datamodule).__name__}'s severity data")
         return factory(**arguments)  # type: ignore[misc]

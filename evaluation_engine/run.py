@@ -94,6 +94,11 @@ def launch_loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.zeros(1)), batch_size=1)
 
 
+# oscr's and generate's --data KEY=VALUE of before one vocabulary: the datamodule overrides (kept for one release)
+DATA_OVERRIDES_RENAMED = {"data": ("data_arg", "--data KEY=VALUE is deprecated (kept for one release): use --data-arg "
+                                               "KEY=VALUE")}
+
+
 class Evaluation:
     """The base of the typed evaluations: the trainer options, and :meth:`run`.
 

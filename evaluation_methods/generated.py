@@ -39,14 +39,20 @@ from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
 )
-from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from evaluation_engine.run import (
+    DATA_OVERRIDES_RENAMED,
+    Evaluation,
+    TrainerOptions,
+    launch_loader,
+    make_logger,
+    make_trainer,
+)
 from evaluation_engine.scoring import (
     ScoringPasses,
     TransformedSet,
     default_fit_set,
     detector_pairs,
 )
-from evaluation_methods.open_set import OSCREvaluation
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
     CardContext,
@@ -115,7 +121,7 @@ class GenerateSets(Evaluation):
     """
 
     command = "generate"
-    renamed_options = OSCREvaluation.renamed_options  # --data KEY=VALUE, the datamodule overrides of before
+    renamed_options = DATA_OVERRIDES_RENAMED  # --data KEY=VALUE, the datamodule overrides of before
 
     def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
                  batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
@@ -377,8 +383,8 @@ def id_datamodule(data: str | None, data_args: dict[str, Any], *, models: Sequen
     return build_datamodule(data, data_args)
 
 
-# the leaderboard's columns: AUROC of ID test vs the first set of each kind
-KIND_OF_HEADLINE = {"near_ood": "near_ood", "shift": "shift", "real_ood": "real_ood"}
+# the leaderboard's columns, each the AUROC of ID test vs the first set of its kind (a column's key is the kind)
+HEADLINE_KINDS = ("near_ood", "shift", "real_ood")
 
 
 def headline_sets(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -397,9 +403,9 @@ def generated_estimates(result: MethodResult) -> list[Estimate]:
     found = []
     for row in result["detectors"]:
         key = f"{row['model']}|{row['confidence function']}|{row['set']}"
-        for headline, kind in KIND_OF_HEADLINE.items():
+        for kind in HEADLINE_KINDS:
             if first.get(kind) == row["set"] and row["auroc"] is not None:
-                found.append(Estimate(row["model"], row["confidence function"], headline, row["auroc"],
+                found.append(Estimate(row["model"], row["confidence function"], kind, row["auroc"],
                                       row.get("auroc low"), row.get("auroc high"),
                                       result.replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}"))
     return found

@@ -13,7 +13,13 @@ from typing import Any, Literal
 from callbacks.open_set import OpenSetEvaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import check_output_dir
-from evaluation_engine.run import Evaluation, TrainerOptions, make_logger, make_trainer
+from evaluation_engine.run import (
+    DATA_OVERRIDES_RENAMED,
+    Evaluation,
+    TrainerOptions,
+    make_logger,
+    make_trainer,
+)
 from evaluation_methods.registry import (
     CardContext,
     Estimate,
@@ -53,8 +59,7 @@ class OSCREvaluation(Evaluation):
     """
 
     command = "oscr"
-    # the datamodule overrides of before one vocabulary (kept for one release)
-    renamed_options = {"data": ("data_arg", "--data KEY=VALUE is deprecated (kept for one release): use --data-arg KEY=VALUE")}
+    renamed_options = DATA_OVERRIDES_RENAMED
 
     def __init__(self, model: str, data_args: dict[str, Any] | None = None,
                  fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,

@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -110,7 +110,7 @@ class MethodResult(dict):
 
     def __init__(self, method: str, tables: Mapping[str, Any], *, folder: str | Path | None = None,
                  estimates: Sequence[Estimate] = (), replicates: Mapping[str, Tensor] | None = None,
-                 units: str = "", figures: Sequence[Figure] = (), **extra: Any) -> None:
+                 units: str = "", figures: Sequence[Figure] = ()) -> None:
         super().__init__(tables)
         self.method = method
         self.folder = Path(folder) if folder is not None else None
@@ -119,7 +119,6 @@ class MethodResult(dict):
         self.replicates = {k: v.detach().double().cpu() for k, v in (replicates or {}).items()}
         self.units = units
         self.figures = list(figures)
-        self.extra = dict(extra)
 
     def figure(self, title: str, path: str | Path, caption: str = "") -> None:
         """Add a figure the method wrote (a file that is not there is left out: plots off)."""
@@ -193,10 +192,6 @@ class Method:
     def notes(self, results: Mapping[str | None, MethodResult], models: Sequence[Any]) -> list[str]:
         """Notes for the end of the card."""
         return []
-
-    def describe(self) -> dict[str, str]:
-        """What the card's JSON says of the method (the page reads its titles from there)."""
-        return {"key": self.key, "title": self.title, "name": self.name, "group": self.group, "unit": self.unit}
 
 
 # what a method's key cannot be: evaluate.py report's command and its own options (a section is --<key>)
@@ -318,11 +313,6 @@ def detection_cells(row: Mapping[str, Any]) -> dict[str, Any]:
     has none: an ID row, a table of before)."""
     return {header: column_cell(row, column) for header, column in zip(DETECTION_HEADERS, DETECTION_METRICS,
                                                                          strict=True)}
-
-
-def iter_estimates(results: Mapping[Any, MethodResult]) -> Iterator[Estimate]:
-    for result in results.values():
-        yield from result.estimates
 
 
 __all__ = ["CardContext", "DETECTION_HEADERS", "Estimate", "Figure", "Headline", "Method", "MethodResult", "Run",

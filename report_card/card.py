@@ -53,7 +53,6 @@ from evaluation_methods.registry import (
     MethodResult,
     Run,
     headlines,
-    iter_estimates,
     methods,
 )
 from lightning_modules.scoring import ScoringModel
@@ -308,7 +307,7 @@ class ReportCard(Evaluation):
         context = CardContext(self.intervals, self.plots, self.output_dir)
         for key, results in found.items():
             method = methods()[key]
-            for estimate in iter_estimates(results):
+            for estimate in (e for result in results.values() for e in result.estimates):
                 row = (estimate.model, estimate.kappa)
                 if row not in rows_order:
                     rows_order.append(row)
