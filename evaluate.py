@@ -9,8 +9,9 @@
     python evaluate.py evg --config configs/evaluate/fashion_evg.yaml          # `adversarial` is an alias
     python evaluate.py report --config configs/evaluate/fashion_report.yaml    # all four, with intervals
 
-Each command is the typed class of its method (:mod:`callbacks`): its options are the class's arguments,
-checked by type; ``--config`` takes a YAML file of the same keys (``class_path`` where a component is
+Each command is the typed class of its method (:mod:`evaluation_methods`): its options are the class's own
+arguments and the fields of the option groups it composes (:mod:`evaluation_engine.options`: model, data,
+detectors, output, intervals, trainer), each checked by its type; ``--config`` takes a YAML file of the same keys (``class_path`` where a component is
 configured), ``--print_config`` prints the whole configuration. Every command speaks one vocabulary:
 ``--model`` (a checkpoint, ``timm:NAME``, ``torchvision:NAME``, ``ensemble:FILE``), ``--data`` and
 ``--data-arg KEY=VALUE``, ``--kappa`` and ``--kappa-arg KAPPA.NAME=VALUE`` (``pood:KNN.k=50`` for a pytorch-ood
@@ -37,6 +38,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from datamodules.images import UnreadableImageError
 from evaluation_engine import TrainerOptions
+from evaluation_engine.options import add_command_arguments, compose, flat_options
 from evaluation_methods.registry import commands, methods
 from report_card.card import ReportCard, report
 
@@ -75,8 +77,8 @@ class DeprecatedOption(FutureWarning):
 
 
 def option_kinds(cls: type) -> tuple[set[str], set[str]]:
-    """The list-valued and the boolean option names of a command (its class's and the trainer's)."""
-    hints = {**typing.get_type_hints(cls.__init__), **typing.get_type_hints(TrainerOptions)}
+    """The list-valued and the boolean option names of a command (its own, its option groups' and the trainer's)."""
+    hints = {**{name: hint for name, (_, hint) in flat_options(cls).items()}, **typing.get_type_hints(TrainerOptions)}
     lists = {name for name, hint in hints.items()
              if any(typing.get_origin(member) in (list, collections.abc.Sequence) for member in (hint, *typing.get_args(hint)))}
     return lists, {name for name, hint in hints.items() if hint is bool}
@@ -179,7 +181,7 @@ def build_parser() -> ArgumentParser:
     for name, cls in COMMANDS.items():
         command = ArgumentParser(description=(cls.__doc__ or "").split("\n\n")[0])
         command.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
-        command.add_class_arguments(cls, None, skip={"trainer"}, sub_configs=True)
+        add_command_arguments(command, cls)
         if cls is ReportCard:  # a section per registered method: the options of its command, without the models
             for key, method in methods().items():
                 command.add_argument(f"--{key}", type=dict[str, Any] | None, default=None,
@@ -194,7 +196,7 @@ def build_parser() -> ArgumentParser:
 def dataclass_options(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Options typed as a dataclass (``intervals``), which the parser gives as dotted keys
     (``intervals.level``), built into that dataclass (``None`` stays ``None``)."""
-    hints = typing.get_type_hints(cls.__init__)
+    hints = {name: hint for name, (_, hint) in flat_options(cls).items()}
     for name, hint in hints.items():
         kinds = [t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
         prefix = f"{name}."
@@ -235,7 +237,8 @@ def parse(argv: list[str]) -> tuple[str, Any]:
         values = section_configs(values, config.get("config"))
     fields = set(TrainerOptions.__dataclass_fields__)
     options = TrainerOptions(**{k: v for k, v in values.items() if k in fields}) if command != "severity-plot" else None
-    return command, COMMANDS[command](**{k: v for k, v in values.items() if k not in fields}, trainer=options)
+    cls = COMMANDS[command]
+    return command, cls(**compose(cls, {k: v for k, v in values.items() if k not in fields}), trainer=options)
 
 
 def main(argv: list[str] | None = None) -> Any:

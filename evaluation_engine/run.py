@@ -8,8 +8,12 @@ writes. The same objects run from Python in a few lines::
 
     from evaluation_methods import SeverityEvaluation
     from evaluation_engine import TrainerOptions
-    tables = SeverityEvaluation(model="runs/demo/checkpoints/best.ckpt", data="fashion",
-                                kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
+    tables = SeverityEvaluation.of(model="runs/demo/checkpoints/best.ckpt", data="fashion",
+                                   kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
+
+The options every command repeats are typed groups (:mod:`evaluation_engine.options`): ``.of`` takes them by
+their flat names, as the command line does; the constructor takes the groups themselves
+(``SeverityEvaluation(model=..., detector_options=DetectorOptions(kappa=["energy"]))``).
 """
 
 from __future__ import annotations
@@ -100,10 +104,14 @@ DATA_OVERRIDES_RENAMED = {"data": ("data_arg", "--data KEY=VALUE is deprecated (
 
 
 class Evaluation:
-    """The base of the typed evaluations: the trainer options, and :meth:`run`.
+    """The base of the typed evaluations: the trainer options, the shared option groups, and :meth:`run`.
 
     Args:
         trainer: the Trainer and logging options (default: :class:`TrainerOptions`' defaults).
+        groups: the shared option groups the command composes (:mod:`evaluation_engine.options`: its ``__init__``
+            names them, e.g. ``detector_options: DetectorOptions | None``), each ``None``, a mapping of its fields
+            or the group; built over :attr:`option_defaults`, kept as attributes of their names, and their fields
+            the command reads (:attr:`option_fields`) as attributes of theirs (``self.kappa``).
     """
 
     command: str = ""
@@ -114,12 +122,34 @@ class Evaluation:
     positional: str | None = None
     renamed_options: dict[str, tuple[str, str]] = {}
     dropped_options: dict[str, str] = {}
+    # the fields of a shared option group the command reads (group parameter -> field names; default: all of them)
+    # and the command's defaults of group fields (field -> value), on the command line, in YAML and from Python
+    option_fields: dict[str, tuple[str, ...]] = {}
+    option_defaults: dict[str, Any] = {}
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
     shared_passes: Any = None
 
-    def __init__(self, *, trainer: TrainerOptions | None = None) -> None:
+    def __init__(self, *, trainer: TrainerOptions | None = None, **groups: Any) -> None:
+        from evaluation_engine.options import build_group, group_fields, option_groups
+
         self.options = TrainerOptions.of(trainer)
+        declared = option_groups(type(self))
+        for parameter in declared:
+            group = build_group(type(self), parameter, groups.pop(parameter, None))
+            setattr(self, parameter, group)
+            for name in group_fields(type(self), parameter, declared[parameter]):
+                setattr(self, name, getattr(group, name))
+        if groups:
+            raise TypeError(f"{type(self).__name__} composes no option groups {sorted(groups)}")
+
+    @classmethod
+    def of(cls, **options: Any) -> Evaluation:
+        """The command from flat option names, as on the command line (``kappa=[...]``, ``data="fashion"``,
+        ``output_dir=...``, its own options, ``trainer=``): each shared group's fields gathered into the group."""
+        from evaluation_engine.options import compose
+
+        return cls(**compose(cls, options))
 
     def run(self) -> Any:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from datamodules.evaluation import fit_folder_set
 from datamodules.evg import SEED_CHOICES, ChainBatches, EvGData, SeedChoice, chain_ranges
 from datamodules.transforms import TensorPipeline
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
 from evaluation_engine.scoring import (
@@ -75,11 +76,6 @@ class EvGEvaluation(Evaluation):
 
     Args:
         model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).
-        kappa: κ names, each paired with the models it applies to (ensemble κ with ensembles).
-        kappa_args: per κ, its arguments.
-        data: the in-distribution data (validation standardises, test is the AUROC's positives): ``fashion``,
-            a checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
-        data_args: arguments of that datamodule to change.
         ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
         image_size: the side every OOD image (the clean ones too) is first brought to (bilinear, antialiased),
             the variations then acting at it; default: none (see ``vary_at``).
@@ -107,11 +103,6 @@ class EvGEvaluation(Evaluation):
             ``id_test`` (the authors' code, ``IN_score.pkl``). μ cancels in the MH acceptance; σ sets the
             effective temperature.
         trace_every: energy trace thinning (steps).
-        batch_size, num_workers: of the passes over the fixed sets.
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        output_dir: tables, figures and chain results.
-        cache_dir: cached passes (default: ``<output_dir>/cache``).
-        plots: write and log the figures.
         intervals: level, bootstrap resamples and seed of the intervals (:class:`EvGReport`).
         vary_at: what the variations act on. ``data`` (default, the authors': ``cifar_vit_hf_md.yml`` warps
             the 32 px SVHN images with affineV1 for a 224 px ViT): the OOD images at their own size, each
@@ -123,32 +114,38 @@ class EvGEvaluation(Evaluation):
         seed_choice: the seed images: ``balanced`` (default: seeded, balanced over the OOD set's classes) or
             ``first`` (the authors': the first ``min(chains, N_ood)`` images of the set; their scripts run
             1,000, ``attack.py --n_sample 1000``).
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
-            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
-        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
+        model_options: ``random_weights`` (:class:`ModelOptions`).
+        data_options: ``data``, the in-distribution data (validation standardises, test is the AUROC's
+            positives): ``fashion``, a checkpoint (its datamodule) or a datamodule class path; default: the first
+            checkpoint model's; ``data_args``; ``batch_size`` (256) and ``num_workers`` (0) of the passes over the
+            fixed sets (:class:`DataOptions`).
+        detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
+            ``fit`` (:class:`DetectorOptions`).
+        output_options: ``output_dir`` (default ``runs/evg``): tables, figures and chain results; ``cache_dir``
+            (default: ``<output_dir>/cache``); ``plots`` (:class:`OutputOptions`).
     """
 
     command = "evg"
 
-    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
-                 data_args: dict[str, Any] | None = None, ood: str = "digits", image_size: int | None = None,
+    option_fields = {"model_options": ("random_weights",)}
+    option_defaults = {"batch_size": 256, "num_workers": 0, "output_dir": "runs/evg"}
+
+    def __init__(self, model: Sequence[str], ood: str = "digits", image_size: int | None = None,
                  variation: Sequence[str] = ("affine", "colour"), variation_args: dict[str, dict[str, Any]] | None = None,
                  gan: str | None = None, sampler: Sequence[str] = ("mh", "random"),
                  sampler_args: dict[str, dict[str, Any]] | None = None, chains: int = 1000, steps: int = 2000,
                  chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
-                 trace_every: int = 10, batch_size: int = 256,
-                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/evg",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 vary_at: VaryAt = "data", seed_choice: SeedChoice = "balanced", fit_data: str | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
+                 trace_every: int = 10, intervals: Intervals | None = None, vary_at: VaryAt = "data",
+                 seed_choice: SeedChoice = "balanced", *, model_options: ModelOptions | None = None,
+                 data_options: DataOptions | None = None, detector_options: DetectorOptions | None = None,
+                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
+                         detector_options=detector_options, output_options=output_options)
         self.intervals = Intervals.of(intervals)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
-                            ("trace_every", trace_every), ("batch_size", batch_size)):
+                            ("trace_every", trace_every), ("batch_size", self.batch_size or 0)):
             if value < 1:
                 raise ValueError(f"{name} must be positive, got {value}")
         if image_size is not None and image_size < 8:
@@ -156,12 +153,11 @@ class EvGEvaluation(Evaluation):
         unknown = sorted(set(sampler) - set(SAMPLERS))
         if unknown:
             raise ValueError(f"unknown samplers {unknown}; choose from {sorted(SAMPLERS)}")
-        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
-        self.data, self.data_args, self.ood, self.image_size = data, dict(data_args or {}), ood, image_size
+        self.model, self.ood, self.image_size = list(model), ood, image_size
         self.variation, self.variation_args, self.gan = list(variation), dict(variation_args or {}), gan
         self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
         self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
-        self.seed, self.trace_every, self.batch_size, self.num_workers = seed, trace_every, batch_size, num_workers
+        self.seed, self.trace_every = seed, trace_every
         if standardise_on not in STANDARDISATION_SETS:
             raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got {standardise_on!r}")
         if vary_at not in VARY_AT:
@@ -169,7 +165,6 @@ class EvGEvaluation(Evaluation):
         if seed_choice not in SEED_CHOICES:
             raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
         self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
-        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
     def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, Detector]:
         """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""

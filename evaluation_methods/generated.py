@@ -35,6 +35,7 @@ from datamodules.generated import (
 )
 from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
@@ -105,11 +106,9 @@ class GenerateSets(Evaluation):
         seed: near-OOD: image ``i`` comes from the seed ``seed * 1_000_003 + i``; the seed of the choice of shift
             sources and LPIPS reference images, and of the ``pix2pix`` mode's dropout masks.
         overwrite: replace existing sets (each stays whole until its new one is complete).
-        batch_size: of the generation (in ``pix2pix`` mode the images depend on it: batch statistics).
         reference: near-OOD: the LPIPS of each image is to the nearest of this many ID test images.
         ensemble: member checkpoints (or a members file) that describe the images (default: the generator's).
         lpips_net, lpips_random_backbone: the LPIPS that describes them (default: the generator's).
-        data_args: arguments of the generator's datamodule to change (e.g. its root).
         mode: how the generator runs (:mod:`lightning_modules.generated.modes`): ``"eval"`` (dropout off,
             running statistics: each image a function of its input) or ``"pix2pix"`` (as in training and as
             Isola et al. test: dropout on, batch statistics).
@@ -118,17 +117,23 @@ class GenerateSets(Evaluation):
             the generator was trained with ``allow_weak_ensemble``); ``info.json`` records the quality of the
             describing ensemble (``ensemble_quality``) and of the one the generator was trained against
             (``training_ensemble_quality``, as its checkpoint recorded it).
+        data_options: ``data_args``, arguments of the generator's datamodule to change (e.g. its root);
+            ``batch_size`` (64) of the generation (in ``pix2pix`` mode the images depend on it: batch statistics)
+            (:class:`DataOptions`).
     """
 
     command = "generate"
     renamed_options = DATA_OVERRIDES_RENAMED  # --data KEY=VALUE, the datamodule overrides of before
 
+    option_fields = {"data_options": ("data_args", "batch_size")}
+    option_defaults = {"batch_size": 64}
+
     def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
-                 batch_size: int = 64, reference: int = 256, ensemble: str | Sequence[str] | None = None,
-                 lpips_net: str | None = None, lpips_random_backbone: bool = False,
-                 data_args: dict[str, Any] | None = None, mode: GenerationMode = "eval",
-                 allow_weak_ensemble: bool = False, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
+                 reference: int = 256, ensemble: str | Sequence[str] | None = None,
+                 lpips_net: str | None = None, lpips_random_backbone: bool = False, mode: GenerationMode = "eval",
+                 allow_weak_ensemble: bool = False, *, data_options: DataOptions | None = None,
+                 trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, data_options=data_options)
         self.allow_weak_ensemble = allow_weak_ensemble
         self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
         if not self.model:
@@ -142,13 +147,12 @@ class GenerateSets(Evaluation):
             raise ValueError(f"each generator needs its own output folder: {twice} given more than once")
         if num < 1:
             raise ValueError(f"the number of images must be positive, got {num}")
-        if batch_size < 1 or reference < 1:
-            raise ValueError(f"batch_size and reference must be positive, got {batch_size} and {reference}")
+        if reference < 1:
+            raise ValueError(f"reference must be positive, got {reference}")
         LatentSeeds(num, seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
-        self.num, self.seed, self.overwrite, self.batch_size, self.reference = num, seed, overwrite, batch_size, reference
+        self.num, self.seed, self.overwrite, self.reference = num, seed, overwrite, reference
         self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
         self.lpips_net, self.lpips_random_backbone = lpips_net, lpips_random_backbone
-        self.data_args = dict(data_args or {})
         self.mode = check_generation_mode(mode)
 
     def run(self) -> Path | list[Path]:
@@ -229,11 +233,6 @@ class GeneratedEvaluation(Evaluation):
     Args:
         model: the detectors' models: ``timm:<name>``, ``torchvision:<name>``, checkpoints,
             ``ensemble:<members>``.
-        kappa: κ names; each is paired with the models it applies to (ensemble κ with ensembles).
-        kappa_args: per κ, its arguments.
-        data: the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a datamodule class path;
-            default: the first checkpoint model's datamodule.
-        data_args: arguments of that datamodule to change.
         near_ood, shift: folders of generated sets (``evaluate.py generate``); a set generated for other
             classes than the data's is refused.
         real_ood: real OOD sets, ``NAME=SPEC`` or ``SPEC``: ``digits``, ``fashion:unknown``, ``fashion:<ids>``,
@@ -253,43 +252,42 @@ class GeneratedEvaluation(Evaluation):
         on_bad_image: unreadable images of the image folders (real OOD, real shifted; the ID datamodule's when it
             has the option and ``data_args`` do not set it): ``"fail"`` names the file and stops; ``"skip"`` decodes
             every folder image once before the passes and leaves the unreadable ones out, counted in a warning.
-        batch_size, num_workers: of the passes.
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        output_dir: the tables and grids.
-        cache_dir: cached passes (``None``: none).
-        plots: write and log the grids.
         intervals: level, bootstrap resamples and seed of the intervals.
         allow_weak_ensemble: describe the sets with an ensemble below its quality bar anyway
             (:mod:`lightning_modules.ensemble_quality`: the bar stated at ``train.py ensemble``, else the sanity
             bar); every row it shapes then names it in ``weak ensemble``.
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ...):
-            ``<folder>/<class>/*`` with the ID classes; default: the ID datamodule's training split.
-        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``).
+        model_options: ``random_weights`` (:class:`ModelOptions`).
+        data_options: ``data``, the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a
+            datamodule class path; default: the first checkpoint model's datamodule; ``data_args``;
+            ``batch_size`` (256) and ``num_workers`` (0) of the passes (:class:`DataOptions`).
+        detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
+            ``fit`` (:class:`DetectorOptions`).
+        output_options: ``output_dir`` (default ``runs/generated``): the tables and grids; ``cache_dir`` (default
+            none); ``plots`` (:class:`OutputOptions`).
     """
 
     command = "generated"
     dropped_options = {"image_size": "every model takes the sets through its own input transform"}
 
-    def __init__(self, model: Sequence[str], kappa: Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, data: str | None = None,
-                 data_args: dict[str, Any] | None = None, near_ood: Sequence[str] = (), shift: Sequence[str] = (),
+    option_fields = {"model_options": ("random_weights",)}
+    option_defaults = {"batch_size": 256, "num_workers": 0, "output_dir": "runs/generated"}
+
+    def __init__(self, model: Sequence[str], near_ood: Sequence[str] = (), shift: Sequence[str] = (),
                  real_ood: Sequence[str] = (), real_shift: Sequence[str] = (),
                  ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
                  lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
-                 label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", batch_size: int = 256,
-                 num_workers: int = 0, random_weights: bool = False, output_dir: str = "runs/generated",
-                 cache_dir: str | None = None, plots: bool = True, intervals: Intervals | None = None,
-                 allow_weak_ensemble: bool = False, fit_data: str | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
+                 label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", intervals: Intervals | None = None,
+                 allow_weak_ensemble: bool = False, *, model_options: ModelOptions | None = None,
+                 data_options: DataOptions | None = None, detector_options: DetectorOptions | None = None,
+                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
+                         detector_options=detector_options, output_options=output_options)
         self._fit_set: EvaluationSet | None = None
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         self.allow_weak_ensemble = allow_weak_ensemble
         self.intervals = Intervals.of(intervals)
-        self.model, self.kappa, self.kappa_args = list(model), list(kappa), dict(kappa_args or {})
-        self.data, self.data_args = data, dict(data_args or {})
+        self.model = list(model)
         self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
         self.real_shift = list(real_shift)
         self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
@@ -300,8 +298,6 @@ class GeneratedEvaluation(Evaluation):
                              "its source are compared)")
         self.label_filter = label_filter
         self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
-        self.batch_size, self.num_workers = batch_size, num_workers
-        self.random_weights, self.output_dir, self.cache_dir, self.plots = random_weights, output_dir, cache_dir, plots
 
     def run(self) -> MethodResult:
         models = [m if isinstance(m, ScoringModel) else ScoringModel(m, pretrained=not self.random_weights)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from callbacks.open_set import OpenSetEvaluation
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DataOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir
 from evaluation_engine.run import (
     DATA_OVERRIDES_RENAMED,
@@ -49,30 +50,30 @@ class OSCREvaluation(Evaluation):
 
     Args:
         model: a checkpoint of ``train.py``.
-        data_args: datamodule arguments to change.
         fpr: the FPR targets of CCR@FPR.
-        output_dir: the report folder.
-        plots: write and log the figures.
         ccr_convention: ``exact`` (the largest CCR with FPR <= target) and/or ``authors`` (the published
             tables' procedure, keys ``authors_ccr@fpr=...``).
         intervals: level, bootstrap resamples and seed of the intervals.
+        data_options: ``data_args``, the datamodule arguments to change (:class:`DataOptions`).
+        output_options: ``output_dir``, the report folder; ``plots`` (:class:`OutputOptions`).
     """
 
     command = "oscr"
     renamed_options = DATA_OVERRIDES_RENAMED
 
-    def __init__(self, model: str, data_args: dict[str, Any] | None = None,
-                 fpr: Sequence[float] = DEFAULT_FPR_TARGETS, output_dir: str | None = None, plots: bool = True,
+    option_fields = {"data_options": ("data_args",), "output_options": ("output_dir", "plots")}
+
+    def __init__(self, model: str, fpr: Sequence[float] = DEFAULT_FPR_TARGETS,
                  ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
-                 intervals: Intervals | None = None, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
+                 intervals: Intervals | None = None, *, data_options: DataOptions | None = None,
+                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, data_options=data_options, output_options=output_options)
         if str(model).startswith(("timm:", "torchvision:", "ensemble:")):
             raise ValueError(f"oscr needs a checkpoint of train.py (a classifier trained on an open-set protocol, whose "
                              f"test set holds its negatives and unknowns), got the model name {model!r}; the other "
                              "commands (severity, generated, evg) take timm:, torchvision: and ensemble: models")
         self.intervals = Intervals.of(intervals)
-        self.model, self.data_args = model, dict(data_args or {})
-        self.fpr, self.output_dir, self.plots = list(fpr), output_dir, plots
+        self.model, self.fpr = model, list(fpr)
         self.conventions = list(ccr_convention)
 
     def run(self) -> MethodResult | None:

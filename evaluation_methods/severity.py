@@ -15,6 +15,7 @@ from callbacks.severity import SeverityAUROC
 from datamodules.catalog import build_severity_data
 from datamodules.severity import SeverityData
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import (
     check_output_dir,
     slug,
@@ -55,44 +56,31 @@ class SeverityEvaluation(Evaluation):
     Args:
         model: ``timm:<name>``, ``torchvision:<name>``, a checkpoint of ``train.py`` or ``ensemble:<members>``
             (from Python also a :class:`lightning_modules.ScoringModel`).
-        kappa: the confidence functions (:data:`metrics.KAPPAS`).
-        kappa_args: per κ, its arguments, e.g. ``{"odin": {"temperature": 1000}}``.
-        model_args: timm/torchvision model arguments, e.g. ``{"drop_rate": 0.2}`` for MC dropout.
-        data: ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a P1-P3 checkpoint's
-            unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class path; default: the
-            checkpoint's own datamodule's, else ``imagenet`` (from Python also a :class:`SeverityData`).
-        data_args: the data's arguments (``id_root``, ``pool_root``, ``pool_file``, ``estimation``, ...).
         num_levels: severity levels (11 in the paper).
-        batch_size, num_workers: of the passes (default: the data's).
-        cache_dir: cached model passes (``None``: no cache).
-        output_dir: tables and figure (default: ``runs/severity/<model>``).
-        plots: write and log the figure.
-        pretrained_file: an explicit weights file (timm).
-        random_weights: timm/torchvision models without pretrained weights (tests).
         intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ReAct, ...):
-            ``<folder>/<class>/*`` with the model's classes (ILSVRC2012/train for a timm model); default: a
-            checkpoint's training split.
-        fit: per κ, the cap of its fit set: ``{"knn": {"fraction": 0.01}}``, ``{"mahalanobis": {"per_class": 100}}``.
+        model_options: ``model_args``, ``pretrained_file``, ``random_weights`` (:class:`ModelOptions`).
+        data_options: ``data`` -- ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a
+            P1-P3 checkpoint's unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class
+            path; default: the checkpoint's own datamodule's, else ``imagenet`` (from Python also a
+            :class:`SeverityData`) --, ``data_args`` (``id_root``, ``pool_root``, ``pool_file``, ``estimation``,
+            ...), ``batch_size`` and ``num_workers`` of the passes (default: the data's) (:class:`DataOptions`).
+        detector_options: ``kappa``, ``kappa_args``, ``fit_data``, ``fit`` (:class:`DetectorOptions`).
+        output_options: ``output_dir`` (default: ``runs/severity/<model>``), ``cache_dir`` (default
+            ``runs/cache``), ``plots`` (:class:`OutputOptions`).
     """
 
     command = "severity"
 
-    def __init__(self, model: str, kappa: Sequence[str] = ("softmax",), kappa_args: dict[str, dict[str, Any]] | None = None,
-                 model_args: dict[str, Any] | None = None, data: str | None = None, data_args: dict[str, Any] | None = None,
-                 num_levels: int = 11, batch_size: int | None = None, num_workers: int | None = None,
-                 cache_dir: str | None = "runs/cache", output_dir: str | None = None, plots: bool = True,
-                 pretrained_file: str | None = None, random_weights: bool = False, intervals: Intervals | None = None,
-                 fit_data: str | None = None, fit: dict[str, dict[str, Any]] | None = None,
-                 *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
+    option_defaults = {"cache_dir": "runs/cache"}
+
+    def __init__(self, model: str, num_levels: int = 11, intervals: Intervals | None = None, *,
+                 model_options: ModelOptions | None = None, data_options: DataOptions | None = None,
+                 detector_options: DetectorOptions | None = None, output_options: OutputOptions | None = None,
+                 trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
+                         detector_options=detector_options, output_options=output_options)
         self.intervals = Intervals.of(intervals)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
-        self.model, self.kappa, self.kappa_args = model, list(kappa), dict(kappa_args or {})
-        self.model_args, self.data, self.data_args = dict(model_args or {}), data, dict(data_args or {})
-        self.num_levels, self.batch_size, self.num_workers = num_levels, batch_size, num_workers
-        self.cache_dir, self.output_dir, self.plots = cache_dir, output_dir, plots
-        self.pretrained_file, self.random_weights = pretrained_file, random_weights
+        self.model, self.num_levels = model, num_levels
 
     def run(self) -> MethodResult:
         scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(

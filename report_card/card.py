@@ -45,6 +45,14 @@ import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import (
+    DetectorOptions,
+    ModelOptions,
+    OutputOptions,
+    check_options,
+    compose,
+    flat_options,
+)
 from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.run import Evaluation, TrainerOptions
 from evaluation_engine.scoring import ScoringPasses
@@ -57,7 +65,6 @@ from evaluation_methods.registry import (
 )
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa, pairs_with
-from openset_common import typed_arguments
 from report_card.leaderboard import (
     COMPARISON_METHOD,
     SIGNIFICANT_TEXT,
@@ -113,9 +120,6 @@ class ReportCard(Evaluation):
         model: the models: checkpoints of ``train.py``, ``timm:<name>``, ``torchvision:<name>``,
             ``ensemble:<members>``, or :class:`ModelSeeds` (``{name: eos, seeds: [a.ckpt, b.ckpt]}``: several
             training runs of one recipe as one model).
-        kappa: the confidence functions; each is paired with the models it applies to (ensemble κ with
-            ensembles); a κ that pairs with no model is refused. A section may give its own ``kappa``.
-        kappa_args: per κ, its arguments.
         sections: the sections to run, one per registered method by its key (``oscr``, ``severity``,
             ``generated``, ``evg``, and any plug-in's: :func:`evaluation_methods.registry.methods`), each the
             options of that method's command
@@ -124,36 +128,33 @@ class ReportCard(Evaluation):
             left out; a relative FILE in a ``--config`` file is read relative to that file), keys next to it
             override it. ``oscr: {}`` runs OSCR for every checkpoint model on its own protocol. A section left
             out (``null``) is not run.
-        output_dir: the report folder (each section's folders inside it unless the section names its own).
-        cache_dir: the run's cache of scoring passes (``None``: in memory for the run only).
         intervals: level, bootstrap resamples, seed and AUROC method of every interval (a mapping of them
             from Python).
         title: the page's title.
-        random_weights: timm/torchvision models without pretrained weights (tests).
-        plots: write the figures.
-        fit_data: the in-distribution training images of fitted detectors (Mahalanobis, KNN, ViM, ReAct, ...):
-            ``<folder>/<class>/*`` with the models' classes; default: a checkpoint's training split.
-        fit: per κ, the cap of its fit set (``{"knn": {"fraction": 0.01}}``), for every section.
+        detector_options: ``kappa``, the confidence functions, each paired with the models it applies to
+            (ensemble κ with ensembles; a κ that pairs with no model is refused; a section may give its own
+            ``kappa``), ``kappa_args``, ``fit_data``, ``fit``, for every section (:class:`DetectorOptions`).
+        model_options: ``random_weights`` (:class:`ModelOptions`).
+        output_options: ``output_dir`` (default ``runs/report``), the report folder (each section's folders
+            inside it unless the section names its own); ``cache_dir`` (default ``runs/cache``), the run's cache
+            of scoring passes (``None``: in memory for the run only); ``plots`` (:class:`OutputOptions`).
     """
 
     command = "report"
 
-    def __init__(self, model: Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",),
-                 kappa_args: dict[str, dict[str, Any]] | None = None, output_dir: str = "runs/report",
-                 cache_dir: str | None = "runs/cache", intervals: Intervals | None = None, title: str | None = None,
-                 random_weights: bool = False, plots: bool = True, fit_data: str | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None, *, trainer: TrainerOptions | None = None,
+    option_fields = {"model_options": ("random_weights",)}
+    option_defaults = {"output_dir": "runs/report", "cache_dir": "runs/cache"}
+
+    def __init__(self, model: Sequence[str | ModelSeeds], intervals: Intervals | None = None, title: str | None = None,
+                 *, detector_options: DetectorOptions | None = None, model_options: ModelOptions | None = None,
+                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None,
                  **sections: dict[str, Any] | None) -> None:
-        super().__init__(trainer=trainer)
-        self.fit_data, self.fit = fit_data, dict(fit or {})
+        super().__init__(trainer=trainer, detector_options=detector_options, model_options=model_options,
+                         output_options=output_options)
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         specs, self.groups = _model_specs([model] if isinstance(model, (str, ModelSeeds, Mapping)) else model)
         self.model = specs
-        self.kappa = [kappa] if isinstance(kappa, str) else list(kappa)
-        self.kappa_args = dict(kappa_args or {})
-        for name in self.kappa:
-            get_kappa(name)  # an unknown κ is named before anything runs
         registered = methods()
         unknown = sorted(set(sections) - set(registered))
         if unknown:
@@ -163,9 +164,9 @@ class ReportCard(Evaluation):
         self.sections = {name: sections[name] for name in registered if sections.get(name) is not None}
         if not self.sections:
             raise ValueError(f"the report has no section: give at least one of {', '.join(registered)}")
-        self.output_dir, self.cache_dir = Path(output_dir), cache_dir
+        self.output_dir = Path(self.output_dir)
         self.intervals = Intervals.of(intervals)
-        self.title, self.random_weights, self.plots = title, random_weights, plots
+        self.title = title
         self.passes: ScoringPasses | None = None
         self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
         self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
@@ -204,38 +205,35 @@ class ReportCard(Evaluation):
             options.update({k: v for k, v in loaded.items() if k not in REPORT_KEYS})
         options.update({k: v for k, v in section.items() if k != "config"})
         command = methods()[name].evaluation
-        accepted = set(inspect.signature(command.__init__).parameters) - {"self", "trainer"}
-        unknown = sorted(set(options) - accepted - {"kappa"})
-        if unknown:
-            raise ValueError(f"report section {name}: {unknown} are not options of evaluate.py "
-                             f"{command.command} (its options: {sorted(accepted - {'model'})})")
         if "model" in options:
             raise ValueError(f"report section {name}: the models are the report's (model:), not a section's")
-        # the types, as the command's parser checks them (a word where a number is expected names the key)
-        typed_arguments(command, {k: v for k, v in options.items() if k != "intervals"},
-                        what=f"report section {name}")
+        if "trainer" in options or set(options) & TRAINER_KEYS:
+            raise ValueError(f"report section {name}: the trainer options are the report's, not a section's")
+        # names and types, by the command's own parser (a word where a number is expected names the key)
+        checked = check_options(command, {k: v for k, v in options.items() if k != "intervals"},
+                                what=f"report section {name}")
         if "intervals" in options:
-            options["intervals"] = Intervals.of(options["intervals"])
-        return options
+            checked["intervals"] = Intervals.of(options["intervals"])
+        return checked
 
     def _evaluation(self, name: str, model: Any, kappa: Sequence[str] | None, output_dir: Path) -> Evaluation:
         cls = methods()[name].evaluation
-        accepted = set(inspect.signature(cls.__init__).parameters)
+        accepted = flat_options(cls)
         options = dict(self.section_options[name])
         options["output_dir"] = str(output_dir)  # the caller's choice: the section's folder or one inside it
-        defaults = {"intervals": self.intervals, "plots": self.plots,
-                    "random_weights": self.random_weights, "kappa_args": self.kappa_args, "cache_dir": self.cache_dir}
         if kappa is not None and "kappa" in accepted:
             options["kappa"] = list(kappa)  # the section's (or the card's) κ that pair with this run's model
         kappas = options.get("kappa", self.kappa)
-        kappas = [kappas] if isinstance(kappas, str) else list(kappas)
-        defaults["fit_data"] = self.fit_data
-        defaults["fit"] = {k: v for k, v in self.fit.items() if k in kappas}  # the section's own κ only
+        # the card's detector options, for the section's own κ only; its intervals, plots, weights and cache
+        defaults = {**self.detector_options.only([kappas] if isinstance(kappas, str) else list(kappas)),
+                    "intervals": self.intervals, "plots": self.plots, "random_weights": self.random_weights,
+                    "cache_dir": self.cache_dir}
         for key, value in defaults.items():
             if key in accepted:
                 options.setdefault(key, value)
         # one W&B run for the whole report: the sections do not open their own
-        evaluation = cls(model=model, **options,
+        evaluation = cls(**compose(cls, {"model": model, **{k: v for k, v in options.items() if k in accepted}},
+                                   what=f"report section {name}"),
                          trainer=dataclasses.replace(self.options, wandb_mode="disabled"))
         evaluation.shared_passes = self.passes
         return evaluation
@@ -366,8 +364,8 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
     {"value", "low", "high", "best", "significant", "share_first", "unit"}}}``); the files are written as by
     ``evaluate.py report``. ``options`` are :class:`ReportCard`'s (``severity={...}``, ``output_dir=...``)."""
     single = isinstance(model, (str, ModelSeeds, Mapping))
-    return ReportCard([model] if single else list(model), [kappa] if isinstance(kappa, str) else list(kappa),
-                      trainer=TrainerOptions.of(trainer), **options).run()
+    return ReportCard.of(model=[model] if single else list(model), kappa=[kappa] if isinstance(kappa, str) else list(kappa),
+                         trainer=TrainerOptions.of(trainer), **options).run()
 
 
 # -- the models ----------------------------------------------------------------------------------

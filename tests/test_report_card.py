@@ -18,8 +18,10 @@ import torch
 
 import evaluate
 from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import read_replicates
 from evaluation_methods.generated import set_differences
+from evaluation_methods.severity import SeverityEvaluation
 from evaluation_methods.registry import Headline, headlines
 from metrics import worse_than_best
 from report_card.card import ReportCard
@@ -287,11 +289,20 @@ def test_pairs_types_and_the_python_entry_are_checked_before_anything_runs(tmp_p
         evaluate.main(["report", "--model", "x.ckpt", "--severity", "{num_levels: eleven}"])
     with pytest.raises(SystemExit, match=r"report section evg: .*chains.*4.5"):
         evaluate.main(["report", "--model", "x.ckpt", "--evg", "{chains: 4.5}"])
-    # from Python: one κ as a string, intervals and trainer options as mappings
-    card = ReportCard("x.ckpt", "softmax", severity={}, intervals={"level": 0.9, "resamples": 50},
+    # from Python: one κ as a string, intervals and trainer options as mappings; the groups by their flat names
+    # (.of) or whole (the constructor), the same card either way
+    card = ReportCard.of(model="x.ckpt", kappa="softmax", severity={}, intervals={"level": 0.9, "resamples": 50},
                       trainer={"accelerator": "cpu", "wandb_mode": "disabled"})
     assert card.kappa == ["softmax"] and card.model == ["x.ckpt"]
     assert (card.intervals.level, card.intervals.resamples) == (0.9, 50) and card.options.accelerator == "cpu"
+    whole = ReportCard("x.ckpt", severity={}, detector_options=DetectorOptions(kappa=["softmax"]))
+    assert whole.detector_options == card.detector_options and whole.output_dir == card.output_dir == Path("runs/report")
+    with pytest.raises(ValueError, match=r"report sections \['num_level'\] are no registered evaluation method"):
+        ReportCard.of(model="x.ckpt", severity={}, num_level=3)
+    with pytest.raises(ValueError, match=r"evaluate.py severity has no option 'num_level' \(its options: .*'num_levels'"):
+        SeverityEvaluation.of(model="x.ckpt", num_level=3)
+    with pytest.raises(ValueError, match=r"evaluate.py report takes no --pretrained-file \(its model_options: \[.random_weights.\]\)"):
+        ReportCard("x.ckpt", severity={}, model_options={"pretrained_file": "w.pth"})
     with pytest.raises(ValueError, match=r"intervals: \['levle'\] are not options of Intervals"):
         ReportCard(["x.ckpt"], severity={}, intervals={"levle": 0.9})
     with pytest.raises(ValueError, match="a mean over seeds needs at least two different runs"):
@@ -311,7 +322,7 @@ def test_a_section_config_is_read_relative_to_the_config_file(tmp_path: Path, mo
 def test_section_folders_are_checked_before_the_first_section_runs(demo_checkpoint: Path, tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    card = ReportCard([str(demo_checkpoint)], oscr={}, severity={"data": "fashion", "output_dir": str(blocked / "s")},
+    card = ReportCard.of(model=[str(demo_checkpoint)], oscr={}, severity={"data": "fashion", "output_dir": str(blocked / "s")},
                       output_dir=str(tmp_path / "card"), cache_dir=None,
                       trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled"})
     with pytest.raises(NotADirectoryError, match="is a file"):
@@ -344,7 +355,7 @@ def test_several_seeds_make_one_row_with_the_seed_mean_interval(demo_checkpoint:
     from tests.conftest import train_demo_checkpoint
 
     seeds = [str(demo_checkpoint)] + [str(train_demo_checkpoint(tmp_path / f"seed{s}", "eos", seed=s)) for s in (1, 2)]
-    card = ReportCard([{"name": "eos", "seeds": seeds}], ["softmax", "energy"],
+    card = ReportCard.of(model=[{"name": "eos", "seeds": seeds}], kappa=["softmax", "energy"],
                       severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
                       output_dir=str(tmp_path / "card"), cache_dir=None, intervals={"resamples": RESAMPLES},
                       trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False})
