@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import inspect
 import os
 import sys
 from collections.abc import Mapping, Sequence

@@ -21,7 +21,13 @@ from evaluation_engine.options import (
     flat_options,
     option_groups,
 )
-from evaluation_methods import EvGEvaluation, GeneratedEvaluation, GenerateSets, OSCREvaluation, SeverityEvaluation
+from evaluation_methods import (
+    EvGEvaluation,
+    GeneratedEvaluation,
+    GenerateSets,
+    OSCREvaluation,
+    SeverityEvaluation,
+)
 from report_card.card import ReportCard
 
 GROUPS = (ModelOptions, DataOptions, DetectorOptions, OutputOptions)

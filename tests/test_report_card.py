@@ -21,8 +21,8 @@ from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import read_replicates
 from evaluation_methods.generated import set_differences
-from evaluation_methods.severity import SeverityEvaluation
 from evaluation_methods.registry import Headline, headlines
+from evaluation_methods.severity import SeverityEvaluation
 from metrics import worse_than_best
 from report_card.card import ReportCard
 from report_card.leaderboard import compare_column

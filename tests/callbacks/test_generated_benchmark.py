@@ -1,6 +1,7 @@
 """``evaluate.py generated`` (GeneratedBenchmark, DESIGN.md §5.3) against an independent recomputation: every
 number of the detector, set and agreement tables redone with numpy, scikit-learn and scipy from the models'
-own outputs on the same images."""
+own outputs on the same images. The tests on the full run (its fixture costs about 45 s on 2 cores) are in the
+slow tier; the default tier keeps the ones that need no run."""
 
 from __future__ import annotations
 
@@ -238,6 +239,7 @@ def with_kept(logits: dict) -> dict:
     return {**logits, KEPT: subset(logits["shift:shift"], label_kept(logits))}
 
 
+@pytest.mark.slow
 def test_detector_aurocs_match_sklearn(run: dict, logits: dict) -> None:
     names = model_names(run)
     logits = with_kept(logits)
@@ -262,6 +264,7 @@ def test_detector_aurocs_match_sklearn(run: dict, logits: dict) -> None:
     # filter's choice itself is pinned by test_label_filter_compares_each_shifted_image_with_its_source)
 
 
+@pytest.mark.slow
 def test_accuracy_and_calibration_on_id_shifted_and_real_shifted_sets(run: dict, logits: dict) -> None:
     # each model's predictions of each labelled set (ID test, shifted, real shifted) computed once for all its κ
     assert len(run["calls"]) == len(set(run["calls"])) == 2 * 3
@@ -320,6 +323,7 @@ def test_sets_table(run: dict, images: dict[str, torch.Tensor], logits: dict) ->
         assert sets[name]["generator"] == ("near_ood.ckpt" if name.startswith("near") else "shift.ckpt"), path
 
 
+@pytest.mark.slow
 def test_rank_agreement_matches_scipy(run: dict, logits: dict) -> None:
     names = model_names(run)
     logits = with_kept(logits)
@@ -337,6 +341,7 @@ def test_rank_agreement_matches_scipy(run: dict, logits: dict) -> None:
         assert row["p-value"] == pytest.approx(reference.pvalue, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_detectors_and_describer_of_the_training_ensemble_are_flagged(run: dict) -> None:
     # the generators were trained against members 0 and 1: the single model is member 0, the ensemble and the
     # describer are both members
@@ -365,6 +370,7 @@ def assert_csv_equals(path: Path, rows: list[dict], columns: tuple[str, ...]) ->
                 assert line[name] == str(value), (path.name, name)
 
 
+@pytest.mark.slow
 def test_files_hold_the_returned_numbers(run: dict) -> None:
     from callbacks.generated import AGREEMENT_COLUMNS, DETECTOR_COLUMNS, SET_COLUMNS
 
@@ -456,6 +462,7 @@ def test_independent_models_are_not_flagged_and_copies_are(run: dict, tmp_path: 
     assert "| shares generator ensemble |" in text.split("\n\n", 1)[1].splitlines()[0] and "copy-best" in text
 
 
+@pytest.mark.slow
 def test_on_bad_image_is_an_option_of_the_command_line(run: dict, logits: dict, tmp_path: Path) -> None:
     import re
 
@@ -487,6 +494,7 @@ def test_on_bad_image_is_an_option_of_the_command_line(run: dict, logits: dict, 
     assert parsed.on_bad_image == "skip"
 
 
+@pytest.mark.slow
 def test_generated_refuses_sets_of_other_classes_and_foreign_manifests(run: dict, tmp_path: Path) -> None:
     import json
     import re
