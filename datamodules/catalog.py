@@ -26,7 +26,7 @@ import torch
 
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ClassFolderDataModule, ImageNetProtocolDataModule
-from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset
+from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset, is_folder
 from datamodules.open_set import OpenSetDataModule
 from datamodules.severity import (
     FashionSeverityData,
@@ -188,7 +188,7 @@ def real_ood_set(spec: str, *, data_dir: str = DEBIAN_FASHION_MNIST_DIR, known: 
     if entry is not None:  # a registered name wins over a folder of that name
         return entry.build(argument, data_dir=data_dir, known=known, transform=transform)
     folder = Path(spec)
-    if not folder.is_dir():
+    if not is_folder(folder):
         raise FileNotFoundError(f"real OOD set {spec!r}: not one of {sorted(REAL_OOD)} (NAME or NAME:ARGUMENT) nor "
                                 "an existing folder")
     rows = [(path, UNKNOWN_LABEL) for path in folder_images(folder)]

@@ -36,8 +36,15 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 from datamodules.batch import collate_samples
-from datamodules.images import ImageFileDataset, TensorImageDataset, dataset_labels, image_files
-from openset_common import digest, files_fingerprint, tensors_fingerprint
+from datamodules.images import (
+    ImageFileDataset,
+    TensorImageDataset,
+    dataset_labels,
+    image_files,
+    is_folder,
+    subfolders,
+)
+from openset_common import digest, tensors_fingerprint
 
 Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -58,7 +65,7 @@ def dataset_fingerprint(dataset: Dataset) -> str:
         return digest({"tensors": tensors_fingerprint({"images": dataset.images, "labels": dataset.labels}),
                        "transform": repr(dataset.transform)})
     if isinstance(dataset, ImageFileDataset):
-        return digest({"files": files_fingerprint(dataset.root, [path for path, _ in dataset.rows]),
+        return digest({"files": dataset.files_fingerprint(),
                        "rows": digest(dataset.rows), "transform": repr(dataset.transform)})
     own = getattr(dataset, "fingerprint", None)
     if callable(own):
@@ -207,13 +214,13 @@ def fit_folder_set(root: str, classes: Sequence[str] | None, *, name: str = "fit
             lists named), or a class folder holds no image.
     """
     folder = Path(root)
-    if not folder.is_dir():
+    if not is_folder(folder):
         raise FileNotFoundError(f"fit data {root}: not a folder (give the in-distribution training images as "
                                 "<root>/<class>/*, e.g. ILSVRC2012/train)")
     if not classes:
         raise ValueError(f"fit data {root}: the model does not say which classes it predicts, so its class folders "
                          "cannot be matched")
-    found = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    found = subfolders(folder)
     missing, other = [c for c in classes if c not in set(found)], [c for c in found if c not in set(classes)]
     if missing or other:
         raise ValueError(f"fit data {root}: its class folders are not the model's classes: "

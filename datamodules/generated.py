@@ -41,8 +41,10 @@ from datamodules.images import (
     ImageFileDataset,
     TensorImageDataset,
     check_choice,
+    image_files,
     image_files_under,
-    is_image_file,
+    is_folder,
+    subfolders,
     without_unreadable,
 )
 from openset_common import file_sha256
@@ -216,19 +218,19 @@ def real_shift_set(folder: str | Path, classes: Sequence[str], *, on_bad_image: 
     """
     root = Path(folder)
     check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
-    if not root.is_dir():
+    if not is_folder(root):
         raise FileNotFoundError(f"real shifted set {root}: no such folder (expected {root}/<class name or wnid>/*)")
     exact = {name: i for i, name in enumerate(classes)}
     loose: dict[str, int] = {}
     for i, name in enumerate(classes):
         loose.setdefault(_folder_key(name), i)
-    stray = sorted(p.name for p in root.iterdir() if p.is_file() and is_image_file(p.name))
+    stray = image_files(root, warn=False)
     if stray:
         raise ValueError(f"real shifted set {root}: files {stray[:3]} lie outside the class folders "
                          f"(expected {root}/<class name or wnid>/*)")
     rows: list[tuple[str, int]] = []
     seen: dict[int, str] = {}
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for sub in (root / name for name in subfolders(root)):
         label = exact.get(sub.name, loose.get(_folder_key(sub.name)))
         if label is None:
             raise ValueError(f"real shifted set {root}: the class folder {sub.name!r} is none of the known classes "

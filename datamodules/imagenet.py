@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from datamodules.images import BadImagePolicy, ImageFileDataset, read_rgb_image
+from datamodules.images import BadImagePolicy, ImageFileDataset, is_folder, subfolders
 from datamodules.open_set import OpenSetDataModule, TrainNegatives
 from datamodules.protocols import (
     SPLITS,
@@ -150,15 +150,18 @@ class FolderProtocolDataModule(OpenSetDataModule):
         return read_protocol_csv(self.csv_file(split), self.num_classes, protocol=self.protocol, split=split)
 
     def _verify(self, relatives: list[str]) -> None:
-        def readable(relative: str) -> bool:
+        images = ImageFileDataset(self.root, [(relative, 0) for relative in relatives])
+
+        def readable(position: int) -> bool:
             try:
-                read_rgb_image(os.path.join(self.root, relative))
+                images.decode(position)
                 return True
             except Exception:
                 return False
 
         with ThreadPoolExecutor(max_workers=max(1, self.num_workers)) as pool:
-            bad = [relative for relative, ok in zip(relatives, pool.map(readable, relatives), strict=True) if not ok]
+            bad = [relative for relative, ok in zip(relatives, pool.map(readable, range(len(relatives))), strict=True)
+                   if not ok]
         if bad and self.on_bad_image == "fail":
             shown = ", ".join(os.path.join(self.root, b) for b in bad[:20])
             raise OSError(f"{len(bad)} unreadable images under {self.root}: {shown}{' ...' if len(bad) > 20 else ''}")
@@ -293,10 +296,9 @@ class ClassFolderDataModule(FolderProtocolDataModule):
         negative, unknown = list(negative or []), list(unknown or [])
         if known is None:
             train = Path(root) / "train"
-            if not train.is_dir():
+            if not is_folder(train):
                 raise FileNotFoundError(f"{train} does not exist: give the known classes or a root with train/<class>/")
-            known = [p.name for p in sorted(train.iterdir())
-                     if p.is_dir() and not p.name.startswith(".") and p.name not in set(negative) | set(unknown)]
+            known = [name for name in subfolders(train) if name not in set(negative) | set(unknown)]
             where = f"the class folders of {train} that are not negatives or unknowns"
         else:
             where = "the known classes given"

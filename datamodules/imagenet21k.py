@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.images import IMAGE_EXTENSIONS, NonImageFilesWarning, image_files, non_image_files
+from datamodules.images import IMAGE_EXTENSIONS, NonImageFilesWarning, image_files, is_folder, non_image_files
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.wordnet import load_wordnet, synset
 from datamodules.wordnet import wnid as synset_wnid
@@ -282,14 +282,14 @@ def sample_pool(
     if not 0 < estimation < per_class <= min_images:
         raise ValueError(f"need 0 < estimation ({estimation}) < per_class ({per_class}) <= min_images ({min_images})")
     root = Path(root)
-    if not root.is_dir():
+    if not is_folder(root):
         raise FileNotFoundError(f"ImageNet-21k folder {root} does not exist")
     rows: list[tuple[str, str, str]] = []
     dropped: list[tuple[str, int, str]] = []
     ignored: list[tuple[str, int]] = []  # (wnid, files that are not images): left out, counted in one warning
     for wnid in sorted(classes):
         folder = root / wnid
-        if not folder.is_dir():
+        if not is_folder(folder):
             dropped.append((wnid, 0, "no folder"))
             continue
         files = image_files(folder, warn=False)

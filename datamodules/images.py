@@ -9,6 +9,7 @@ evaluation data set yields raw images -- decoded files as PIL images, in-memory 
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from datamodules.batch import Sample
+from datamodules.shard_store import ShardError, ShardSet, is_shard_set, shard_set_of
+from openset_common import files_fingerprint
 
 BadImagePolicy = Literal["fail", "skip"]
 
@@ -50,10 +53,37 @@ def is_image_file(name: str | os.PathLike) -> bool:
     return not path.name.startswith(".") and path.suffix.lower() in IMAGE_EXTENSIONS
 
 
+def _file_names(folder: str | os.PathLike) -> list[str]:
+    """The names of the files directly in a folder, of the file system or of a shard set."""
+    inside = shard_set_of(folder)
+    if inside is not None:
+        shards, relative = inside
+        return shards.files(relative)
+    return [p.name for p in Path(folder).iterdir() if p.is_file()]
+
+
+def is_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder of the file system or a folder inside a shard set
+    (:mod:`datamodules.shard_store`), so every folder a data set reads may be a shard set's."""
+    if os.path.isdir(path) and not is_shard_set(path) and shard_set_of(path) is None:
+        return True
+    inside = shard_set_of(path)
+    return inside is not None and inside[0].is_folder(inside[1])
+
+
+def subfolders(folder: str | os.PathLike) -> list[str]:
+    """The names of the folders in a folder (hidden ones left out), sorted: of the file system or of a shard
+    set."""
+    inside = shard_set_of(folder)
+    if inside is not None:
+        shards, relative = inside
+        return [name for name in shards.subfolders(relative) if not name.startswith(".")]
+    return sorted(p.name for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def non_image_files(folder: str | os.PathLike) -> list[str]:
     """The names of the files in a folder that are neither hidden nor images (:func:`is_image_file`), sorted."""
-    return sorted(p.name for p in Path(folder).iterdir()
-                  if p.is_file() and not p.name.startswith(".") and not is_image_file(p.name))
+    return sorted(name for name in _file_names(folder) if not name.startswith(".") and not is_image_file(name))
 
 
 def ignored_files_message(folder: str | os.PathLike, names: Sequence[str]) -> str:
@@ -72,7 +102,7 @@ def image_files(folder: str | os.PathLike, *, warn: bool = True) -> list[str]:
             which are left out; hidden files are left out silently.
     """
     folder = Path(folder)
-    files = [p.name for p in folder.iterdir() if p.is_file()]
+    files = _file_names(folder)
     if warn:
         others = sorted(name for name in files if not name.startswith(".") and not is_image_file(name))
         if others:
@@ -87,6 +117,19 @@ def image_files_under(folder: str | os.PathLike, *, warn: bool = True) -> list[s
     (:func:`is_image_file`) are left out and, with ``warn``, counted in one :class:`NonImageFilesWarning`.
     """
     folder = Path(folder)
+    inside = shard_set_of(folder)
+    if inside is not None:
+        shards, relative = inside
+        prefix = f"{relative}/" if relative else ""
+        listed = sorted((f"{sub}/{name}" if sub else name for sub, names in shards.listing().items()
+                         if sub == relative or sub.startswith(prefix) for name in names),
+                        key=lambda p: p.split("/"))  # the order of sorted(Path.rglob()): by parts
+        listed = [path[len(prefix):] for path in listed]
+        images = [p for p in listed if not any(part.startswith(".") for part in Path(p).parts) and is_image_file(p)]
+        others = [p for p in listed if not any(part.startswith(".") for part in Path(p).parts) and not is_image_file(p)]
+        if warn and others:
+            warnings.warn(ignored_files_message(folder, others), NonImageFilesWarning, stacklevel=2)
+        return images
     images, others = [], []
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
@@ -125,6 +168,12 @@ class ImageFileDataset(Dataset):
         self.transform = transform
         self.target_transform = target_transform
         self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
+        inside = shard_set_of(root) if not os.path.isdir(root) or is_shard_set(root) else None
+        self.shards: ShardSet | None = inside[0] if inside is not None else None
+        self._prefix = f"{inside[1]}/" if inside is not None and inside[1] else ""
+        self.positions = (self.shards.positions([self._prefix + path for path, _ in self.rows],
+                                                what=f"the images under {root}")
+                          if self.shards is not None else None)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -138,16 +187,33 @@ class ImageFileDataset(Dataset):
         target = self.target_transform(label) if self.target_transform else label
         path = self.path(index)
         try:
-            image = read_rgb_image(path)
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+            image = self.decode(index)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError, ShardError) as error:
+            where = f"{path} (in the shard set {self.root})" if self.shards is not None else path
             if self.on_bad_image == "fail":
                 raise UnreadableImageError(
-                    f"cannot read image {path} ({type(error).__name__}: {error}); fix or remove the file, "
+                    f"cannot read image {where} ({type(error).__name__}: {error}); fix or remove the file, "
                     "or set on_bad_image='skip' to skip and count unreadable images"
                 ) from error
-            warnings.warn(f"skipping unreadable image {path}: {error}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"skipping unreadable image {where}: {error}", RuntimeWarning, stacklevel=2)
             return Sample(None, target, index)
         return Sample(self.transform(image) if self.transform else image, target, index)
+
+    def decode(self, index: int) -> Image.Image:
+        """The image of a row, decoded as RGB: from its file, or from its bytes in the shard set."""
+        if self.shards is None:
+            return read_rgb_image(self.path(index))
+        data = self.shards.read(int(self.positions[index]), self._prefix + self.rows[index][0])  # type: ignore[index]
+        with Image.open(io.BytesIO(data)) as image:
+            return image.convert("RGB")
+
+    def files_fingerprint(self) -> str:
+        """:func:`openset_common.files_fingerprint` of the rows' files: the same digest from a shard set
+        (whose manifest keeps the source files' sizes and modification times) as from the files."""
+        paths = [path for path, _ in self.rows]
+        if self.shards is not None:
+            return self.shards.files_fingerprint(paths, self.positions)  # type: ignore[arg-type]
+        return files_fingerprint(self.root, paths)
 
     def labels(self) -> Tensor:
         return torch.tensor([label for _, label in self.rows], dtype=torch.long)
@@ -165,9 +231,9 @@ def without_unreadable(dataset: ImageFileDataset, *, what: str) -> ImageFileData
     keep, bad = [], []
     for position, row in enumerate(dataset.rows):
         try:
-            read_rgb_image(dataset.path(position))
+            dataset.decode(position)
             keep.append(row)
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError, ShardError):
             bad.append(dataset.path(position))
     if not bad:
         return dataset

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sklearn.model_selection import train_test_split
 
-from datamodules.images import IMAGE_EXTENSIONS, image_files, non_image_files
+from datamodules.images import IMAGE_EXTENSIONS, image_files, is_folder, non_image_files
 from datamodules.wordnet import descendants_in
 from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text, check_writable_folder
 
@@ -157,10 +157,10 @@ def csv_path(directory: str | os.PathLike, number: int | str, split: str) -> Pat
 def check_class_folders(imagenet_root: str | os.PathLike, required: dict[str, Iterable[str]]) -> None:
     """Raise one ``FileNotFoundError`` that lists every missing ``<split>/<wnid>`` folder."""
     root = Path(imagenet_root)
-    if not root.is_dir():
+    if not is_folder(root):
         raise FileNotFoundError(f"ImageNet root {root} does not exist")
     missing = [f"{split}/{wnid}" for split, wnids in required.items() for wnid in sorted(set(wnids))
-               if not (root / split / wnid).is_dir()]
+               if not is_folder(root / split / wnid)]
     if missing:
         raise FileNotFoundError(
             f"{len(missing)} class folders are missing under {root}: {', '.join(missing)}. "

@@ -1,0 +1,272 @@
+"""A shard set: image files packed into Lightning's ``litdata`` chunks, read anywhere a folder is read.
+
+A shard set is a read-only snapshot of image files under one root, addressed by the files' relative paths
+(``n01440764/n01440764_10026.JPEG``), so every data set of the project that lists ``(relative path, label)``
+rows under a root reads a shard set given as that root, in the same sample order, with the same labels and
+the same fingerprint (:meth:`ShardSet.files_fingerprint` equals :func:`openset_common.files_fingerprint` of the
+source files: their relative paths, sizes and modification times are in the manifest), so caches carry over.
+The JPEG bytes are kept as written (no re-encoding); decoding stays the model transform's job.
+
+Layout (``python -m datamodules.shards write`` makes it; :mod:`datamodules.shards`)::
+
+    <shards>/shards.json             what the set is: its source, counts, parts, digests (written last)
+    <shards>/manifest.csv            index,path,class,size,mtime_ns,sha256 of every image, in set order
+    <shards>/index.npz               the reader's index: path keys (sorted), positions, sizes, mtimes
+    <shards>/parts/00000/            one litdata data set per part (index.json + chunk-*.bin) ...
+    <shards>/parts/00000/manifest.csv  ... with its rows of the manifest
+
+Opening a set reads ``shards.json`` and ``index.npz`` only: O(parts) files, and about 28 bytes per image in
+memory (a 64-bit key, a 32-bit position, a 64-bit size and modification time), so 3.7M images (the
+ImageNet-21k pool) take about 100 MB; nothing walks a folder tree. Listing folders of a set
+(:meth:`ShardSet.listing`) reads the manifest once, on demand.
+
+litdata is imported with its start-up version check off (it would ask PyPI for a newer release): no network.
+Remote shard sets (``s3://...``) are read through litdata where its optional cloud dependencies are installed;
+the project's tests and demo use local folders.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # litdata would ask PyPI for a newer version
+
+SHARDS_FILE = "shards.json"
+INDEX_FILE = "index.npz"
+MANIFEST_FILE = "manifest.csv"
+PARTS_DIR = "parts"
+FORMAT = "openset-shards/1"
+MANIFEST_COLUMNS = ("index", "path", "class", "size", "mtime_ns", "sha256")
+
+
+class ShardError(RuntimeError):
+    """A shard set that cannot be read as it says: missing, truncated, corrupt, or not matching its manifest."""
+
+
+def path_keys(paths: list[str] | tuple[str, ...]) -> np.ndarray:
+    """The 64-bit key of each relative path (blake2b), as ``uint64``: the shard index is sorted by it."""
+    return np.array([int.from_bytes(hashlib.blake2b(p.encode("utf-8"), digest_size=8).digest(), "little")
+                     for p in paths], dtype=np.uint64)
+
+
+def is_shard_set(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is the root of a finished shard set (its ``shards.json`` exists)."""
+    return os.path.isfile(os.path.join(path, SHARDS_FILE))
+
+
+def shard_set_of(path: str | os.PathLike) -> tuple[ShardSet, str] | None:
+    """The shard set that ``path`` lies in and the path's folder relative to the set's root (``""`` for the
+    root itself), or ``None`` for a path of the file system."""
+    path = os.path.abspath(path)
+    for depth, candidate in enumerate((path, *map(str, Path(path).parents))):
+        if depth > 6:
+            break
+        if is_shard_set(candidate):
+            relative = os.path.relpath(path, candidate)
+            return ShardSet.open(candidate), "" if relative == "." else Path(relative).as_posix()
+    return None
+
+
+def _stamp(root: str) -> tuple[int, int]:
+    info = os.stat(os.path.join(root, SHARDS_FILE))
+    return info.st_size, info.st_mtime_ns
+
+
+class ShardSet:
+    """A finished shard set, opened for reading (see the module docstring). Open with :meth:`open`.
+
+    Picklable for loader workers: the index arrays and litdata readers are rebuilt in each process on first
+    use, so a worker receives only the root and the metadata.
+    """
+
+    def __init__(self, root: str, meta: dict[str, Any]) -> None:
+        self.root = root
+        self.meta = meta
+        self.parts: list[dict[str, Any]] = meta["parts"]
+        self.starts = np.cumsum([0] + [int(p["count"]) for p in self.parts])
+        self._index: dict[str, np.ndarray] | None = None
+        self._readers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._listing: dict[str, list[str]] | None = None
+
+    @staticmethod
+    def open(root: str | os.PathLike) -> ShardSet:
+        """The shard set at ``root`` (opened once per process while its ``shards.json`` is unchanged).
+
+        Raises:
+            ShardError: ``root`` holds no finished shard set, or its ``shards.json`` is not one.
+        """
+        root = os.path.abspath(root)
+        if not is_shard_set(root):
+            partial = os.path.isdir(os.path.join(root, PARTS_DIR))
+            raise ShardError(f"shard set {root}: no {SHARDS_FILE} there"
+                             + (" (a write that has not finished: run `python -m datamodules.shards write` again to "
+                                "continue it)" if partial else
+                                " (write one with `python -m datamodules.shards write --out " + root + "`)"))
+        return _open(root, _stamp(root))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root, "meta": self.meta}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"], state["meta"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return int(self.meta["count"])
+
+    def __repr__(self) -> str:
+        return f"ShardSet({self.root!r}, {len(self)} images, {len(self.parts)} parts)"
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """What the set was written from (kind, root, the rows' digest, ...)."""
+        return self.meta["source"]
+
+    # -- the index --------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> dict[str, np.ndarray]:
+        if self._index is None:
+            path = os.path.join(self.root, INDEX_FILE)
+            try:
+                with np.load(path) as stored:
+                    index = {name: stored[name] for name in ("keys", "positions", "sizes", "mtimes")}
+            except (OSError, ValueError, KeyError) as error:
+                raise ShardError(f"shard set {self.root}: cannot read its index {path} ({error}); write the set again") from error
+            if len(index["keys"]) != len(self):
+                raise ShardError(f"shard set {self.root}: its index holds {len(index['keys'])} images, {SHARDS_FILE} "
+                                 f"says {len(self)}; write the set again")
+            self._index = index
+        return self._index
+
+    def positions(self, paths: list[str], *, what: str) -> np.ndarray:
+        """The set position of each relative path, in the order given.
+
+        Raises:
+            ShardError: naming ``what``, the set, its source, how many paths it lacks and the first of them.
+        """
+        keys = path_keys(paths)
+        index = self.index
+        found = np.searchsorted(index["keys"], keys).clip(max=max(len(index["keys"]) - 1, 0))
+        hit = index["keys"][found] == keys if len(index["keys"]) else np.zeros(len(keys), dtype=bool)
+        if not hit.all():
+            missing = [paths[i] for i in np.flatnonzero(~hit)[:5]]
+            asked = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()
+            raise ShardError(f"{what}: the shard set {self.root} ({self.describe_source()}) does not hold "
+                             f"{int((~hit).sum())} of its {len(paths)} images (their paths' fingerprint {asked[:16]}; "
+                             f"first missing: {missing}); shards are read "
+                             "only for the rows they were written from: write the shards of this set with "
+                             "`python -m datamodules.shards write`")
+        return index["positions"][found].astype(np.int64)
+
+    def describe_source(self) -> str:
+        source = self.source
+        detail = ", ".join(f"{k} {v}" for k, v in source.items() if k not in ("rows_digest",))
+        return f"written from {detail}; rows fingerprint {source['rows_digest'][:16]}"
+
+    def files_fingerprint(self, paths: list[str], positions: np.ndarray) -> str:
+        """:func:`openset_common.files_fingerprint` of the source files of these rows: the same digest of
+        relative path, size and modification time (ns), from the manifest."""
+        sizes, mtimes = self.index["sizes"][positions], self.index["mtimes"][positions]
+        hasher = hashlib.sha256()
+        for relative, size, mtime in zip(paths, sizes.tolist(), mtimes.tolist(), strict=True):
+            hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
+        return hasher.hexdigest()
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _reader(self, part: int) -> Any:
+        reader = self._readers.get(part)
+        if reader is None:
+            with self._lock:
+                reader = self._readers.get(part)
+                if reader is None:
+                    from litdata import StreamingDataset
+
+                    folder = os.path.join(self.root, PARTS_DIR, self.parts[part]["name"])
+                    if not os.path.isfile(os.path.join(folder, "index.json")):
+                        raise ShardError(f"shard set {self.root}: part {folder} is missing (its index.json is not "
+                                         "there); copy the whole set, or write it again")
+                    reader = StreamingDataset(folder)
+                    self._readers[part] = reader
+        return reader
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """``(part, index within the part)`` of a set position."""
+        part = int(np.searchsorted(self.starts, position, side="right")) - 1
+        return part, int(position - self.starts[part])
+
+    def read(self, position: int, path: str) -> bytes:
+        """The stored bytes of the image at ``position``, which must be ``path``.
+
+        Raises:
+            ShardError: the part cannot be read there (truncated or corrupt; the message names the part, the
+                sample and its path), or the sample there is another image (the manifest does not match the
+                shards).
+        """
+        part, local = self.locate(position)
+        where = f"shard set {self.root}, part {self.parts[part]['name']}, sample {local} ({path})"
+        try:
+            item = self._reader(part)[local]
+        except ShardError:
+            raise
+        except Exception as error:  # litdata raises many kinds for a truncated or corrupt chunk
+            raise ShardError(f"cannot read {where}: {type(error).__name__}: {error}; the part is truncated or "
+                             "corrupt: verify the set (`python -m datamodules.shards verify`) and write it again") from error
+        if item.get("path") != path or int(item.get("index", -1)) != position:
+            raise ShardError(f"{where}: the shards hold {item.get('path')!r} (image {item.get('index')}) there: the "
+                             "manifest does not match its shards; write the set again")
+        return bytes(item["image"])
+
+    # -- listing ----------------------------------------------------------------------------------
+
+    def manifest_rows(self) -> list[dict[str, str]]:
+        """The rows of the manifest, in set order."""
+        with open(os.path.join(self.root, MANIFEST_FILE), newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+    def listing(self) -> dict[str, list[str]]:
+        """Folder (relative, ``""`` for the root) -> the names of the files directly in it, sorted; every
+        ancestor folder of a file is listed too (read from the manifest once)."""
+        if self._listing is None:
+            folders: dict[str, list[str]] = {}
+            for row in self.manifest_rows():
+                parent, _, name = row["path"].rpartition("/")
+                folders.setdefault(parent, []).append(name)
+                while parent:
+                    parent = parent.rpartition("/")[0]
+                    folders.setdefault(parent, [])
+            self._listing = {folder: sorted(names) for folder, names in folders.items()}
+        return self._listing
+
+    def subfolders(self, folder: str) -> list[str]:
+        """The names of the folders directly in ``folder`` (relative to the set's root), sorted."""
+        prefix = f"{folder}/" if folder else ""
+        return sorted({f[len(prefix):].split("/")[0] for f in self.listing() if f.startswith(prefix) and f != folder})
+
+    def files(self, folder: str) -> list[str]:
+        """The names of the files directly in ``folder`` (relative to the set's root), sorted."""
+        return list(self.listing().get(folder, []))
+
+    def is_folder(self, folder: str) -> bool:
+        return folder in self.listing()
+
+
+@lru_cache(maxsize=16)
+def _open(root: str, stamp: tuple[int, int]) -> ShardSet:
+    try:
+        meta = json.loads(Path(root, SHARDS_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise ShardError(f"shard set {root}: cannot read {SHARDS_FILE} ({error})") from error
+    if meta.get("format") != FORMAT:
+        raise ShardError(f"shard set {root}: {SHARDS_FILE} is of format {meta.get('format')!r}, not {FORMAT!r}")
+    return ShardSet(root, meta)

@@ -1,0 +1,190 @@
+"""Shard sets (datamodules.shards, datamodules.shard_store): written once from ImageNet-shaped folders of real
+wnids, read wherever the folder is read, with the same samples, order, labels and fingerprint; resumable and
+verified writes; every bad input a clear error naming the set, the part and the sample."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import datamodules.shards as shards_module
+from datamodules.evaluation import dataset_fingerprint, fit_folder_set
+from datamodules.imagenet import ImageNetProtocolDataModule
+from datamodules.images import (
+    ImageFileDataset,
+    UnreadableImageError,
+    image_files,
+    image_files_under,
+    subfolders,
+)
+from datamodules.protocols import write_protocol_csvs
+from datamodules.shard_store import INDEX_FILE, PARTS_DIR, SHARDS_FILE, ShardError, ShardSet
+from datamodules.shards import folder_rows, main, protocol_rows_of, verify, write_shards
+from tests.conftest import make_imagenet_folder, protocol_wnids, write_jpeg
+
+WNIDS = ["n01440764", "n01443537", "n01484850"]
+
+
+def write(root: Path, out: Path, **kwargs) -> ShardSet:
+    return write_shards(root, folder_rows(root), out, source={"kind": "folder", "root": str(root)},
+                        workers=kwargs.pop("workers", 1), log=lambda message: None, **kwargs)
+
+
+@pytest.fixture()
+def tree(tmp_path: Path) -> Path:
+    root = make_imagenet_folder(tmp_path / "ILSVRC2012", WNIDS, train=4, val=2)
+    write_jpeg(root / "train" / WNIDS[0] / "a-b.JPEG", np.random.default_rng(1), size=20)  # sorts between parts
+    return root
+
+
+def pixels(dataset: ImageFileDataset) -> list[np.ndarray]:
+    return [np.asarray(dataset[i].image) for i in range(len(dataset))]
+
+
+def test_a_shard_set_reads_as_its_folder_did(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards", part_size=5, workers=2)
+    assert len(shards) == 19 and [p["count"] for p in shards.parts] == [5, 5, 5, 4]
+    rows = [(path, i % 3) for i, (path, _) in enumerate(folder_rows(tree))][::-1]  # any order, any labels
+    folder, sharded = ImageFileDataset(str(tree), rows), ImageFileDataset(str(shards.root), rows)
+    assert dataset_fingerprint(folder) == dataset_fingerprint(sharded)
+    assert all(np.array_equal(a, b) for a, b in zip(pixels(folder), pixels(sharded), strict=True))
+    assert [sharded[i].target for i in range(len(rows))] == [label for _, label in rows]
+    # the listing of folders, from the manifest, is the file system's
+    assert image_files_under(tree) == image_files_under(shards.root)
+    assert subfolders(tree / "train") == subfolders(Path(shards.root, "train")) == WNIDS
+    assert image_files(tree / "train" / WNIDS[0]) == image_files(Path(shards.root, "train", WNIDS[0]))
+    # the bytes are the files' own, each with its sha256
+    assert verify(shards, full=True) == []
+    manifest = shards.manifest_rows()
+    assert [row["path"] for row in manifest] == [path for path, _ in folder_rows(tree)]
+    assert all(int(row["size"]) == (tree / row["path"]).stat().st_size for row in manifest)
+
+
+def test_a_fit_set_and_a_protocol_datamodule_read_shards(tmp_path: Path) -> None:
+    root = make_imagenet_folder(tmp_path / "ILSVRC2012", protocol_wnids(2), train=5, val=1)
+    protocols = tmp_path / "protocols"
+    write_protocol_csvs(root, 2, protocols)
+    out = tmp_path / "p2"
+    assert main(["write", "--protocol", "2", "--imagenet-root", str(root), "--protocol-dir", str(protocols),
+                 "--out", str(out), "--workers", "1", "--part-size", "50"]) == 0
+    assert len(ShardSet.open(out)) == len(protocol_rows_of(2, protocols))
+    loaded = []
+    for where in (root, out):
+        data = ImageNetProtocolDataModule(root=str(where), protocol=2, protocol_dir=str(protocols), batch_size=4,
+                                          num_workers=0)
+        data.setup()
+        loaded.append({split: getattr(data, f"{split}_set") for split in ("train", "val", "test")})
+    for split in ("train", "val", "test"):
+        folder, sharded = loaded[0][split].without_transform(), loaded[1][split].without_transform()
+        assert folder.rows == sharded.rows and dataset_fingerprint(folder) == dataset_fingerprint(sharded)
+        assert all(np.array_equal(a, b) for a, b in zip(pixels(folder)[:6], pixels(sharded)[:6], strict=True))
+    # a model's fit set from a shard set of its training folders
+    mine = make_imagenet_folder(tmp_path / "mine", WNIDS, train=3, val=1)
+    whole = tmp_path / "whole"
+    write(mine, whole)
+    fit_folder, fit_shards = (fit_folder_set(str(r / "train"), WNIDS) for r in (mine, whole))
+    assert fit_folder.dataset.rows == fit_shards.dataset.rows and fit_folder.fingerprint() == fit_shards.fingerprint()
+
+
+def test_a_killed_write_continues_and_a_finished_one_is_verified_not_redone(tree: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "shards"
+    write(tree, out, part_size=5)
+    reference = (out / "manifest.csv").read_text()
+    # killed after two parts, in the middle of the third: no shards.json, a half-written part
+    for name in ("00002", "00003"):
+        shutil.rmtree(out / PARTS_DIR / name)
+    (out / SHARDS_FILE).unlink()
+    (out / PARTS_DIR / "00002.partial").mkdir()
+    (out / ".writing.json").write_text(_writing(tree, 5))  # what the killed write had recorded
+    written: list[int] = []
+    real = shards_module._write_part
+    monkeypatch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
+    with pytest.raises(ShardError, match="has not finished"):
+        ShardSet.open(out)
+    shards = write(tree, out, part_size=5)
+    assert written == [10, 15] and (out / "manifest.csv").read_text() == reference and verify(shards, full=True) == []
+    written.clear()
+    write(tree, out, part_size=5)
+    assert written == []
+
+
+def _writing(root: Path, part_size: int) -> str:
+    from openset_common import digest
+
+    rows = folder_rows(root)
+    return json.dumps({"kind": "folder", "root": str(root), "rows_digest": digest(rows), "count": len(rows),
+                       "part_size": part_size})
+
+
+def test_a_folder_holding_another_set_is_refused(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "shards"
+    first = write(tree, out)
+    write_jpeg(tree / "val" / WNIDS[1] / "extra.JPEG", np.random.default_rng(2))
+    with pytest.raises(ValueError, match=rf"holds another shard set .*{first.source['rows_digest'][:16]}.*this write is of 20 images"):
+        write(tree, out)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty and holds no shard set"):
+        write(tree, other)
+
+
+def test_rows_of_another_protocol_are_refused_with_both_fingerprints(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards")
+    rows = [("train/n09999999/n09999999_1.JPEG", 0), ("train/n01440764/n01440764_1.JPEG", 0)]
+    with pytest.raises(ShardError, match=r"does not hold 1 of its 2 images .*fingerprint [0-9a-f]{16}.*"
+                                         r"n09999999.*") as error:
+        ImageFileDataset(shards.root, rows)
+    assert shards.source["rows_digest"][:16] in str(error.value)
+
+
+def test_a_corrupt_image_in_a_shard_is_named_and_on_bad_image_is_honoured(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    rows = [(path, 0) for path, _ in folder_rows(tree)]
+    victim = 7
+    data = (tree / rows[victim][0]).read_bytes()
+    part = Path(shards.root, PARTS_DIR, "00001")
+    for chunk in part.glob("chunk-*.bin"):
+        content = chunk.read_bytes()
+        if data in content:
+            at = content.index(data)
+            chunk.write_bytes(content[:at] + b"\0" * 16 + content[at + 16:])
+    with pytest.raises(UnreadableImageError, match=rf"{rows[victim][0]} \(in the shard set {shards.root}\)"):
+        ImageFileDataset(shards.root, rows)[victim]
+    with pytest.warns(RuntimeWarning, match="skipping unreadable image"):
+        assert ImageFileDataset(shards.root, rows, on_bad_image="skip")[victim].image is None
+    assert ImageFileDataset(shards.root, rows)[victim - 1].image is not None
+    assert any(rows[victim][0] in problem for problem in verify(ShardSet.open(shards.root), full=True))
+
+
+def test_a_truncated_part_and_a_manifest_that_does_not_match_are_named(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    rows = [(path, 0) for path, _ in folder_rows(tree)]
+    chunk = next(Path(shards.root, PARTS_DIR, "00003").glob("chunk-*.bin"))
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 3])
+    assert any("truncated" in problem and "00003" in problem for problem in verify(shards))
+    with pytest.raises(UnreadableImageError, match=r"part 00003, sample 3"):
+        ImageFileDataset(shards.root, rows)[18]
+    # an index that sends a path to another image's place: refused, not read as the wrong image
+    other = write(tree, tmp_path / "other", part_size=5)
+    index = dict(np.load(Path(other.root, INDEX_FILE)))
+    index["positions"] = np.roll(index["positions"], 1)
+    np.savez(Path(other.root, INDEX_FILE), **index)
+    fresh = ShardSet(other.root, other.meta)
+    with pytest.raises(ShardError, match="the manifest does not match its shards"):
+        fresh.read(int(fresh.positions([rows[0][0]], what="test")[0]), rows[0][0])
+
+
+def test_a_missing_shard_set_or_part_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
+    with pytest.raises(ShardError, match=r"no shards.json there .*python -m datamodules.shards write"):
+        ShardSet.open(tmp_path / "nowhere")
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    shutil.rmtree(Path(shards.root, PARTS_DIR, "00000"))
+    with warnings.catch_warnings(), pytest.raises(UnreadableImageError, match=r"part .*00000 is missing"):
+        ImageFileDataset(shards.root, [(folder_rows(tree)[0][0], 0)])[0]
