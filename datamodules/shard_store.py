@@ -54,8 +54,8 @@ class ShardError(RuntimeError):
 
 def path_keys(paths: list[str] | tuple[str, ...]) -> np.ndarray:
     """The 64-bit key of each relative path (blake2b), as ``uint64``: the shard index is sorted by it."""
-    return np.array([int.from_bytes(hashlib.blake2b(p.encode("utf-8"), digest_size=8).digest(), "little")
-                     for p in paths], dtype=np.uint64)
+    return np.fromiter((int.from_bytes(hashlib.blake2b(p.encode("utf-8"), digest_size=8).digest(), "little")
+                        for p in paths), dtype=np.uint64, count=len(paths))
 
 
 def is_shard_set(path: str | os.PathLike) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from benchmarks import (
+    data_throughput,
     ensemble_training,
     evg_sampler,
     generators_benchmark,
@@ -127,7 +128,7 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
                                     gpu_throughput, evg_sampler, report_card, intervals_benchmark,
-                                    ensemble_training, interval_coverage])
+                                    ensemble_training, interval_coverage, data_throughput])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])
@@ -257,3 +258,12 @@ def test_detectors_tiny_reports_every_case_and_agrees_with_pytorch_ood(capsys) -
     with pytest.raises(SystemExit):
         detectors_benchmark.main(["--tiny", "--write"])
     assert "--write records a full run" in capsys.readouterr().err
+
+
+def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp_path: Path) -> None:
+    # the script itself asserts that the shard set fingerprints as its files and scores them to the same sum
+    body = data_throughput.main(["--tiny", "--work-dir", str(tmp_path)])
+    passes = [line for line in body.splitlines() if line.startswith("| ") and "| 60 | 2 |" in line]
+    assert [line.split(" | ")[0][2:] for line in passes] == ["folders (ImageFileDataset)", "litdata shards (ImageFileDataset)",
+                                                          "webdataset tars (WebDataset)"]
+    assert "30 class folders x 4 JPEG files" in body and list(tmp_path.iterdir()) == []

@@ -1,0 +1,259 @@
+"""Reading the ImageNet-21k pool from a folder tree against reading it from shards, on a synthetic 21k-shaped
+tree: the index, the index's memory, and the images/s of a scoring pass; litdata's shards (the project's,
+:mod:`datamodules.shards`) beside webdataset's tar shards, in one run.
+
+The tree: ``--classes`` class folders named by real ImageNet-21k wnids (18,252 by default, the pool's
+size after filtering), ``--per-class`` real JPEG files each (20 by default), 64-160 px, drawn from a bank
+of distinct encoded images (smooth colour fields with noise) so that writing the tree costs file creation,
+not encoding. Rows, all in one run:
+
+1. ``index``: the time to know every image of the pool and its fingerprint, as a data set needs them before
+   the first batch. Folders: list every class folder (``image_files``, as the datamodules do) and stat every
+   file (``files_fingerprint``). litdata shards: open the shard set (``shards.json``, ``index.npz``), look
+   up every row and fingerprint it from the manifest. webdataset: read its shard list (the tar names; it
+   keeps no index, so a reader knows the images only by streaming them). Warm page cache on a local disk
+   for both (a shared file system makes the folder listing far slower: one metadata round trip per folder
+   and per file).
+2. ``index memory``: the peak Python allocation of building the index (tracemalloc), and its extrapolation
+   to the full pool's 3.7M images (linear in the images).
+3. ``pass``: images/s of the scoring pass over ``--pass-images`` images of the pool (evenly spread over the
+   classes) with the demo's small CNN (1 x 28 x 28 input, batch 256, ``--workers`` loader processes,
+   PIL decoding): ImageFileDataset on the folders, the same data set on the shard set (litdata random access,
+   the sample order of the folders), and webdataset's ``WebDataset`` over tar shards of the same images
+   (streamed in shard order, split between the workers). Best of ``--repeat`` after a warm-up pass.
+4. ``write``: the time to write the shards (``--workers`` processes).
+
+    python -m benchmarks.data_throughput [--tiny] [--write] [--work-dir DIR] [--classes N] [--per-class N]
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from benchmarks.common import benchmark_parser, finish, parse, quiet, table
+from datamodules.batch import collate_samples
+from datamodules.images import ImageFileDataset, image_files
+from datamodules.shard_store import ShardSet
+from datamodules.shards import write_shards
+from openset_common import files_fingerprint
+
+SECTION = "Data throughput: the 21k pool from folders and from shards"
+FULL_POOL = 18_252 * 200  # the C-OOD pool: 200 images of each of 18,252 classes
+
+
+def image_bank(count: int, seed: int = 0) -> list[bytes]:
+    """``count`` distinct JPEG files (bytes), 64-160 px a side: smooth colour fields with noise."""
+    rng = np.random.default_rng(seed)
+    bank = []
+    for _ in range(count):
+        h, w = rng.integers(64, 161, size=2)
+        field = rng.uniform(0, 255, size=(4, 4, 3)).astype(np.uint8)
+        image = Image.fromarray(field).resize((int(w), int(h)), Image.BILINEAR)
+        pixels = np.asarray(image).astype(np.int16) + rng.integers(-20, 21, size=(int(h), int(w), 3))
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=85)
+        bank.append(buffer.getvalue())
+    return bank
+
+
+def make_tree(root: Path, classes: int, per_class: int) -> list[str]:
+    """The synthetic 21k-shaped tree under ``root``; returns its wnids."""
+    from datamodules.imagenet21k import imagenet21k_wnids
+    from datamodules.protocols import imagenet1k_wnids
+
+    known = set(imagenet1k_wnids())
+    wnids = [w for w in imagenet21k_wnids() if w not in known][:classes]
+    bank = image_bank(min(512, classes * per_class))
+    k = 0
+    for wnid in wnids:
+        folder = root / wnid
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            (folder / f"{wnid}_{i}.JPEG").write_bytes(bank[k % len(bank)])
+            k += 1
+    return wnids
+
+
+def folder_index(root: Path, wnids: list[str]) -> tuple[list[tuple[str, int]], str]:
+    rows = [(f"{wnid}/{name}", label) for label, wnid in enumerate(wnids) for name in image_files(root / wnid)]
+    return rows, files_fingerprint(root, [path for path, _ in rows])
+
+
+def shard_index(out: Path, rows: list[tuple[str, int]]) -> str:
+    from datamodules.shard_store import _open
+
+    _open.cache_clear()
+    return ImageFileDataset(str(out), rows).files_fingerprint()
+
+
+def write_tars(root: Path, rows: list[tuple[str, int]], out: Path, per_shard: int) -> list[str]:
+    """webdataset tar shards of the rows (``<key>.jpg`` bytes as they are, ``<key>.cls``)."""
+    import webdataset as wds
+
+    out.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for i, (path, label) in enumerate(rows):
+            sink.write({"__key__": f"{i:09d}", "jpg": (root / path).read_bytes(), "cls": str(label).encode()})
+    return sorted(str(p) for p in out.glob("shard-*.tar"))
+
+
+def peak_memory(fn) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def transform(image: Image.Image) -> torch.Tensor:
+    """The demo model's input: grey 28 x 28 in [0, 1]."""
+    grey = image.convert("L").resize((28, 28), Image.BILINEAR)
+    return torch.from_numpy(np.asarray(grey, dtype=np.uint8).copy()).float().div(255).unsqueeze(0)
+
+
+class Transformed(torch.utils.data.Dataset):
+    def __init__(self, dataset: ImageFileDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        sample = self.dataset[index]
+        return sample._replace(image=transform(sample.image))
+
+
+def _wds_decode(sample: tuple) -> tuple[torch.Tensor, int]:
+    data, label = sample
+    with Image.open(io.BytesIO(data)) as image:
+        return transform(image.convert("RGB")), int(label)
+
+
+def wds_loader(urls: list[str], batch: int, workers: int) -> DataLoader:
+    import webdataset as wds
+
+    dataset = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).to_tuple("jpg", "cls").map(_wds_decode)
+               .batched(batch, partial=True))
+    return DataLoader(dataset, batch_size=None, num_workers=workers)
+
+
+def scoring_pass(loader, model: torch.nn.Module) -> tuple[int, float]:
+    seen, total = 0, 0.0
+    with torch.inference_mode():
+        for batch in loader:
+            images = batch.images if hasattr(batch, "images") else batch[0]
+            total += float(model(images).logsumexp(dim=1).sum())
+            seen += images.shape[0]
+    return seen, total
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = benchmark_parser(__doc__, section=SECTION)
+    parser.add_argument("--work-dir", default=None, help="where the tree and shards go (default: a temporary folder)")
+    parser.add_argument("--classes", type=int, default=18_252)
+    parser.add_argument("--per-class", type=int, default=20)
+    parser.add_argument("--pass-images", type=int, default=40_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parse(parser, argv)
+    if args.tiny:
+        args.classes, args.per_class, args.pass_images, args.repeat = 30, 4, 60, 1
+    torch.set_num_threads(1)
+    from lightning_modules.open_set_classifier import OpenSetClassifier
+
+    with tempfile.TemporaryDirectory(dir=args.work_dir) as work, quiet():
+        work = Path(work)
+        root = work / "imagenet21k"
+        started = time.perf_counter()
+        wnids = make_tree(root, args.classes, args.per_class)
+        tree_seconds = time.perf_counter() - started
+        (rows, folder_print), folder_peak = peak_memory(lambda: folder_index(root, wnids))
+        start = time.perf_counter()
+        folder_index(root, wnids)
+        folder_seconds = time.perf_counter() - start
+        out = work / "shards"
+        start = time.perf_counter()
+        write_shards(root, [(p, wnids[label]) for p, label in rows], out, source={"kind": "folder", "root": "pool"},
+                     workers=args.workers, log=lambda message: None)
+        write_seconds = time.perf_counter() - start
+        shard_print, shard_peak = peak_memory(lambda: shard_index(out, rows))
+        start = time.perf_counter()
+        shard_index(out, rows)
+        shard_seconds = time.perf_counter() - start
+        assert shard_print == folder_print, "the shard set must fingerprint as its files"
+        index_bytes = sum(a.nbytes for a in ShardSet.open(out).index.values())
+        chosen = np.linspace(0, len(rows) - 1, min(args.pass_images, len(rows))).round().astype(int)
+        subset = [rows[i] for i in sorted(set(chosen.tolist()))]
+        start = time.perf_counter()
+        urls = write_tars(root, subset, work / "tars", per_shard=max(1, len(subset) // (4 * args.workers)))
+        tar_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        wds_files = sorted(os.listdir(work / "tars"))
+        wds_index_seconds = time.perf_counter() - start
+        model = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1).eval()
+        loaders = {
+            "folders (ImageFileDataset)": lambda: DataLoader(Transformed(ImageFileDataset(str(root), subset)),
+                                                             batch_size=256, num_workers=args.workers,
+                                                             collate_fn=collate_samples),
+            "litdata shards (ImageFileDataset)": lambda: DataLoader(Transformed(ImageFileDataset(str(out), subset)),
+                                                                    batch_size=256, num_workers=args.workers,
+                                                                    collate_fn=collate_samples),
+            "webdataset tars (WebDataset)": lambda: wds_loader(urls, 256, args.workers),
+        }
+        results: dict[str, list[float]] = {name: [] for name in loaders}
+        sums: dict[str, float] = {}
+        for round_ in range(args.repeat + 1):  # round 0 warms the page cache and the workers' imports
+            for name, make in loaders.items():
+                start = time.perf_counter()
+                seen, total = scoring_pass(make(), model)
+                if round_:
+                    results[name].append(seen / (time.perf_counter() - start))
+                sums[name] = total
+                assert seen == len(subset), (name, seen)
+        folder_sum = sums["folders (ImageFileDataset)"]
+        assert sums["litdata shards (ImageFileDataset)"] == folder_sum, "shards must score as the folders"
+        assert abs(sums["webdataset tars (WebDataset)"] - folder_sum) <= 1e-6 * abs(folder_sum) + 1e-3
+        shutil.rmtree(root)
+    images = len(rows)
+    index_table = table(
+        ["index of the pool", "images", "seconds", "peak MB (tracemalloc)", "at 3.7M images (MB)"],
+        [["folders: list the class folders, stat every file", images, f"{folder_seconds:.3f}",
+          f"{folder_peak / 2**20:.1f}", f"{folder_peak / images * FULL_POOL / 2**20:.0f}"],
+         ["litdata shards: open the index, look up and fingerprint every row", images, f"{shard_seconds:.3f}",
+          f"{shard_peak / 2**20:.1f}", f"{shard_peak / images * FULL_POOL / 2**20:.0f}"],
+         ["  of which the shard index arrays", images, "", f"{index_bytes / 2**20:.1f}",
+          f"{index_bytes / images * FULL_POOL / 2**20:.0f}"],
+         [f"webdataset tars: list the {len(wds_files)} shards (no index of images)", len(subset),
+          f"{wds_index_seconds:.4f}", "", ""]])
+    pass_table = table(
+        ["scoring pass (small CNN, batch 256)", "images", "workers", "images/s (best)", "vs folders"],
+        [[name, len(subset), args.workers, f"{max(v):.0f}", f"{max(v) / max(results['folders (ImageFileDataset)']):.2f}x"]
+         for name, v in results.items()])
+    write_table = table(["writing", "images", "seconds", "images/s"],
+                        [["the synthetic tree (file creation only)", images, f"{tree_seconds:.1f}", f"{images / tree_seconds:.0f}"],
+                         [f"litdata shards ({args.workers} workers, sha256 of every file)", images, f"{write_seconds:.1f}",
+                          f"{images / write_seconds:.0f}"],
+                         ["webdataset tars (1 process)", len(subset), f"{tar_seconds:.1f}", f"{len(subset) / tar_seconds:.0f}"]])
+    body = (f"{args.classes} class folders x {args.per_class} JPEG files (64-160 px); index speed-up "
+            f"{folder_seconds / shard_seconds:.1f}x\n\n{index_table}\n\n{pass_table}\n\n{write_table}")
+    finish(args, SECTION, body, script="benchmarks/data_throughput.py")
+    return body
+
+
+if __name__ == "__main__":
+    main()
