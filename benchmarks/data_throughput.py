@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> str:
                          ["webdataset tars (1 process)", len(subset), f"{tar_seconds:.1f}", f"{len(subset) / tar_seconds:.0f}"]])
     body = (f"{args.classes} class folders x {args.per_class} JPEG files (64-160 px); index speed-up "
             f"{folder_seconds / shard_seconds:.1f}x\n\n{index_table}\n\n{pass_table}\n\n{write_table}")
-    finish(args, SECTION, body, script="benchmarks/data_throughput.py")
+    finish(args, SECTION, body, script="benchmarks.data_throughput")
     return body
 
 

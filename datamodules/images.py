@@ -9,6 +9,7 @@ evaluation data set yields raw images -- decoded files as PIL images, in-memory 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import warnings
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
@@ -168,13 +170,45 @@ class ImageFileDataset(Dataset):
         self.transform = transform
         self.target_transform = target_transform
         self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
-        inside = shard_set_of(root) if not os.path.isdir(root) or is_shard_set(root) else None
-        self.shards: ShardSet | None = inside[0] if inside is not None else None
-        self._prefix = f"{inside[1]}/" if inside is not None and inside[1] else ""
-        self.positions = (self.shards.positions([self._prefix + path for path, _ in self.rows],
-                                                what=f"the images under {root}")
-                          if self.shards is not None else None)
+        self._resolve_shards()
 
+    def _resolve_shards(self) -> None:
+        """Which rows lie in a shard set (rows under ``root`` when it is one or lies in one; absolute rows whose
+        folder does), with their position there: ``self.stores`` (the sets), ``self.store_of`` (per row, -1 for
+        a file) and ``self.positions``; ``self.shards`` is the root's set (``None`` for files)."""
+        inside = shard_set_of(self.root) if not os.path.isdir(self.root) or is_shard_set(self.root) else None
+        self.shards: ShardSet | None = inside[0] if inside is not None else None
+        self.stores: list[ShardSet] = []
+        self.store_of: np.ndarray | None = None
+        self.positions: np.ndarray | None = None
+        self._inner: list[str | None] = []
+        folders: dict[str, tuple[ShardSet, str] | None] = {}
+        inner: list[str | None] = []
+        store_of = np.full(len(self.rows), -1, dtype=np.int16)
+        for row, (relative, _) in enumerate(self.rows):
+            if os.path.isabs(relative):
+                folder, name = os.path.split(relative)
+                if folder not in folders:
+                    folders[folder] = None if os.path.isdir(folder) else shard_set_of(folder)
+                found, relative = folders[folder], name
+            else:
+                found = inside
+            if found is None:
+                inner.append(None)
+                continue
+            inner.append(f"{found[1]}/{relative}" if found[1] else relative)
+            number = next((k for k, store in enumerate(self.stores) if store is found[0]), None)
+            if number is None:
+                number = len(self.stores)
+                self.stores.append(found[0])
+            store_of[row] = number
+        if not self.stores:
+            return
+        positions = np.full(len(self.rows), -1, dtype=np.int64)
+        for number, store in enumerate(self.stores):
+            mine = np.flatnonzero(store_of == number)
+            positions[mine] = store.positions([inner[i] for i in mine], what=f"the images under {self.root}")  # type: ignore[misc]
+        self.store_of, self.positions, self._inner = store_of, positions, inner
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -189,7 +223,8 @@ class ImageFileDataset(Dataset):
         try:
             image = self.decode(index)
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError, ShardError) as error:
-            where = f"{path} (in the shard set {self.root})" if self.shards is not None else path
+            where = (f"{path} (in the shard set {self.stores[int(self.store_of[index])].root})"  # type: ignore[index]
+                     if self.in_shards(index) else path)
             if self.on_bad_image == "fail":
                 raise UnreadableImageError(
                     f"cannot read image {where} ({type(error).__name__}: {error}); fix or remove the file, "
@@ -199,11 +234,15 @@ class ImageFileDataset(Dataset):
             return Sample(None, target, index)
         return Sample(self.transform(image) if self.transform else image, target, index)
 
+    def in_shards(self, index: int) -> bool:
+        return self.store_of is not None and int(self.store_of[index]) >= 0
+
     def decode(self, index: int) -> Image.Image:
-        """The image of a row, decoded as RGB: from its file, or from its bytes in the shard set."""
-        if self.shards is None:
+        """The image of a row, decoded as RGB: from its file, or from its bytes in its shard set."""
+        if not self.in_shards(index):
             return read_rgb_image(self.path(index))
-        data = self.shards.read(int(self.positions[index]), self._prefix + self.rows[index][0])  # type: ignore[index]
+        store = self.stores[int(self.store_of[index])]  # type: ignore[index]
+        data = store.read(int(self.positions[index]), self._inner[index])  # type: ignore[index, arg-type]
         with Image.open(io.BytesIO(data)) as image:
             return image.convert("RGB")
 
@@ -211,9 +250,18 @@ class ImageFileDataset(Dataset):
         """:func:`openset_common.files_fingerprint` of the rows' files: the same digest from a shard set
         (whose manifest keeps the source files' sizes and modification times) as from the files."""
         paths = [path for path, _ in self.rows]
-        if self.shards is not None:
-            return self.shards.files_fingerprint(paths, self.positions)  # type: ignore[arg-type]
-        return files_fingerprint(self.root, paths)
+        if self.store_of is None:
+            return files_fingerprint(self.root, paths)
+        hasher = hashlib.sha256()
+        for index, relative in enumerate(paths):
+            if self.in_shards(index):
+                store = self.stores[int(self.store_of[index])]
+                size, mtime = store.stat(int(self.positions[index]))  # type: ignore[index]
+            else:
+                info = os.stat(self.path(index))
+                size, mtime = info.st_size, info.st_mtime_ns
+            hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
+        return hasher.hexdigest()
 
     def labels(self) -> Tensor:
         return torch.tensor([label for _, label in self.rows], dtype=torch.long)

@@ -3,8 +3,8 @@
 A shard set is a read-only snapshot of image files under one root, addressed by the files' relative paths
 (``n01440764/n01440764_10026.JPEG``), so every data set of the project that lists ``(relative path, label)``
 rows under a root reads a shard set given as that root, in the same sample order, with the same labels and
-the same fingerprint (:meth:`ShardSet.files_fingerprint` equals :func:`openset_common.files_fingerprint` of the
-source files: their relative paths, sizes and modification times are in the manifest), so caches carry over.
+the same fingerprint (:func:`openset_common.files_fingerprint` of the source files: their relative paths,
+sizes and modification times are in the manifest, :meth:`ShardSet.stat`), so caches carry over.
 The JPEG bytes are kept as written (no re-encoding); decoding stays the model transform's job.
 
 Layout (``python -m datamodules.shards write`` makes it; :mod:`datamodules.shards`)::
@@ -173,14 +173,9 @@ class ShardSet:
         detail = ", ".join(f"{k} {v}" for k, v in source.items() if k not in ("rows_digest",))
         return f"written from {detail}; rows fingerprint {source['rows_digest'][:16]}"
 
-    def files_fingerprint(self, paths: list[str], positions: np.ndarray) -> str:
-        """:func:`openset_common.files_fingerprint` of the source files of these rows: the same digest of
-        relative path, size and modification time (ns), from the manifest."""
-        sizes, mtimes = self.index["sizes"][positions], self.index["mtimes"][positions]
-        hasher = hashlib.sha256()
-        for relative, size, mtime in zip(paths, sizes.tolist(), mtimes.tolist(), strict=True):
-            hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
-        return hasher.hexdigest()
+    def stat(self, position: int) -> tuple[int, int]:
+        """``(size, modification time in ns)`` of the source file of a set position, from the manifest."""
+        return int(self.index["sizes"][position]), int(self.index["mtimes"][position])
 
     # -- reading ----------------------------------------------------------------------------------
 

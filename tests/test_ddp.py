@@ -210,3 +210,24 @@ def test_two_processes_equal_one_process(name: str, artefacts: dict, tmp_path: P
 
 def test_every_evaluation_has_a_scenario() -> None:
     assert set(CHECKS) | {"severity-plot"} == set(evaluate.COMMANDS)  # severity-plot runs no model
+
+
+def test_two_processes_on_shards_equal_one_process_on_the_folder(artefacts: dict, tmp_path: Path) -> None:
+    """EvG's OOD images from a folder on 1 process and from its shard set on 2: the same chains bit for bit (the
+    shard set reads as the folder, in the same order, each sample once over the ranks)."""
+    import numpy as np
+
+    from datamodules.shards import folder_rows, write_shards
+    from tests.conftest import write_jpeg
+
+    folder = tmp_path / "ood"
+    rng = np.random.default_rng(5)
+    for i in range(9):
+        write_jpeg(folder / ("misc" if i % 2 else "other") / f"{i}.JPEG", rng, size=30)
+    shards = write_shards(folder, folder_rows(folder), tmp_path / "ood-shards", source={"kind": "folder"}, workers=1,
+                          part_size=4, log=lambda message: None)
+    one, two = (scenario_arguments("evg", artefacts, tmp_path / name, tmp_path / f"cache-{name}")[0]
+                for name in ("one", "two"))
+    one[one.index("digits")], two[two.index("digits")] = str(folder), shards.root
+    evaluate.main([*one, *QUIET, "--devices", "1"])
+    check_evg(tmp_path / "one", tmp_path / "two", run_two_processes(two, cwd=tmp_path))

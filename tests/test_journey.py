@@ -48,6 +48,10 @@ SHRINK = {
     "pool": [],
     "severity-21k": [*EVALUATE, "--data-arg", "estimation=3"],
     "severity-plot": [],
+    "shards": ["--workers", "2", "--part-size", "500"],
+    "shards-pool": ["--workers", "1"],
+    "oscr-shards": EVALUATE,
+    "severity-21k-shards": [*EVALUATE, "--data-arg", "estimation=3"],
     "ensemble": [*CLASSIFIER, "--members", "2"],
     "shift-generator": GENERATOR,
     "near-ood-generator": [*GENERATOR, "--model.init_args.architecture", "dcgan"],  # DCGAN: the 32 px family
@@ -119,6 +123,11 @@ def numbers(path: Path, columns: tuple[str, ...]) -> list[float]:
     return [float(row[c]) for row in rows for c in columns if row.get(c) not in (None, "")]
 
 
+def rows_of(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def assert_finite(values: list[float], what: str) -> None:
     assert values and all(math.isfinite(v) for v in values), (what, values[:10])
 
@@ -142,6 +151,14 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
             assert_finite(numbers(folder / "severity.csv", ("ood-auroc", "id-acc", "ood_avg_conf")), step)
             levels = numbers(folder / "levels_p1-eos-best_softmax.csv", ("class index",))
             assert max(levels) == (166 + 3 - 1 if step == "severity-21k" else 166 - 1)  # the 21k classes joined
+        elif step == "oscr-shards":  # the same numbers from the shard set as from the folders
+            shards = json.loads((work / "runs/p1-eos/oscr-shards/metrics.json").read_text())
+            folders = json.loads((work / "runs/p1-eos/checkpoints/best-oscr/metrics.json").read_text())
+            assert shards["counts"] == folders["counts"] and shards["scalars"] == folders["scalars"]
+        elif step == "severity-21k-shards":
+            for name in ("severity.csv", "levels_p1-eos-best_softmax.csv"):
+                assert rows_of(work / "runs/p1-eos/severity-21k-shards" / name) == rows_of(
+                    work / "runs/p1-eos/severity-21k" / name), name
         elif step == "severity-plot":
             assert (work / "runs/p1-eos/severity.png").stat().st_size > 10_000
         elif step == "generate":

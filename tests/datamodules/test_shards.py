@@ -188,3 +188,23 @@ def test_a_missing_shard_set_or_part_is_a_clear_error(tree: Path, tmp_path: Path
     shutil.rmtree(Path(shards.root, PARTS_DIR, "00000"))
     with warnings.catch_warnings(), pytest.raises(UnreadableImageError, match=r"part .*00000 is missing"):
         ImageFileDataset(shards.root, [(folder_rows(tree)[0][0], 0)])[0]
+
+
+def test_absolute_rows_read_from_the_shard_set_they_lie_in(tree: Path, tmp_path: Path) -> None:
+    """A severity set's rows: the root's images and, as absolute paths, a pool's (each from its own shards)."""
+    pool = make_imagenet_folder(tmp_path / "pool", ["n00005787"], train=3, val=0)
+    ours, theirs = write(tree, tmp_path / "ours"), write(pool, tmp_path / "theirs")
+    local = [(path, 0) for path, _ in folder_rows(tree)[:4]]
+    for root_of_pool, root in ((pool, tree), (Path(theirs.root), Path(ours.root))):
+        rows = local + [(str(root_of_pool / path), 1) for path, _ in folder_rows(pool)]
+        dataset = ImageFileDataset(str(root), rows)
+        if root == tree:
+            folder = dataset
+        else:
+            assert [s.root for s in dataset.stores] == [ours.root, theirs.root]
+    assert dataset_fingerprint(folder) != dataset_fingerprint(dataset)  # the absolute paths differ ...
+    assert [np.asarray(folder[i].image).tolist() for i in range(7)] == [np.asarray(dataset[i].image).tolist()
+                                                                       for i in range(7)]
+    relative = [(path, 1) for path, _ in folder_rows(pool)]  # ... the relative ones fingerprint alike
+    assert dataset_fingerprint(ImageFileDataset(str(pool), relative)) == dataset_fingerprint(
+        ImageFileDataset(theirs.root, relative))
