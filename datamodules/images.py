@@ -252,15 +252,20 @@ class ImageFileDataset(Dataset):
         paths = [path for path, _ in self.rows]
         if self.store_of is None:
             return files_fingerprint(self.root, paths)
+        sizes = np.zeros(len(paths), dtype=np.int64)
+        mtimes = np.zeros(len(paths), dtype=np.int64)
+        for number, store in enumerate(self.stores):
+            mine = np.flatnonzero(self.store_of == number)
+            sizes[mine], mtimes[mine] = store.stat(self.positions[mine])  # type: ignore[index]
+        for index in np.flatnonzero(self.store_of < 0).tolist():
+            info = os.stat(self.path(index))
+            sizes[index], mtimes[index] = info.st_size, info.st_mtime_ns
         hasher = hashlib.sha256()
-        for index, relative in enumerate(paths):
-            if self.in_shards(index):
-                store = self.stores[int(self.store_of[index])]
-                size, mtime = store.stat(int(self.positions[index]))  # type: ignore[index]
-            else:
-                info = os.stat(self.path(index))
-                size, mtime = info.st_size, info.st_mtime_ns
-            hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
+        chunk = 1 << 16  # Python integers for one chunk at a time
+        for start in range(0, len(paths), chunk):
+            for relative, size, mtime in zip(paths[start:start + chunk], sizes[start:start + chunk].tolist(),
+                                             mtimes[start:start + chunk].tolist(), strict=True):
+                hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
         return hasher.hexdigest()
 
     def labels(self) -> Tensor:

@@ -173,9 +173,9 @@ class ShardSet:
         detail = ", ".join(f"{k} {v}" for k, v in source.items() if k not in ("rows_digest",))
         return f"written from {detail}; rows fingerprint {source['rows_digest'][:16]}"
 
-    def stat(self, position: int) -> tuple[int, int]:
-        """``(size, modification time in ns)`` of the source file of a set position, from the manifest."""
-        return int(self.index["sizes"][position]), int(self.index["mtimes"][position])
+    def stat(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(sizes, modification times in ns)`` of the source files of set positions, from the manifest."""
+        return self.index["sizes"][positions], self.index["mtimes"][positions]
 
     # -- reading ----------------------------------------------------------------------------------
 
