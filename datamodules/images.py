@@ -182,6 +182,14 @@ class ImageFileDataset(Dataset):
         self.store_of: np.ndarray | None = None
         self.positions: np.ndarray | None = None
         self._inner: list[str | None] = []
+        if inside is not None and not any(os.path.isabs(relative) for relative, _ in self.rows):
+            # every row under the root's set (the common case): one vectorised lookup
+            self.stores = [inside[0]]
+            prefix = f"{inside[1]}/" if inside[1] else ""
+            self._inner = [prefix + relative for relative, _ in self.rows] if prefix else [r for r, _ in self.rows]
+            self.store_of = np.zeros(len(self.rows), dtype=np.int16)
+            self.positions = inside[0].positions(self._inner, what=f"the images under {self.root}")  # type: ignore[arg-type]
+            return
         folders: dict[str, tuple[ShardSet, str] | None] = {}
         inner: list[str | None] = []
         store_of = np.full(len(self.rows), -1, dtype=np.int16)
