@@ -24,7 +24,7 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from datamodules.batch import Sample
-from datamodules.shard_store import ShardError, ShardSet, is_shard_set, shard_set_of
+from datamodules.shard_store import ShardError, ShardSet, shard_set_of
 from openset_common import files_fingerprint
 
 BadImagePolicy = Literal["fail", "skip"]
@@ -67,10 +67,8 @@ def _file_names(folder: str | os.PathLike) -> list[str]:
 def is_folder(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder of the file system or a folder inside a shard set
     (:mod:`datamodules.shard_store`), so every folder a data set reads may be a shard set's."""
-    if os.path.isdir(path) and not is_shard_set(path) and shard_set_of(path) is None:
-        return True
     inside = shard_set_of(path)
-    return inside is not None and inside[0].is_folder(inside[1])
+    return os.path.isdir(path) if inside is None else inside[0].is_folder(inside[1])
 
 
 def subfolders(folder: str | os.PathLike) -> list[str]:
@@ -175,9 +173,8 @@ class ImageFileDataset(Dataset):
     def _resolve_shards(self) -> None:
         """Which rows lie in a shard set (rows under ``root`` when it is one or lies in one; absolute rows whose
         folder does), with their position there: ``self.stores`` (the sets), ``self.store_of`` (per row, -1 for
-        a file) and ``self.positions``; ``self.shards`` is the root's set (``None`` for files)."""
-        inside = shard_set_of(self.root) if not os.path.isdir(self.root) or is_shard_set(self.root) else None
-        self.shards: ShardSet | None = inside[0] if inside is not None else None
+        a file) and ``self.positions``."""
+        inside = shard_set_of(self.root)
         self.stores: list[ShardSet] = []
         self.store_of: np.ndarray | None = None
         self.positions: np.ndarray | None = None
@@ -190,6 +187,8 @@ class ImageFileDataset(Dataset):
             self.store_of = np.zeros(len(self.rows), dtype=np.int16)
             self.positions = inside[0].positions(self._inner, what=f"the images under {self.root}")  # type: ignore[arg-type]
             return
+        if inside is None and not any(os.path.isabs(relative) for relative, _ in self.rows):
+            return  # files only
         folders: dict[str, tuple[ShardSet, str] | None] = {}
         inner: list[str | None] = []
         store_of = np.full(len(self.rows), -1, dtype=np.int16)
@@ -197,7 +196,7 @@ class ImageFileDataset(Dataset):
             if os.path.isabs(relative):
                 folder, name = os.path.split(relative)
                 if folder not in folders:
-                    folders[folder] = None if os.path.isdir(folder) else shard_set_of(folder)
+                    folders[folder] = shard_set_of(folder)
                 found, relative = folders[folder], name
             else:
                 found = inside

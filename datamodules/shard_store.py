@@ -67,6 +67,8 @@ def shard_set_of(path: str | os.PathLike) -> tuple[ShardSet, str] | None:
     """The shard set that ``path`` lies in and the path's folder relative to the set's root (``""`` for the
     root itself), or ``None`` for a path of the file system."""
     path = os.path.abspath(path)
+    if os.path.isdir(path) and not is_shard_set(path):
+        return None  # a real folder (the folders inside a shard set exist only in its manifest)
     for depth, candidate in enumerate((path, *map(str, Path(path).parents))):
         if depth > 6:
             break
