@@ -12,6 +12,8 @@ treats negatives depends on the loss (Palechor et al. §4), set by ``train_negat
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -19,6 +21,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 from datamodules.batch import collate_samples
 from datamodules.evaluation import EvaluationSet, Role, known_subset, raw
@@ -26,7 +30,47 @@ from datamodules.images import check_choice, dataset_labels
 from datamodules.transforms import BackgroundClassTarget, ModelInput
 from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL
 
+# torchdata 0.11's StatefulDataLoader calls a torch API that warns on every epoch; nothing a user can act on
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+
 TrainNegatives = Literal["include", "exclude", "background"]
+
+
+class ResumableSampler(StatefulDistributedSampler):
+    """The training sampler on any number of processes: ``DistributedSampler``'s shuffle (the permutation of
+    epoch ``e`` drawn from ``seed + e``, each rank its shard; one process is rank 0 of 1), with torchdata's count
+    of the indices taken and the epoch in its state. The epoch is restored with the state because on a resumed
+    run Lightning starts the loader's iterator, which draws the first indices, before it calls ``set_epoch``."""
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "epoch": self.epoch}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.epoch = int(state_dict.get("epoch", self.epoch))
+
+
+class ResumableLoader(StatefulDataLoader):
+    """torchdata's ``StatefulDataLoader`` (its state: the sampler's place and each worker's, as of the last batch
+    the loop took), and at an epoch's end the state of the next epoch's start: a checkpoint written after the
+    last batch of epoch ``e`` resumes with all of epoch ``e + 1``, where the loader's own state would have the
+    next iterator skip the whole epoch."""
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        snapshot = state.get("_snapshot")
+        if snapshot is not None and snapshot["_snapshot_step"] >= len(self):
+            return {NEXT_EPOCH: self.sampler.epoch + 1}
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if NEXT_EPOCH in state_dict:
+            self.sampler.set_epoch(int(state_dict[NEXT_EPOCH]))
+            state_dict = {}
+        super().load_state_dict(state_dict)
+
+
+NEXT_EPOCH = "next_epoch"
 
 
 class OpenSetDataModule(pl.LightningDataModule):
@@ -126,18 +170,30 @@ class OpenSetDataModule(pl.LightningDataModule):
     def _loader(self, dataset: Dataset | None, *, shuffle: bool, stage: str) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"the {stage} set is not set up; call setup() first")
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=collate_samples,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
+        return DataLoader(dataset, shuffle=shuffle, **self._loader_options())
+
+    def _loader_options(self) -> dict:
+        return {"batch_size": self.batch_size, "num_workers": self.num_workers, "collate_fn": collate_samples,
+                "pin_memory": self.pin_memory, "persistent_workers": self.num_workers > 0}
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True, stage="training")
+        """The training loader: :class:`ResumableLoader`, a torchdata ``StatefulDataLoader`` whose state (the
+        sampler's place and epoch, how many batches the loop took, each worker's place) Lightning saves in every
+        checkpoint, so ``fit --ckpt_path`` of a checkpoint written mid-epoch continues that epoch without repeating
+        or skipping a sample.
+
+        The sampler is :class:`ResumableSampler` on one process as on several (what Lightning puts in under DDP,
+        ``DistributedSampler`` seeded with the run's seed, so epoch ``e``'s order is a function of the seed and
+        ``e`` alone, plus its place in the epoch); left to Lightning, the loader's own stateful shuffle would be
+        wrapped in a ``DistributedSamplerWrapper`` whose permutation a resumed run does not restore."""
+        if self.train_set is None:
+            raise RuntimeError("the training set is not set up; call setup() first")
+        trainer = self.trainer
+        distributed = trainer is not None and trainer.world_size > 1
+        sampler = ResumableSampler(self.train_set, num_replicas=trainer.world_size if distributed else 1,
+                                   rank=trainer.global_rank if distributed else 0, shuffle=True,
+                                   seed=int(os.environ.get("PL_GLOBAL_SEED", 0)))
+        return ResumableLoader(self.train_set, sampler=sampler, **self._loader_options())
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False, stage="validation")

@@ -212,9 +212,8 @@ def test_every_evaluation_has_a_scenario() -> None:
     assert set(CHECKS) | {"severity-plot"} == set(evaluate.COMMANDS)  # severity-plot runs no model
 
 
-def test_two_processes_on_shards_equal_one_process_on_the_folder(artefacts: dict, tmp_path: Path) -> None:
-    """EvG's OOD images from a folder on 1 process and from its shard set on 2: the same chains bit for bit (the
-    shard set reads as the folder, in the same order, each sample once over the ranks)."""
+def ood_folder_and_shards(tmp_path: Path) -> tuple[Path, str]:
+    """9 OOD JPEGs in two class folders, and their shard set of 3 parts."""
     import numpy as np
 
     from datamodules.shards import folder_rows, write_shards
@@ -226,8 +225,58 @@ def test_two_processes_on_shards_equal_one_process_on_the_folder(artefacts: dict
         write_jpeg(folder / ("misc" if i % 2 else "other") / f"{i}.JPEG", rng, size=30)
     shards = write_shards(folder, folder_rows(folder), tmp_path / "ood-shards", source={"kind": "folder"}, workers=1,
                           part_size=4, log=lambda message: None)
-    one, two = (scenario_arguments("evg", artefacts, tmp_path / name, tmp_path / f"cache-{name}")[0]
-                for name in ("one", "two"))
-    one[one.index("digits")], two[two.index("digits")] = str(folder), shards.root
-    evaluate.main([*one, *QUIET, "--devices", "1"])
+    return folder, shards.root
+
+
+def evg_on(ood: str | Path, out: Path, cache: Path, artefacts: dict) -> list[str]:
+    arguments = scenario_arguments("evg", artefacts, out, cache)[0]
+    arguments[arguments.index("digits")] = str(ood)
+    return arguments
+
+
+def test_two_processes_on_shards_equal_one_process_on_the_folder(artefacts: dict, tmp_path: Path) -> None:
+    """EvG's OOD images from a folder on 1 process and from its shard set on 2: the same chains bit for bit (the
+    shard set reads as the folder, in the same order, each sample once over the ranks)."""
+    folder, shards = ood_folder_and_shards(tmp_path)
+    evaluate.main([*evg_on(folder, tmp_path / "one", tmp_path / "cache-one", artefacts), *QUIET, "--devices", "1"])
+    two = evg_on(shards, tmp_path / "two", tmp_path / "cache-two", artefacts)
     check_evg(tmp_path / "one", tmp_path / "two", run_two_processes(two, cwd=tmp_path))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_equal_one_process(artefacts: dict, tmp_path: Path) -> None:
+    """Two "nodes" on this machine, each one process, launched as the README launches ``evaluate.py`` on a cluster
+    (``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on every node,
+    ``--num_nodes 2``), reading the OOD images from one shard set: the EvG chains of 1 process from the folder,
+    bit for bit; and the severity benchmark's tables and fitted detectors of 1 process."""
+    folder, shards = ood_folder_and_shards(tmp_path)
+    evaluate.main([*evg_on(folder, tmp_path / "one", tmp_path / "evg-cache-one", artefacts), *QUIET, "--devices", "1"])
+    severity = {name: scenario_arguments("severity", artefacts, tmp_path / f"{name}-severity", tmp_path / f"cache-{name}")[0]
+                for name in ("one", "two")}
+    evaluate.main([*severity["one"], *QUIET, "--devices", "1"])
+    for arguments, check in ((evg_on(shards, tmp_path / "two", tmp_path / "evg-cache-two", artefacts), "evg"),
+                             (severity["two"], "severity")):
+        endpoint = f"127.0.0.1:{free_port()}"
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                  "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", check,
+                  str(ROOT / "evaluate.py"), *arguments, *QUIET, "--devices", "1", "--num_nodes", "2",
+                  "--strategy", "ddp"]
+        env = child_env(WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+        nodes = [subprocess.Popen(launch, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outputs = [node.communicate(timeout=300) for node in nodes]
+        for node, (_, err) in zip(nodes, outputs, strict=True):
+            assert node.returncode == 0, err[-5000:]
+        out = "".join(o + e for o, e in outputs)
+        assert "Starting with 2 processes" in out  # one world of 2 processes over the two launches, not 2 of 1
+        if check == "evg":
+            check_evg(tmp_path / "one", tmp_path / "two", out)
+        else:
+            check_severity(tmp_path / "one-severity", tmp_path / "two-severity", out)

@@ -290,3 +290,106 @@ def test_ddp_two_processes_equal_one_process(tmp_path, monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert single.trainer.callback_metrics["val/gamma"].item() == ddp_gamma.item()
+
+
+class Killed(Exception):
+    pass
+
+
+class SampleLog(pl.Callback):
+    """The dataset indices of every training batch, in order, as (epoch, step, indices); and, with ``stop_at``,
+    a kill just after the checkpoint of that global step was written (a run that dies mid-epoch)."""
+
+    last: SampleLog | None = None
+
+    def __init__(self, stop_at: int = -1, record: str | None = None) -> None:
+        self.stop_at, self.record = stop_at, record
+        self.batches: list[tuple[int, int, list[int]]] = []
+        SampleLog.last = self
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.batches.append((trainer.current_epoch, trainer.global_step, batch.indices.tolist()))
+        if self.record is not None:  # a process of a DDP run: each rank its own lines, written as they come
+            with open(f"{self.record}.rank{trainer.global_rank}.jsonl", "a") as handle:
+                handle.write(json.dumps(self.batches[-1]) + "\n")
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        if trainer.global_step == self.stop_at:
+            raise Killed(f"killed before step {self.stop_at + 1}")  # the checkpoints written so far stay
+
+
+def steps_checkpoint(every: int) -> list[str]:
+    return ["--trainer.callbacks+=ModelCheckpoint", f"--trainer.callbacks.every_n_train_steps={every}",
+            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.filename={step}"]
+
+
+@pytest.mark.parametrize("stop_at", [pytest.param(3, marks=pytest.mark.slow), pytest.param(6, marks=pytest.mark.slow), 9])
+# mid-epoch 0, its last batch, mid-epoch 1 (6 batches an epoch); the default tier runs the last
+def test_training_resumes_mid_epoch_from_shards(stop_at, tmp_path, monkeypatch):
+    """A run on a shard set killed mid-epoch and resumed from its step checkpoint (``fit --ckpt_path``) trains on
+    the samples the uninterrupted run trains on, in the same order: none repeated, none skipped (the
+    loader's state, its sampler's permutation and the batches taken, is in the checkpoint), with 2 workers."""
+    from datamodules.shards import folder_rows, write_shards
+    from tests.conftest import make_imagenet_folder
+
+    monkeypatch.chdir(tmp_path)
+    folder = make_imagenet_folder(tmp_path / "folder", ["cat", "dog", "fox", "owl"], train=13, val=2)
+    shards = write_shards(folder, folder_rows(folder), tmp_path / "shards", source={"kind": "folder"}, workers=1,
+                          part_size=20, log=lambda message: None)
+
+    def fit(name: str, *extra: str) -> list[tuple[int, int, list[int]]]:
+        cli = train.main(folders_args(Path(shards.root), tmp_path / "csv", "--data.init_args.negative=[fox]",
+                                      "--data.init_args.unknown=[owl]", "--data.init_args.batch_size=6",
+                                      "--data.init_args.num_workers=2", "--trainer.max_epochs=2",
+                                      f"--checkpoint_dir={tmp_path / name}", *steps_checkpoint(1), *extra))
+        assert len(cli.datamodule.train_set) == 31  # cat, dog and fox less the validation images, 6 a batch
+        return SampleLog.last.batches
+
+    whole = fit("whole", "--trainer.callbacks+=tests.test_train.SampleLog")
+    assert [step for _, step, _ in whole] == list(range(1, 13))
+    for epoch in (0, 1):  # each epoch takes every training image once, in its own shuffled order
+        taken = [i for e, _, indices in whole if e == epoch for i in indices]
+        assert sorted(taken) == list(range(31))
+    assert [i for _, _, b in whole[:6] for i in b] != [i for _, _, b in whole[6:] for i in b]
+    with pytest.raises(Killed):
+        fit("killed", "--trainer.callbacks+=tests.test_train.SampleLog", f"--trainer.callbacks.stop_at={stop_at}")
+    assert SampleLog.last.batches == whole[:stop_at]
+    resumed = fit("resumed", "--trainer.callbacks+=tests.test_train.SampleLog",
+                  f"--ckpt_path={tmp_path / 'killed' / f'step={stop_at}.ckpt'}")
+    assert resumed == whole[stop_at:]
+
+
+@pytest.mark.ddp
+def test_two_processes_resume_mid_epoch(tmp_path, monkeypatch):
+    """Under DDP (2 gloo processes, DistributedSampler): a run killed mid-epoch and resumed from its step checkpoint
+    gives each rank the batches the uninterrupted 2-process run gave it (rank 0's saved loader state restores
+    both ranks: the same permutation, the same number of batches taken), and the ranks' shards cover every
+    training image once an epoch."""
+    from tests.conftest import make_imagenet_folder
+
+    monkeypatch.chdir(tmp_path)
+    folder = make_imagenet_folder(tmp_path / "folder", ["cat", "dog", "fox", "owl"], train=13, val=2)
+
+    def fit(name: str, *extra: str, killed: bool = False) -> list[list[tuple[int, int, list[int]]]]:
+        command = [sys.executable, str(ROOT / "train.py"), *folders_args(
+            folder, tmp_path / "csv", "--data.init_args.negative=[fox]", "--data.init_args.unknown=[owl]",
+            "--data.init_args.batch_size=4", "--data.init_args.num_workers=1", "--trainer.max_epochs=2",
+            "--trainer.devices=2", "--trainer.strategy=ddp", f"--checkpoint_dir={tmp_path / name}",
+            *steps_checkpoint(1), "--trainer.callbacks+=tests.test_train.SampleLog",
+            f"--trainer.callbacks.record={tmp_path / name}", *extra)]
+        result = subprocess.run(command, cwd=tmp_path, env=child_env(OMP_NUM_THREADS="1"), capture_output=True,
+                                text=True, timeout=300)
+        assert (result.returncode != 0 and "killed before step" in result.stderr) if killed \
+            else result.returncode == 0, result.stderr[-4000:]
+        return [[tuple(json.loads(line)) for line in (tmp_path / f"{name}.rank{rank}.jsonl").read_text().splitlines()]
+                for rank in (0, 1)]
+
+    whole = fit("whole")
+    assert [len(rank) for rank in whole] == [8, 8]  # 31 images over 2 ranks: 16 each (one padded), 4 a batch
+    for epoch in (0, 1):
+        taken = {i for rank in whole for e, _, indices in rank if e == epoch for i in indices}
+        assert taken == set(range(31))
+    killed = fit("killed", "--trainer.callbacks.stop_at=6", killed=True)
+    assert killed == [rank[:6] for rank in whole]
+    resumed = fit("resumed", f"--ckpt_path={tmp_path / 'killed' / 'step=6.ckpt'}")
+    assert resumed == [rank[6:] for rank in whole]
