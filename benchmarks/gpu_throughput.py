@@ -21,6 +21,11 @@ Rows, all in one run (well under 5 minutes on one H100/H200-class GPU):
    plot_every_n_epochs=0)``'s hooks (GPU synchronised around each hook), and the wall difference to row 4.
 6. ``+ SeverityAUROC``: the same for ``SeverityAUROC(kappas=[softmax, max_logit, entropy])`` with a
    ``ProtocolSeverityData`` on that folder (its own passes over the ID and OOD images).
+7.-10. ``scoring pass``: the evaluation engine's pass (``ScoringPasses.outputs``: logits of every image,
+   gathered) of the trained model over every JPEG of that folder, read from the folder and from its shard set
+   (``datamodules.shards``, written first), decoded in the ``num_workers`` CPU workers (PIL, the default) or
+   on the model's device (``--decode device``: the workers read the bytes, TorchCodec's nvJPEG decodes each
+   batch, the resize and crop run on the GPU); the model as trained (bf16-mixed, channels_last). Best of 2.
 
 Training rows: timed after ``--warmup-steps`` over ``--steps`` steps, the GPU synchronised at both ends.
 Public reference: about 2,500 img/s for ResNet-50 (v1.5) mixed-precision training on one A100 80GB
@@ -74,9 +79,11 @@ SECTION = "GPU throughput"
 PROTOCOL = 2  # 30 known, 31 negative, 55 unknown classes
 A100_REFERENCE = 2470  # img/s, ResNet-50 v1.5, AMP, 1x A100 80GB (NVIDIA DeepLearningExamples, PyTorch)
 ROWS = ("synthetic, Lightning", "synthetic, plain PyTorch", "JPEG pipeline, Lightning", "validation epoch",
-        "+ OpenSetEvaluation", "+ SeverityAUROC")
+        "+ OpenSetEvaluation", "+ SeverityAUROC", "scoring pass: folders, CPU decode", "scoring pass: shards, CPU decode",
+        "scoring pass: folders, device decode", "scoring pass: shards, device decode")
 TRAINING_ROWS = ROWS[:3]
-CALLBACK_ROWS = ROWS[4:]
+CALLBACK_ROWS = ROWS[4:6]
+DECODE_ROWS = ROWS[6:]
 
 
 @dataclass(frozen=True)
@@ -348,6 +355,45 @@ def validation_rows(settings: Settings, model: OpenSetClassifier, data: Protocol
     return rows, severity_setup_s
 
 
+def decode_rows(settings: Settings, model: OpenSetClassifier, data: ProtocolData, folder: Path, *,
+                root: Path, batch_size: int) -> list[Row]:
+    """Rows 7-10: the engine's scoring pass over every image of ``folder``, from the folder and from its shard
+    set, decoded on the CPU and on the device."""
+    from datamodules.evaluation import EvaluationSet
+    from datamodules.images import ImageFileDataset
+    from datamodules.shards import folder_rows, write_shards
+    from evaluation_engine.scoring import ScoringPasses
+    from lightning_modules.scoring import ScoringModel
+
+    rows = [(path, 0) for path, _ in folder_rows(folder)]
+    shards = write_shards(folder, folder_rows(folder), root / "shards", source={"kind": "folder"},
+                          workers=max(1, settings.num_workers), log=lambda message: None)
+    scoring = ScoringModel(model, model_input=data.model_input(), name="benchmark").to(settings.device).eval()
+    if settings.channels_last:
+        scoring = scoring.to(memory_format=torch.channels_last)
+    trainer = pl.Trainer(accelerator="gpu" if settings.cuda else "cpu", devices=1, precision=settings.precision,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    result = []
+    for name, where, decode in zip(DECODE_ROWS, ("folders", "shards", "folders", "shards"),
+                                   ("cpu", "cpu", "device", "device"), strict=True):
+        images = EvaluationSet(where, "ood", ImageFileDataset(str(folder) if where == "folders" else shards.root, rows))
+        best = math.inf
+        for _ in range(2):
+            passes = ScoringPasses(decode=decode, memo=False)
+            settings.synchronize()
+            start = time.perf_counter()
+            with torch.inference_mode():
+                outputs = passes.outputs(trainer, scoring, images, batch_size=batch_size, num_workers=settings.num_workers)
+            settings.synchronize()
+            best = min(best, time.perf_counter() - start)
+        assert outputs["logits"].shape[0] == len(rows)
+        result.append(Row(name, f"`ScoringPasses(decode={decode!r}).outputs`, every JPEG of the folder, from {where}, "
+                                f"{settings.num_workers} workers", batch_size, math.ceil(len(rows) / batch_size),
+                          len(rows), best, len(rows) / best))
+    return result
+
+
 # --------------------------------------------------------------------------------------------------
 # report
 
@@ -383,6 +429,12 @@ def markdown(rows: list[Row], settings: Settings, *, failed: list[int], files: i
                                                 f"{settings.jpeg_size} px)"),
         ("synthetic / public A100 reference", f"{lightning.images_per_s / A100_REFERENCE:.2f} "
                                               f"(of {A100_REFERENCE:,} img/s)"),
+        ("scoring pass, device / CPU decode", " · ".join(
+            f"{where} {by_name[device].images_per_s / by_name[cpu].images_per_s:.2f}" for where, cpu, device in
+            (("folders", DECODE_ROWS[0], DECODE_ROWS[2]), ("shards", DECODE_ROWS[1], DECODE_ROWS[3])))),
+        ("scoring pass, shards / folders", " · ".join(
+            f"{decode} decode {by_name[shards].images_per_s / by_name[files].images_per_s:.2f}" for decode, files, shards
+            in (("CPU", DECODE_ROWS[0], DECODE_ROWS[1]), ("device", DECODE_ROWS[2], DECODE_ROWS[3])))),
         ("severity data set-up (once per fit)", f"{severity_setup_s:.2f} s"),
         ("whole run", f"{elapsed_s:.0f} s"),
     ])
@@ -442,6 +494,10 @@ def run(settings: Settings, work: Path) -> tuple[list[Row], str]:
     release_memory(settings)
     validation, severity_setup_s = validation_rows(settings, model, data, folder, root=work)
     rows += validation
+    release_memory(settings)
+    rows += decode_rows(settings, model, data, folder, root=work, batch_size=batch_size)
+    for row in rows[-len(DECODE_ROWS):]:
+        print(f"{row.row}: {row.images_per_s:,.1f} img/s", flush=True)
     return rows, markdown(rows, settings, failed=failed, files=files, severity_setup_s=severity_setup_s,
                           peak_gib=peak_gib, elapsed_s=time.perf_counter() - began)
 

@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -224,12 +224,22 @@ class ImageFileDataset(Dataset):
         return os.path.join(self.root, self.rows[index][0])
 
     def __getitem__(self, index: int) -> Sample:
-        relative, label = self.rows[index]
+        label = self.rows[index][1]
         target = self.target_transform(label) if self.target_transform else label
-        path = self.path(index)
+        image = self.guarded(index, self.decode)
+        if image is None:
+            return Sample(None, target, index)
+        return Sample(self.transform(image) if self.transform else image, target, index)
+
+    def guarded(self, index: int, read: Callable[[int], Any]) -> Any:
+        """``read(index)``, its failure to read the row's image handled by ``on_bad_image``: ``"fail"`` raises
+        :class:`UnreadableImageError` naming the file (and its shard set), ``"skip"`` warns and gives ``None``."""
         try:
-            image = self.decode(index)
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError, ShardError) as error:
+            return read(index)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError, RuntimeError, ShardError) as error:
+            if isinstance(error, UnreadableImageError):
+                raise
+            path = self.path(index)
             where = (f"{path} (in the shard set {self.stores[int(self.store_of[index])].root})"  # type: ignore[index]
                      if self.in_shards(index) else path)
             if self.on_bad_image == "fail":
@@ -237,20 +247,25 @@ class ImageFileDataset(Dataset):
                     f"cannot read image {where} ({type(error).__name__}: {error}); fix or remove the file, "
                     "or set on_bad_image='skip' to skip and count unreadable images"
                 ) from error
-            warnings.warn(f"skipping unreadable image {where}: {error}", RuntimeWarning, stacklevel=2)
-            return Sample(None, target, index)
-        return Sample(self.transform(image) if self.transform else image, target, index)
+            warnings.warn(f"skipping unreadable image {where}: {error}", RuntimeWarning, stacklevel=3)
+            return None
 
     def in_shards(self, index: int) -> bool:
         return self.store_of is not None and int(self.store_of[index]) >= 0
+
+    def encoded(self, index: int) -> bytes:
+        """The bytes of a row's file as stored: the file's, or its copy in its shard set."""
+        if not self.in_shards(index):
+            with open(self.path(index), "rb") as handle:
+                return handle.read()
+        store = self.stores[int(self.store_of[index])]  # type: ignore[index]
+        return store.read(int(self.positions[index]), self._inner[index])  # type: ignore[index, arg-type]
 
     def decode(self, index: int) -> Image.Image:
         """The image of a row, decoded as RGB: from its file, or from its bytes in its shard set."""
         if not self.in_shards(index):
             return read_rgb_image(self.path(index))
-        store = self.stores[int(self.store_of[index])]  # type: ignore[index]
-        data = store.read(int(self.positions[index]), self._inner[index])  # type: ignore[index, arg-type]
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(self.encoded(index))) as image:
             return image.convert("RGB")
 
     def files_fingerprint(self) -> str:

@@ -19,6 +19,7 @@ their flat names, as the command line does; the constructor takes the groups the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -43,6 +44,11 @@ class TrainerOptions:
         wandb_project: the W&B project.
         wandb_id: log into this W&B run (default: the checkpoint's own run, where there is one).
         log_dir: where W&B writes its run folders.
+        decode: where the images of the scoring passes are decoded: ``cpu`` (in the loader's workers, with
+            PIL) or ``device`` (the workers read the JPEG bytes; each batch is decoded and transformed on the
+            model's device, nvJPEG on a GPU: :mod:`datamodules.device_decode`; sets of other images and model
+            inputs of other steps than resize/crop stay on the CPU path). The two agree to 1/255 per pixel, and
+            their passes are cached apart.
     """
 
     accelerator: str = "auto"
@@ -55,6 +61,7 @@ class TrainerOptions:
     wandb_project: str = "openset-bench"
     wandb_id: str | None = None
     log_dir: str = "runs"
+    decode: Literal["cpu", "device"] = "cpu"
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, str) and self.devices.isdigit():
@@ -150,6 +157,13 @@ class Evaluation:
         from evaluation_engine.options import compose
 
         return cls(**compose(cls, options))
+
+    def scoring_passes(self, cache_dir: str | Path | None) -> Any:
+        """The passes the command's callback scores with: the run's shared ones (the report card's), else its own
+        over ``cache_dir``, decoding where ``--decode`` says."""
+        from evaluation_engine.scoring import ScoringPasses
+
+        return self.shared_passes or ScoringPasses(cache_dir, decode=self.options.decode)
 
     def run(self) -> Any:
         raise NotImplementedError

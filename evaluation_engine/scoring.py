@@ -32,8 +32,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
+from datamodules.device_decode import DECODERS, collate_encoded, device_decoding
 from datamodules.evaluation import EvaluationSet, fit_folder_set
-from datamodules.images import balanced_choice
+from datamodules.images import balanced_choice, check_choice
 from datamodules.transforms import ModelInput
 from evaluation_engine.outputs import slug
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
@@ -60,6 +61,7 @@ def sharded_outputs(
     num_workers: int = 0,
     device: torch.device | str = "cpu",
     name: str = "the data set",
+    decoder: Callable[[Any], tuple[Tensor, Tensor, Tensor, Tensor]] | None = None,
 ) -> dict[str, Tensor]:
     """``{key: gathered values, "targets": labels}`` of ``step(images)`` over a data set, on every rank.
 
@@ -70,6 +72,9 @@ def sharded_outputs(
         keys: the step's output keys, the same on every rank (a rank without data never calls ``step``).
         batch_size, num_workers: of this rank's data loader.
         name: how errors call the data set.
+        decoder: a batch of the loader (``dataset`` yields JPEG bytes) -> ``(images on device, targets, indices,
+            skipped)``: the device decoding of :mod:`datamodules.device_decode` (``None``: ``dataset`` yields
+            the model's inputs, decoded in the workers).
 
     Raises:
         ValueError: when the images of one batch differ in size (a model input without a fixed size).
@@ -77,10 +82,11 @@ def sharded_outputs(
     """
     shard = shard_indices(len(dataset), trainer.global_rank, trainer.world_size)
     loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                        collate_fn=SizeCheckedCollate(name))
+                        collate_fn=SizeCheckedCollate(name) if decoder is None else collate_encoded)
     stores = {key: IndexedPredictions().to(device) for key in keys}
     for batch in loader:
-        images, targets, indices, _ = unpack_batch(batch)  # indices: of the full data set (Subset keeps them)
+        # indices: of the full data set (Subset keeps them)
+        images, targets, indices, _ = unpack_batch(batch) if decoder is None else decoder(batch)
         if images.numel() == 0:
             continue
         with trainer.precision_plugin.forward_context():
@@ -229,11 +235,16 @@ class ScoringPasses:
     Args:
         cache_dir: the on-disk cache (``None``: none; during training the weights change every epoch).
         memo: keep passes in memory for the run (off while the weights change).
+        decode: ``"cpu"`` (the loader's workers decode and transform each image) or ``"device"`` (the workers
+            read the bytes, each batch is decoded and transformed on the model's device:
+            :mod:`datamodules.device_decode`; sets and inputs it does not apply to stay on the CPU path). Its
+            outputs are cached apart from the CPU path's (they differ by up to 1/255 per input pixel).
     """
 
-    def __init__(self, cache_dir: str | Path | None = None, *, memo: bool = True) -> None:
+    def __init__(self, cache_dir: str | Path | None = None, *, memo: bool = True, decode: str = "cpu") -> None:
         self.cache = PredictionCache(cache_dir) if cache_dir is not None else None
         self.memo = memo
+        self.decode = check_choice("decode", decode, DECODERS)
         self._kept: dict[str, dict[str, Tensor]] = {}
         self._fingerprints: dict[int, tuple[tuple, str]] = {}
         self.passes = 0  # passes run (neither in memory nor in the cache)
@@ -282,6 +293,10 @@ class ScoringPasses:
              model_input: ModelInput | None = None) -> dict[str, Tensor]:
         self.requests += 1
         model_input = model_input or model_input_of(trainer, pl_module)
+        on_device = (device_decoding(evaluation_set.dataset, model_input, module_device(pl_module))
+                     if self.decode == "device" else None)
+        if on_device is not None:
+            part = {**part, "decode": "device"}
         key = self._key(trainer, pl_module, evaluation_set, model_input, part)
         entry = {"model": getattr(pl_module, "display_name", type(pl_module).__name__), "set": evaluation_set.name,
                  "role": evaluation_set.role, "fingerprint": evaluation_set.fingerprint(),
@@ -298,9 +313,11 @@ class ScoringPasses:
             if outputs is not None and covers is not None and not covers(outputs):
                 outputs = None
         if outputs is None:
-            dataset = TransformedSet(evaluation_set.dataset, model_input.transform())
+            dataset = (TransformedSet(evaluation_set.dataset, model_input.transform()) if on_device is None
+                       else on_device[0])
             outputs = sharded_outputs(trainer, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
-                                      device=module_device(pl_module), name=evaluation_set.name)
+                                      device=module_device(pl_module), name=evaluation_set.name,
+                                      decoder=None if on_device is None else on_device[1])
             self.passes += 1
             entry["source"] = "run"
             if not torch.equal(outputs["targets"], evaluation_set.labels()):

@@ -49,7 +49,6 @@ from evaluation_engine.run import (
     make_trainer,
 )
 from evaluation_engine.scoring import (
-    ScoringPasses,
     TransformedSet,
     default_fit_set,
     detector_pairs,
@@ -319,7 +318,7 @@ class GeneratedEvaluation(Evaluation):
                                        perceptual=perceptual, reference=self.reference,
                                        reference_seed=self.reference_seed, label_filter=self.label_filter,
                                        output_dir=self.output_dir, plots=self.plots,
-                                       passes=self.shared_passes or ScoringPasses(self.cache_dir),
+                                       passes=self.scoring_passes(self.cache_dir),
                                        intervals=self.intervals, fit_set=self._fit_set, fit=self.fit)
         logger = make_logger(self.options, name="generated-benchmark")
         trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])

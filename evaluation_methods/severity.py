@@ -93,7 +93,7 @@ class SeverityEvaluation(Evaluation):
         severity = SeverityAUROC(data=data, kappas=self.kappa, kappa_args=self.kappa_args, every_n_epochs=0,
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
-                                 passes=self.shared_passes, intervals=self.intervals,
+                                 passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  fit_set=command_fit_set(scoring, self.fit_data, [get_kappa(k) for k in self.kappa]),
                                  fit=self.fit)
         data.setup()  # every class folder and the pool file, before the trainer starts

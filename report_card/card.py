@@ -247,7 +247,7 @@ class ReportCard(Evaluation):
         clash = sorted(set(self.groups) & set(names.values()))
         if clash:
             raise ValueError(f"the models of several seeds {clash} are named like another model of the report")
-        self.passes = ScoringPasses(self.cache_dir)
+        self.passes = ScoringPasses(self.cache_dir, decode=self.options.decode)
         # every section's evaluation built first: options and output folders checked before anything runs
         plan: list[tuple[str, Run, Evaluation, Path]] = []
         for key in self.sections:

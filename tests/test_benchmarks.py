@@ -171,6 +171,10 @@ def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
         assert row["added_s"] == row["seconds"]
         assert math.isfinite(row["added_wall_s"])  # a difference of two timings: may be negative by noise
     assert (tmp_path / "protocols" / "p2_train.csv").is_file()  # the data pipeline row read the generated folder
+    files = len(list((tmp_path / "imagenet").rglob("*.JPEG")))
+    for name in gpu_throughput.DECODE_ROWS:  # every JPEG of the folder once, from files and from shards
+        assert (rows[name]["images"], rows[name]["steps"]) == (files, math.ceil(files / batch)), name
+    assert (tmp_path / "shards" / "shards.json").is_file()
 
 
 def test_evg_sampler_tiny_reports_both_samplers() -> None:
