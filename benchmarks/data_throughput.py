@@ -176,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     torch.set_num_threads(1)
     from lightning_modules.open_set_classifier import OpenSetClassifier
 
+    if args.work_dir is not None:
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work, quiet():
         work = Path(work)
         root = work / "imagenet21k"
