@@ -39,6 +39,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from datamodules.images import UnreadableImageError
 from evaluation_engine import TrainerOptions
 from evaluation_engine.options import add_command_arguments, compose, flat_options
+from evaluation_engine.run import release_peers
 from evaluation_methods.registry import commands, methods
 from report_card.card import ReportCard, report
 
@@ -243,11 +244,16 @@ def parse(argv: list[str]) -> tuple[str, Any]:
 
 def main(argv: list[str] | None = None) -> Any:
     argv = list(sys.argv[1:] if argv is None else argv)
+    evaluation = None
     try:
         command, evaluation = parse(argv)
         return evaluation.run()
     except (ValueError, OSError, UnreadableImageError) as error:
-        raise SystemExit(f"evaluate.py {argv[0] if argv else ''}: {error}") from None
+        message = f"evaluate.py {argv[0] if argv else ''}: {error}"
+        options = getattr(evaluation, "options", None)
+        if release_peers(getattr(options, "accelerator", "auto")):  # a torchrun node whose input failed at set-up
+            print(message, file=sys.stderr, flush=True)
+        raise SystemExit(message) from None
 
 
 __all__ = ["COMMANDS", "main", "parse", "report"]

@@ -78,6 +78,29 @@ class TrainerOptions:
         return dataclass_of(cls, value, what="trainer")
 
 
+def release_peers(accelerator: str = "auto") -> bool:
+    """On a process of a ``torchrun`` launch that fails before the run's process group exists (bad input on one
+    node: its copy of the data missing): join the group and leave, so that the processes of the other nodes,
+    waiting for this one in Lightning's set-up of the group, fail at their next collective instead of waiting out
+    the group's 30-minute timeout. Returns whether it joined.
+
+    The backend is the one Lightning picks (NCCL for CUDA devices, gloo otherwise); a join that does not come
+    about within a minute is given up (the process then just exits)."""
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if dist.is_initialized() or "TORCHELASTIC_RUN_ID" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return False
+    cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    try:
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=60))
+    except Exception:  # noqa: BLE001 - the peers are gone or never came: nothing left to release
+        return False
+    return True
+
+
 def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> Logger | bool:
     """The W&B logger of an evaluation (offline unless asked), into ``version``'s run when given."""
     if options.wandb_mode == "disabled":
@@ -136,11 +159,16 @@ class Evaluation:
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
     shared_passes: Any = None
+    # the command's scoring passes read image files and can decode them on the device (--decode device)
+    decodes_on_device: bool = False
 
     def __init__(self, *, trainer: TrainerOptions | None = None, **groups: Any) -> None:
         from evaluation_engine.options import build_group, group_fields, option_groups
 
         self.options = TrainerOptions.of(trainer)
+        if self.options.decode == "device" and not self.decodes_on_device:
+            raise ValueError(f"evaluate.py {self.command} decodes its images on the CPU (--decode device applies to "
+                             "the scoring passes of severity, generated, evg and report)")
         declared = option_groups(type(self))
         for parameter in declared:
             group = build_group(type(self), parameter, groups.pop(parameter, None))

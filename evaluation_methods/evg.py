@@ -126,6 +126,7 @@ class EvGEvaluation(Evaluation):
     """
 
     command = "evg"
+    decodes_on_device = True
 
     option_fields = {"model_options": ("random_weights",)}
     option_defaults = {"batch_size": 256, "num_workers": 0, "output_dir": "runs/evg"}

@@ -266,6 +266,7 @@ class GeneratedEvaluation(Evaluation):
     """
 
     command = "generated"
+    decodes_on_device = True
     dropped_options = {"image_size": "every model takes the sets through its own input transform"}
 
     option_fields = {"model_options": ("random_weights",)}

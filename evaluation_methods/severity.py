@@ -70,6 +70,7 @@ class SeverityEvaluation(Evaluation):
     """
 
     command = "severity"
+    decodes_on_device = True
 
     option_defaults = {"cache_dir": "runs/cache"}
 

@@ -140,6 +140,7 @@ class ReportCard(Evaluation):
     """
 
     command = "report"
+    decodes_on_device = True
 
     option_fields = {"model_options": ("random_weights",)}
     option_defaults = {"output_dir": "runs/report", "cache_dir": "runs/cache"}
@@ -230,10 +231,12 @@ class ReportCard(Evaluation):
         for key, value in defaults.items():
             if key in accepted:
                 options.setdefault(key, value)
-        # one W&B run for the whole report: the sections do not open their own
+        # one W&B run for the whole report: the sections do not open their own; --decode device for the sections
+        # whose passes can (OSCR's test pass decodes on the CPU)
+        decode = self.options.decode if getattr(cls, "decodes_on_device", False) else "cpu"
         evaluation = cls(**compose(cls, {"model": model, **{k: v for k, v in options.items() if k in accepted}},
                                    what=f"report section {name}"),
-                         trainer=dataclasses.replace(self.options, wandb_mode="disabled"))
+                         trainer=dataclasses.replace(self.options, wandb_mode="disabled", decode=decode))
         evaluation.shared_passes = self.passes
         return evaluation
 

@@ -251,6 +251,43 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def launch_node(arguments: list[str], *, endpoint: str, run_id: str, cwd: Path) -> subprocess.Popen:
+    """One "node" of a two-node ``evaluate.py`` run: ``torchrun --nnodes 2 --nproc-per-node 1`` (c10d rendezvous)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, str(ROOT / "evaluate.py"),
+               *arguments, *QUIET, "--devices", "1", "--num_nodes", "2", "--strategy", "ddp"]
+    return subprocess.Popen(command, cwd=cwd, env=child_env(WANDB_MODE="disabled", OMP_NUM_THREADS="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(nodes: list[subprocess.Popen], *, timeout: int) -> list[tuple[str, str]]:
+    """Each node's (stdout, stderr); a node still running after ``timeout`` seconds (a hang) is killed, with the
+    others, and fails the test."""
+    try:
+        return [node.communicate(timeout=timeout) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+
+
+def test_a_shard_set_missing_on_one_node_is_a_clear_error_not_a_hang(demo_checkpoint: Path, tmp_path: Path) -> None:
+    """Node 1 lacks the shard set node 0 reads: node 1 stops at set-up naming the path it looked for, and node 0
+    stops too (torchrun's rendezvous ends the run when a node's worker fails) instead of waiting out the process
+    group's 30-minute timeout."""
+    _, shards = ood_folder_and_shards(tmp_path)
+    artefacts = {"checkpoint": str(demo_checkpoint), "members": []}
+    missing = tmp_path / "not-copied-here" / "ood-shards"
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [launch_node(evg_on(ood, tmp_path / f"node{rank}", tmp_path / f"cache{rank}", artefacts), endpoint=endpoint,
+                         run_id="missing", cwd=tmp_path) for rank, ood in enumerate((shards, missing))]
+    outputs = finish(nodes, timeout=240)  # a hang ends here, as a failure
+    assert [node.returncode != 0 for node in nodes] == [True, True]
+    assert f"real OOD set '{missing}': not one of ['digits', 'fashion'] (NAME or NAME:ARGUMENT) nor an existing " \
+           "folder" in outputs[1][1], outputs[1][1][-3000:]
+    assert "not one of" not in outputs[0][1]  # node 0 had its shards: it stopped for its peer
+
+
 def test_two_nodes_equal_one_process(artefacts: dict, tmp_path: Path) -> None:
     """Two "nodes" on this machine, each one process, launched as the README launches ``evaluate.py`` on a cluster
     (``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on every node,
@@ -264,14 +301,8 @@ def test_two_nodes_equal_one_process(artefacts: dict, tmp_path: Path) -> None:
     for arguments, check in ((evg_on(shards, tmp_path / "two", tmp_path / "evg-cache-two", artefacts), "evg"),
                              (severity["two"], "severity")):
         endpoint = f"127.0.0.1:{free_port()}"
-        launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                  "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", check,
-                  str(ROOT / "evaluate.py"), *arguments, *QUIET, "--devices", "1", "--num_nodes", "2",
-                  "--strategy", "ddp"]
-        env = child_env(WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-        nodes = [subprocess.Popen(launch, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for _ in range(2)]
-        outputs = [node.communicate(timeout=300) for node in nodes]
+        nodes = [launch_node(arguments, endpoint=endpoint, run_id=check, cwd=tmp_path) for _ in range(2)]
+        outputs = finish(nodes, timeout=300)
         for node, (_, err) in zip(nodes, outputs, strict=True):
             assert node.returncode == 0, err[-5000:]
         out = "".join(o + e for o, e in outputs)

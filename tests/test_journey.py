@@ -52,6 +52,7 @@ SHRINK = {
     "shards-pool": ["--workers", "1"],
     "oscr-shards": EVALUATE,
     "severity-21k-shards": [*EVALUATE, "--data-arg", "estimation=3"],
+    "severity-21k-device": [*EVALUATE, "--data-arg", "estimation=3"],
     "ensemble": [*CLASSIFIER, "--members", "2"],
     "shift-generator": GENERATOR,
     "near-ood-generator": [*GENERATOR, "--model.init_args.architecture", "dcgan"],  # DCGAN: the 32 px family
@@ -128,6 +129,22 @@ def rows_of(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def assert_device_passes_match(cache: Path) -> None:
+    """Every pass decoded on the device has a CPU-decoded twin in the cache (the same pass of the same set under
+    another key): the same samples in the same order, the logits within what 1/255 of input changes."""
+    import torch
+
+    entries = [torch.load(path, weights_only=False) for path in sorted(cache.glob("*.pt"))]
+    device = [e for e in entries if e["meta"].get("decode") == "device"]
+    assert device, "no device-decoded pass in the cache"
+    for entry in device:
+        meta = {k: v for k, v in entry["meta"].items() if k != "decode"}
+        twins = [e for e in entries if e["meta"] == meta]
+        assert len(twins) == 1, meta
+        assert torch.equal(entry["tensors"]["targets"], twins[0]["tensors"]["targets"])
+        torch.testing.assert_close(entry["tensors"]["logits"], twins[0]["tensors"]["logits"], atol=0.05, rtol=0)
+
+
 def assert_finite(values: list[float], what: str) -> None:
     assert values and all(math.isfinite(v) for v in values), (what, values[:10])
 
@@ -159,6 +176,11 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
             for name in ("severity.csv", "levels_p1-eos-best_softmax.csv"):
                 assert rows_of(work / "runs/p1-eos/severity-21k-shards" / name) == rows_of(
                     work / "runs/p1-eos/severity-21k" / name), name
+        elif step == "severity-21k-device":  # its passes beside the CPU-decoded ones of the same images
+            assert_device_passes_match(work / "runs/cache-shards")
+            device = rows_of(work / "runs/p1-eos/severity-21k-device/severity.csv")
+            cpu = rows_of(work / "runs/p1-eos/severity-21k-shards/severity.csv")
+            assert [list(row)[:3] for row in device] == [list(row)[:3] for row in cpu] and len(device) == len(cpu)
         elif step == "severity-plot":
             assert (work / "runs/p1-eos/severity.png").stat().st_size > 10_000
         elif step == "generate":

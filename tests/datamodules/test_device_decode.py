@@ -155,3 +155,13 @@ def test_nvjpeg_gives_the_cpu_inputs_to_one_level(model_input, tmp_path):
     cpu, device = cpu_and_device(dataset, model_input, device="cuda")
     levels = pixel_levels(cpu, device, model_input)
     assert levels.max().item() <= 1 + 1e-3 and levels.mean().item() < 0.3
+
+
+def test_a_command_whose_passes_cannot_decode_on_the_device_refuses_it():
+    from evaluation_methods.open_set import OSCREvaluation
+    from evaluation_methods.severity import SeverityEvaluation
+
+    with pytest.raises(ValueError, match=r"evaluate\.py oscr decodes its images on the CPU \(--decode device applies "
+                                         r"to the scoring passes of severity, generated, evg and report\)"):
+        OSCREvaluation.of(model="runs/p1/best.ckpt", trainer={"decode": "device"})
+    assert SeverityEvaluation.of(model="timm:resnet18", trainer={"decode": "device"}).options.decode == "device"
