@@ -249,11 +249,9 @@ def main(argv: list[str] | None = None) -> Any:
         command, evaluation = parse(argv)
         return evaluation.run()
     except (ValueError, OSError, UnreadableImageError) as error:
-        message = f"evaluate.py {argv[0] if argv else ''}: {error}"
-        options = getattr(evaluation, "options", None)
-        if release_peers(getattr(options, "accelerator", "auto")):  # a torchrun node whose input failed at set-up
-            print(message, file=sys.stderr, flush=True)
-        raise SystemExit(message) from None
+        # a torchrun node whose input failed at set-up first releases the nodes waiting for it
+        release_peers(getattr(getattr(evaluation, "options", None), "accelerator", "auto"))
+        raise SystemExit(f"evaluate.py {argv[0] if argv else ''}: {error}") from None
 
 
 __all__ = ["COMMANDS", "main", "parse", "report"]

@@ -4,10 +4,10 @@ The CPU path: a loader worker reads a file (or its bytes in a shard set), decode
 input pipeline (``Resize -> CenterCrop -> ToTensor`` of :class:`datamodules.transforms.ModelInput`). The device
 path: the workers only read the bytes; each batch is decoded at once by TorchCodec's ``decode_jpeg(list,
 device=...)`` (one nvJPEG call on CUDA, libjpeg-turbo on the CPU; torchvision 0.29 deprecates its own decoders
-for TorchCodec's) and the same steps run on the decoded ``uint8`` tensors on that device (:class:`TensorPipeline`: torchvision's antialiased resize of tensors, the same crop, the scaling
-to ``[0, 1]``). The two agree to about 1/255 per pixel (``tests/datamodules/test_device_decode.py`` measures it
+for TorchCodec's) and the same steps run on the decoded ``uint8`` tensors on that device (:class:`TensorPipeline`:
+torchvision's antialiased resize of tensors, the same crop, the scaling to ``[0, 1]``). The two agree to about 1/255 per pixel (``tests/datamodules/test_device_decode.py`` measures it
 on the CPU; the resize kernels and the decoders round differently), so a set scored one way is cached apart
-from the other (:meth:`TensorPipeline.key`).
+from the other (``ScoringPasses`` adds ``decode: device`` to the pass's key).
 
 Only sets of JPEG files or shards (:class:`datamodules.images.ImageFileDataset`, also under ``Subset``) and
 pipelines of those three steps can go to the device; :func:`device_decoding` answers ``None`` for anything
@@ -45,7 +45,7 @@ class EncodedSet(Dataset):
     ``image`` is a ``uint8`` tensor of the file's bytes, with the target and index the wrapped set gives."""
 
     def __init__(self, files: ImageFileDataset, positions: Sequence[int], length: int) -> None:
-        self.files, self.positions, self.length = files, list(positions), length
+        self.files, self.positions, self.length = files, positions, length  # a range stays a range
 
     def __len__(self) -> int:
         return self.length
@@ -96,10 +96,6 @@ class TensorPipeline:
         if not all(isinstance(step, (T.Resize, T.CenterCrop)) for step in steps[:-1]):
             return None
         return cls(steps[:-1], pipeline.mode, model_input)
-
-    def key(self) -> str:
-        """The model input's cache key with this decoder's: device-decoded outputs are not the CPU path's."""
-        return f"{self.model_input.key()}|decode=device"
 
     def __call__(self, image: Tensor) -> Tensor:
         """A decoded RGB ``uint8`` image ``(3, H, W)`` -> the model's input ``(C, h, w)``, float."""

@@ -34,6 +34,7 @@ from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 TrainNegatives = Literal["include", "exclude", "background"]
+NEXT_EPOCH = "next_epoch"  # a loader state that means: the next epoch from its start
 
 
 class ResumableSampler(StatefulDistributedSampler):
@@ -68,9 +69,6 @@ class ResumableLoader(StatefulDataLoader):
             self.sampler.set_epoch(int(state_dict[NEXT_EPOCH]))
             state_dict = {}
         super().load_state_dict(state_dict)
-
-
-NEXT_EPOCH = "next_epoch"
 
 
 class OpenSetDataModule(pl.LightningDataModule):

@@ -248,7 +248,8 @@ class EvGEvaluation(Evaluation):
                            plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed_choice, seed=self.seed,
                            vary_at=seed_input.description, standardise_on=self.standardise_on,
                            precision=self.options.precision,
-                           passes=self.scoring_passes(self.cache_dir if self.cache_dir is not None else Path(self.output_dir) / "cache"),
+                           passes=self.scoring_passes(Path(self.output_dir) / "cache" if self.cache_dir is None
+                                                      else self.cache_dir),
                            intervals=self.intervals, fit_set=fit_set, fit=self.fit)
         logger = make_logger(self.options, name="evg")
         # inference mode off: model-based κ such as ODIN take input gradients inside the detector
