@@ -9,7 +9,6 @@ evaluation data set yields raw images -- decoded files as PIL images, in-memory 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import warnings
@@ -24,7 +23,7 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from datamodules.batch import Sample
-from datamodules.shard_store import ShardError, ShardSet, shard_set_of
+from datamodules.shard_store import ShardError, ShardSet, listing_fingerprint, shard_set_of
 from openset_common import files_fingerprint
 
 BadImagePolicy = Literal["fail", "skip"]
@@ -179,15 +178,20 @@ class ImageFileDataset(Dataset):
         self.store_of: np.ndarray | None = None
         self.positions: np.ndarray | None = None
         self._inner: list[str | None] = []
-        if inside is not None and not any(os.path.isabs(relative) for relative, _ in self.rows):
-            # every row under the root's set (the common case): one vectorised lookup
+        self._whole = False  # the rows are the root set's whole listing in set order (no lookup, no stat)
+        self._relatives = relatives = [relative for relative, _ in self.rows]
+        absolute = "\0/" in "\0" + "\0".join(relatives)  # any absolute row (os.path.isabs), in one C-level pass
+        if inside is not None and not absolute:
+            # every row under the root's set (the common case): one vectorised lookup, or none for the whole set
             self.stores = [inside[0]]
             prefix = f"{inside[1]}/" if inside[1] else ""
-            self._inner = [prefix + relative for relative, _ in self.rows] if prefix else [r for r, _ in self.rows]
+            self._inner = [prefix + relative for relative in relatives] if prefix else relatives  # type: ignore[assignment]
             self.store_of = np.zeros(len(self.rows), dtype=np.int16)
-            self.positions = inside[0].positions(self._inner, what=f"the images under {self.root}")  # type: ignore[arg-type]
+            self._whole = not prefix and inside[0].is_listing(self._inner)  # type: ignore[arg-type]
+            self.positions = (np.arange(len(self.rows), dtype=np.int64) if self._whole else
+                              inside[0].positions(self._inner, what=f"the images under {self.root}"))  # type: ignore[arg-type]
             return
-        if inside is None and not any(os.path.isabs(relative) for relative, _ in self.rows):
+        if inside is None and not absolute:
             return  # files only
         folders: dict[str, tuple[ShardSet, str] | None] = {}
         inner: list[str | None] = []
@@ -271,7 +275,9 @@ class ImageFileDataset(Dataset):
     def files_fingerprint(self) -> str:
         """:func:`openset_common.files_fingerprint` of the rows' files: the same digest from a shard set
         (whose manifest keeps the source files' sizes and modification times) as from the files."""
-        paths = [path for path, _ in self.rows]
+        if self._whole:
+            return self.stores[0].listing_fingerprint
+        paths = self._relatives
         if self.store_of is None:
             return files_fingerprint(self.root, paths)
         sizes = np.zeros(len(paths), dtype=np.int64)
@@ -282,13 +288,7 @@ class ImageFileDataset(Dataset):
         for index in np.flatnonzero(self.store_of < 0).tolist():
             info = os.stat(self.path(index))
             sizes[index], mtimes[index] = info.st_size, info.st_mtime_ns
-        hasher = hashlib.sha256()
-        chunk = 1 << 16  # Python integers for one chunk at a time
-        for start in range(0, len(paths), chunk):
-            for relative, size, mtime in zip(paths[start:start + chunk], sizes[start:start + chunk].tolist(),
-                                             mtimes[start:start + chunk].tolist(), strict=True):
-                hasher.update(f"{relative}\0{size}\0{mtime}\n".encode())
-        return hasher.hexdigest()
+        return listing_fingerprint(paths, sizes, mtimes)
 
     def labels(self) -> Tensor:
         return torch.tensor([label for _, label in self.rows], dtype=torch.long)

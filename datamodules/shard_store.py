@@ -53,9 +53,36 @@ class ShardError(RuntimeError):
 
 
 def path_keys(paths: list[str] | tuple[str, ...]) -> np.ndarray:
-    """The 64-bit key of each relative path (blake2b), as ``uint64``: the shard index is sorted by it."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(p.encode("utf-8"), digest_size=8).digest(), "little")
-                        for p in paths), dtype=np.uint64, count=len(paths))
+    """The 64-bit key of each relative path (blake2b, little-endian), as ``uint64``: the shard index is sorted
+    by it."""
+    blake2b = hashlib.blake2b
+    digests = b"".join([blake2b(p.encode("utf-8"), digest_size=8).digest() for p in paths])
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+
+
+def paths_digest(paths: list[str] | tuple[str, ...]) -> str:
+    """sha256 of the relative paths joined by NUL, in the order given (a path holds no NUL): one pass of C-level
+    joins over chunks, so a data set of 3.7M rows knows in a fraction of a second whether its rows are a shard
+    set's whole listing in set order (:meth:`ShardSet.is_listing`)."""
+    hasher = hashlib.sha256()
+    chunk = 1 << 16
+    for start in range(0, len(paths), chunk):
+        if start:
+            hasher.update(b"\0")
+        hasher.update("\0".join(paths[start:start + chunk]).encode("utf-8"))
+    return hasher.hexdigest()
+
+
+def listing_fingerprint(paths: list[str] | tuple[str, ...], sizes: np.ndarray, mtimes: np.ndarray) -> str:
+    """:func:`openset_common.files_fingerprint` of files whose sizes and modification times (ns) are known
+    (a manifest's): the same digest, without a ``stat`` per file."""
+    hasher = hashlib.sha256()
+    chunk = 1 << 16  # Python integers for one chunk at a time
+    for start in range(0, len(paths), chunk):
+        hasher.update("".join(f"{relative}\0{size}\0{mtime}\n" for relative, size, mtime in zip(
+            paths[start:start + chunk], sizes[start:start + chunk].tolist(), mtimes[start:start + chunk].tolist(),
+            strict=True)).encode("utf-8"))
+    return hasher.hexdigest()
 
 
 def is_shard_set(path: str | os.PathLike) -> bool:
@@ -150,8 +177,20 @@ class ShardSet:
             self._index = index
         return self._index
 
+    def is_listing(self, paths: list[str]) -> bool:
+        """Whether ``paths`` are every image of the set in set order (the manifest's order): then image ``i``
+        is at position ``i`` and the paths' fingerprint is the one the set recorded, with no lookup. A set
+        written before it recorded its listing answers ``False`` (and is read by lookup)."""
+        listing = self.meta.get("listing")
+        return listing is not None and len(paths) == len(self) and paths_digest(paths) == listing["paths_sha256"]
+
+    @property
+    def listing_fingerprint(self) -> str:
+        """:func:`openset_common.files_fingerprint` of every image of the set in set order, as recorded."""
+        return self.meta["listing"]["files_fingerprint"]
+
     def positions(self, paths: list[str], *, what: str) -> np.ndarray:
-        """The set position of each relative path, in the order given.
+        """The set position of each relative path, in the order given (a lookup in the sorted keys).
 
         Raises:
             ShardError: naming ``what``, the set, its source, how many paths it lacks and the first of them.

@@ -48,7 +48,9 @@ from datamodules.shard_store import (
     ShardError,
     ShardSet,
     is_shard_set,
+    listing_fingerprint,
     path_keys,
+    paths_digest,
 )
 from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder, digest
 
@@ -233,8 +235,12 @@ def _finish(out: Path, plan: list, identity: dict[str, Any]) -> ShardSet:
              sizes=np.array([int(r["size"]) for r in lines], dtype=np.int64),
              mtimes=np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64))
     atomic_write_bytes(out / INDEX_FILE, buffer.getvalue())
+    paths = [row["path"] for row in lines]
+    listing = {"paths_sha256": paths_digest(paths),
+               "files_fingerprint": listing_fingerprint(paths, np.array([int(r["size"]) for r in lines], dtype=np.int64),
+                                                        np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64))}
     meta = {"format": FORMAT, "source": {k: v for k, v in identity.items() if k not in ("count", "part_size")},
-            "count": len(lines), "part_size": identity["part_size"], "parts": parts,
+            "count": len(lines), "part_size": identity["part_size"], "parts": parts, "listing": listing,
             "manifest_sha256": hashlib.sha256(manifest).hexdigest(), "library": _litdata_version()}
     atomic_write_text(out / SHARDS_FILE, json.dumps(meta, indent=1, sort_keys=True))
     (out / WRITING_FILE).unlink(missing_ok=True)

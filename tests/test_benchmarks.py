@@ -270,4 +270,9 @@ def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp
     passes = [line for line in body.splitlines() if line.startswith("| ") and "| 60 | 2 |" in line]
     assert [line.split(" | ")[0][2:] for line in passes] == ["folders (ImageFileDataset)", "litdata shards (ImageFileDataset)",
                                                           "webdataset tars (WebDataset)"]
+    index = [line.split(" | ")[0][2:] for line in body.splitlines() if line.startswith("| ") and "| 120 |" in line]
+    assert index[:4] == ["folders: list the class folders, stat every file",
+                        "litdata shards: the pool's rows (the set's listing: one digest, the recorded fingerprint)",
+                        "litdata shards: the rows shuffled (look up and fingerprint every row)",
+                        "  of which the shard index arrays"]
     assert "30 class folders x 4 JPEG files" in body and list(tmp_path.iterdir()) == []

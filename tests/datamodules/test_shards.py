@@ -25,6 +25,7 @@ from datamodules.images import (
 from datamodules.protocols import write_protocol_csvs
 from datamodules.shard_store import INDEX_FILE, PARTS_DIR, SHARDS_FILE, ShardError, ShardSet
 from datamodules.shards import folder_rows, main, protocol_rows_of, verify, write_shards
+from openset_common import files_fingerprint
 from tests.conftest import make_imagenet_folder, protocol_wnids, write_jpeg
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]
@@ -208,3 +209,31 @@ def test_absolute_rows_read_from_the_shard_set_they_lie_in(tree: Path, tmp_path:
     relative = [(path, 1) for path, _ in folder_rows(pool)]  # ... the relative ones fingerprint alike
     assert dataset_fingerprint(ImageFileDataset(str(pool), relative)) == dataset_fingerprint(
         ImageFileDataset(theirs.root, relative))
+
+
+def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: Path) -> None:
+    """The pool's scoring set is its shard set's whole listing: positions 0..n-1 and the fingerprint recorded
+    at write time, equal to the files' own; any other rows (reordered, a subset, a set written before the
+    listing was recorded) are looked up and stat'ed from the manifest, with the same results."""
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    listing = [path for path, _ in folder_rows(tree)]
+    whole = ImageFileDataset(shards.root, [(path, 0) for path in listing])
+    assert whole._whole and whole.positions.tolist() == list(range(19))
+    assert whole.files_fingerprint() == files_fingerprint(tree, listing) == shards.listing_fingerprint
+    assert whole.stores[0]._index is None  # the index was never read
+    for rows in (listing[::-1], listing[3:11], listing[:-1]):
+        dataset = ImageFileDataset(shards.root, [(path, 0) for path in rows])
+        assert not dataset._whole
+        assert dataset.positions.tolist() == [listing.index(path) for path in rows]
+        assert dataset.files_fingerprint() == files_fingerprint(tree, rows)
+    # under a subfolder of the set the rows are relative to it: looked up, fingerprinted as that folder's files
+    train = [path.removeprefix("train/") for path in listing if path.startswith("train/")]
+    below = ImageFileDataset(str(Path(shards.root, "train")), [(path, 0) for path in train])
+    assert not below._whole and below.files_fingerprint() == files_fingerprint(tree / "train", train)
+    # a set written before it recorded its listing: the slow path, the same positions and fingerprint
+    meta = json.loads(Path(shards.root, SHARDS_FILE).read_text())
+    del meta["listing"]
+    Path(shards.root, SHARDS_FILE).write_text(json.dumps(meta))
+    older = ImageFileDataset(shards.root, [(path, 0) for path in listing])
+    assert not older._whole and older.positions.tolist() == list(range(19))
+    assert older.files_fingerprint() == files_fingerprint(tree, listing)
