@@ -9,6 +9,7 @@ evaluation data set yields raw images -- decoded files as PIL images, in-memory 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import warnings
@@ -23,7 +24,14 @@ from torch import Tensor
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
 from datamodules.batch import Sample
-from datamodules.shard_store import ShardError, ShardSet, listing_fingerprint, shard_set_of
+from datamodules.shard_store import (
+    CHUNK,
+    ShardError,
+    ShardSet,
+    fingerprint_rows,
+    listing_fingerprint,
+    shard_set_of,
+)
 from openset_common import files_fingerprint
 
 BadImagePolicy = Literal["fail", "skip"]
@@ -180,15 +188,17 @@ class ImageFileDataset(Dataset):
         self._inner: list[str | None] = []
         self._whole = False  # the rows are the root set's whole listing in set order (no lookup, no stat)
         self._relatives = relatives = [relative for relative, _ in self.rows]
-        absolute = "\0/" in "\0" + "\0".join(relatives)  # any absolute row (os.path.isabs), in one C-level pass
+        absolute = any("\0/" in "\0" + "\0".join(relatives[start:start + CHUNK])  # os.path.isabs, in C-level passes
+                       for start in range(0, len(relatives), CHUNK))
         if inside is not None and not absolute:
             # every row under the root's set (the common case): one vectorised lookup, or none for the whole set
             self.stores = [inside[0]]
             prefix = f"{inside[1]}/" if inside[1] else ""
             self._inner = [prefix + relative for relative in relatives] if prefix else relatives  # type: ignore[assignment]
-            self.store_of = np.zeros(len(self.rows), dtype=np.int16)
+            self.store_of = np.broadcast_to(np.int16(0), (len(self.rows),))  # every row in set 0, in no memory
             self._whole = not prefix and inside[0].is_listing(self._inner)  # type: ignore[arg-type]
-            self.positions = (np.arange(len(self.rows), dtype=np.int64) if self._whole else
+            self.positions = (np.arange(len(self.rows), dtype=np.uint32 if len(self.rows) < 2**32 else np.int64)
+                              if self._whole else
                               inside[0].positions(self._inner, what=f"the images under {self.root}"))  # type: ignore[arg-type]
             return
         if inside is None and not absolute:
@@ -280,6 +290,12 @@ class ImageFileDataset(Dataset):
         paths = self._relatives
         if self.store_of is None:
             return files_fingerprint(self.root, paths)
+        if len(self.stores) == 1 and self.store_of.min(initial=0) >= 0:  # every row in one set: chunk by chunk
+            hasher = hashlib.sha256()
+            for start in range(0, len(paths), CHUNK):
+                sizes, mtimes = self.stores[0].stat(self.positions[start:start + CHUNK])  # type: ignore[index]
+                fingerprint_rows(hasher, paths[start:start + CHUNK], sizes, mtimes)
+            return hasher.hexdigest()
         sizes = np.zeros(len(paths), dtype=np.int64)
         mtimes = np.zeros(len(paths), dtype=np.int64)
         for number, store in enumerate(self.stores):

@@ -46,6 +46,7 @@ MANIFEST_FILE = "manifest.csv"
 PARTS_DIR = "parts"
 FORMAT = "openset-shards/1"
 MANIFEST_COLUMNS = ("index", "path", "class", "size", "mtime_ns", "sha256")
+CHUNK = 1 << 16  # rows per step of a lookup or a fingerprint: its temporaries stay a few MB at any size
 
 
 class ShardError(RuntimeError):
@@ -65,23 +66,27 @@ def paths_digest(paths: list[str] | tuple[str, ...]) -> str:
     joins over chunks, so a data set of 3.7M rows knows in a fraction of a second whether its rows are a shard
     set's whole listing in set order (:meth:`ShardSet.is_listing`)."""
     hasher = hashlib.sha256()
-    chunk = 1 << 16
-    for start in range(0, len(paths), chunk):
+    for start in range(0, len(paths), CHUNK):
         if start:
             hasher.update(b"\0")
-        hasher.update("\0".join(paths[start:start + chunk]).encode("utf-8"))
+        hasher.update("\0".join(paths[start:start + CHUNK]).encode("utf-8"))
     return hasher.hexdigest()
 
 
-def listing_fingerprint(paths: list[str] | tuple[str, ...], sizes: np.ndarray, mtimes: np.ndarray) -> str:
-    """:func:`openset_common.files_fingerprint` of files whose sizes and modification times (ns) are known
-    (a manifest's): the same digest, without a ``stat`` per file."""
-    hasher = hashlib.sha256()
-    chunk = 1 << 16  # Python integers for one chunk at a time
-    for start in range(0, len(paths), chunk):
+def fingerprint_rows(hasher: Any, paths: list[str] | tuple[str, ...], sizes: np.ndarray, mtimes: np.ndarray) -> None:
+    """Feed ``hasher`` the :func:`openset_common.files_fingerprint` lines of files whose sizes and modification
+    times (ns) are known (a manifest's), without a ``stat`` per file; in chunks, so that only one chunk's
+    Python integers and text exist at a time."""
+    for start in range(0, len(paths), CHUNK):
+        stop = start + CHUNK
         hasher.update("".join(f"{relative}\0{size}\0{mtime}\n" for relative, size, mtime in zip(
-            paths[start:start + chunk], sizes[start:start + chunk].tolist(), mtimes[start:start + chunk].tolist(),
-            strict=True)).encode("utf-8"))
+            paths[start:stop], sizes[start:stop].tolist(), mtimes[start:stop].tolist(), strict=True)).encode("utf-8"))
+
+
+def listing_fingerprint(paths: list[str] | tuple[str, ...], sizes: np.ndarray, mtimes: np.ndarray) -> str:
+    """:func:`openset_common.files_fingerprint` of files whose sizes and modification times are known."""
+    hasher = hashlib.sha256()
+    fingerprint_rows(hasher, paths, sizes, mtimes)
     return hasher.hexdigest()
 
 
@@ -195,19 +200,28 @@ class ShardSet:
         Raises:
             ShardError: naming ``what``, the set, its source, how many paths it lacks and the first of them.
         """
-        keys = path_keys(paths)
         index = self.index
-        found = np.searchsorted(index["keys"], keys).clip(max=max(len(index["keys"]) - 1, 0))
-        hit = index["keys"][found] == keys if len(index["keys"]) else np.zeros(len(keys), dtype=bool)
-        if not hit.all():
-            missing = [paths[i] for i in np.flatnonzero(~hit)[:5]]
+        keys_of_set = index["keys"]
+        # the set's own positions dtype (uint32 below 2**32 images): 4 bytes a row at 3.7M rows
+        positions = np.empty(len(paths), dtype=index["positions"].dtype)
+        missing: list[str] = []
+        count = 0
+        for start in range(0, len(paths), CHUNK):
+            keys = path_keys(paths[start:start + CHUNK])
+            found = np.searchsorted(keys_of_set, keys).clip(max=max(len(keys_of_set) - 1, 0))
+            hit = keys_of_set[found] == keys if len(keys_of_set) else np.zeros(len(keys), dtype=bool)
+            if not hit.all():
+                count += int((~hit).sum())
+                missing += [paths[start + i] for i in np.flatnonzero(~hit)[:5 - len(missing)]]
+            positions[start:start + len(keys)] = index["positions"][found]
+        if count:
             asked = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()
             raise ShardError(f"{what}: the shard set {self.root} ({self.describe_source()}) does not hold "
-                             f"{int((~hit).sum())} of its {len(paths)} images (their paths' fingerprint {asked[:16]}; "
+                             f"{count} of its {len(paths)} images (their paths' fingerprint {asked[:16]}; "
                              f"first missing: {missing}); shards are read "
                              "only for the rows they were written from: write the shards of this set with "
                              "`python -m datamodules.shards write`")
-        return index["positions"][found].astype(np.int64)
+        return positions
 
     def describe_source(self) -> str:
         source = self.source

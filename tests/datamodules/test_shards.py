@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import datamodules.images as images_module
+import datamodules.shard_store as shard_store
 import datamodules.shards as shards_module
 from datamodules.evaluation import dataset_fingerprint, fit_folder_set
 from datamodules.imagenet import ImageNetProtocolDataModule
@@ -211,10 +213,15 @@ def test_absolute_rows_read_from_the_shard_set_they_lie_in(tree: Path, tmp_path:
         ImageFileDataset(theirs.root, relative))
 
 
-def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [4, 1 << 16])
+def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: Path, chunk: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool's scoring set is its shard set's whole listing: positions 0..n-1 and the fingerprint recorded
     at write time, equal to the files' own; any other rows (reordered, a subset, a set written before the
-    listing was recorded) are looked up and stat'ed from the manifest, with the same results."""
+    listing was recorded) are looked up and stat'ed from the manifest, with the same results, in one chunk
+    or in many (a chunk of 4 rows)."""
+    monkeypatch.setattr(shard_store, "CHUNK", chunk)
+    monkeypatch.setattr(images_module, "CHUNK", chunk)
     shards = write(tree, tmp_path / "shards", part_size=5)
     listing = [path for path, _ in folder_rows(tree)]
     whole = ImageFileDataset(shards.root, [(path, 0) for path in listing])
@@ -237,3 +244,7 @@ def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: P
     older = ImageFileDataset(shards.root, [(path, 0) for path in listing])
     assert not older._whole and older.positions.tolist() == list(range(19))
     assert older.files_fingerprint() == files_fingerprint(tree, listing)
+    # rows the set lacks, in two chunks: every one counted, the first named
+    strays = ["train/n01440764/stray-1.JPEG", *listing[:5], "val/n01443537/stray-2.JPEG"]
+    with pytest.raises(ShardError, match=r"does not hold 2 of its 7 images .*stray-1.JPEG', 'val/n01443537/stray-2"):
+        ImageFileDataset(shards.root, [(path, 0) for path in strays])
