@@ -18,13 +18,16 @@ not encoding. Rows, all in one run:
    for both (a shared file system makes the folder listing far slower: one metadata round trip per folder
    and per file).
 2. ``index memory``: the peak Python allocation of building the index (tracemalloc), and its extrapolation
-   to the full pool's 3.7M images (linear in the images).
+   to the full pool's 3.7M images from two sizes (every row and half of them: the slope per row plus what
+   does not grow, such as one chunk's temporaries).
 3. ``pass``: images/s of the scoring pass over ``--pass-images`` images of the pool (evenly spread over the
    classes) with the demo's small CNN (1 x 28 x 28 input, batch 256, ``--workers`` loader processes,
    PIL decoding): ImageFileDataset on the folders, the same data set on the shard set (litdata random access,
    the sample order of the folders), and webdataset's ``WebDataset`` over tar shards of the same images
    (streamed in shard order, split between the workers). Best of ``--repeat`` after a warm-up pass.
-4. ``write``: the time to write the shards (``--workers`` processes).
+4. ``where the time goes``: microseconds an image in one process, over 10,000 images of the pass: reading
+   the bytes from a file, reading them from the shard set, decoding them (PIL), the model transform.
+5. ``write``: the time to write the shards (``--workers`` processes).
 
     python -m benchmarks.data_throughput [--tiny] [--write] [--work-dir DIR] [--classes N] [--per-class N]
 """
@@ -113,6 +116,19 @@ def write_tars(root: Path, rows: list[tuple[str, int]], out: Path, per_shard: in
     return sorted(str(p) for p in out.glob("shard-*.tar"))
 
 
+def at_full_pool(peak: int, images: int, half_peak: int, half_images: int) -> float:
+    """MB at the full pool from the peaks at ``images`` and at ``half_images`` rows: the slope, extended."""
+    slope = max(peak - half_peak, 0) / (images - half_images)
+    return (peak + slope * (FULL_POOL - images)) / 2**20
+
+
+def per_image_us(dataset: ImageFileDataset, read, count: int) -> float:
+    start = time.perf_counter()
+    for index in range(count):
+        read(dataset, index)
+    return (time.perf_counter() - start) / count * 1e6
+
+
 def peak_memory(fn) -> tuple[Any, int]:
     tracemalloc.start()
     try:
@@ -188,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         wnids = make_tree(root, args.classes, args.per_class)
         tree_seconds = time.perf_counter() - started
         (rows, folder_print), folder_peak = peak_memory(lambda: folder_index(root, wnids))
+        _, folder_half_peak = peak_memory(lambda: folder_index(root, wnids[: len(wnids) // 2]))
+        half_images = len(folder_index(root, wnids[: len(wnids) // 2])[0])
         start = time.perf_counter()
         folder_index(root, wnids)
         folder_seconds = time.perf_counter() - start
@@ -203,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         assert shard_print == folder_print, "the shard set must fingerprint as its files"
         shuffled = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
         _, lookup_peak = peak_memory(lambda: shard_index(out, shuffled))
+        _, lookup_half_peak = peak_memory(lambda: shard_index(out, shuffled[: len(shuffled) // 2]))
         start = time.perf_counter()
         lookup_print = shard_index(out, shuffled)
         lookup_seconds = time.perf_counter() - start
@@ -239,16 +258,25 @@ def main(argv: Sequence[str] | None = None) -> str:
         folder_sum = sums["folders (ImageFileDataset)"]
         assert sums["litdata shards (ImageFileDataset)"] == folder_sum, "shards must score as the folders"
         assert abs(sums["webdataset tars (WebDataset)"] - folder_sum) <= 1e-6 * abs(folder_sum) + 1e-3
+        count = min(len(subset), 10_000)
+        on_files, on_shards = ImageFileDataset(str(root), subset), ImageFileDataset(str(out), subset)
+        per_image = [("read the bytes of a file", per_image_us(on_files, ImageFileDataset.encoded, count)),
+                     ("read the bytes from the shard set (litdata)", per_image_us(on_shards, ImageFileDataset.encoded, count)),
+                     ("decode (PIL, RGB)", per_image_us(on_shards, ImageFileDataset.decode, count)
+                      - per_image_us(on_shards, ImageFileDataset.encoded, count)),
+                     ("the model transform (grey, 28 x 28, tensor)", per_image_us(
+                         on_shards, lambda dataset, index: transform(dataset.decode(index)), count)
+                      - per_image_us(on_shards, ImageFileDataset.decode, count))]
         shutil.rmtree(root)
     images = len(rows)
     index_table = table(
         ["index of the pool", "images", "seconds", "peak MB (tracemalloc)", "at 3.7M images (MB)"],
         [["folders: list the class folders, stat every file", images, f"{folder_seconds:.3f}",
-          f"{folder_peak / 2**20:.1f}", f"{folder_peak / images * FULL_POOL / 2**20:.0f}"],
+          f"{folder_peak / 2**20:.1f}", f"{at_full_pool(folder_peak, images, folder_half_peak, half_images):.0f}"],
          ["litdata shards: the pool's rows (the set's listing: one digest, the recorded fingerprint)", images,
           f"{shard_seconds:.3f}", f"{shard_peak / 2**20:.1f}", f"{shard_peak / images * FULL_POOL / 2**20:.0f}"],
          ["litdata shards: the rows shuffled (look up and fingerprint every row)", images, f"{lookup_seconds:.3f}",
-          f"{lookup_peak / 2**20:.1f}", f"{lookup_peak / images * FULL_POOL / 2**20:.0f}"],
+          f"{lookup_peak / 2**20:.1f}", f"{at_full_pool(lookup_peak, images, lookup_half_peak, images // 2):.0f}"],
          ["  of which the shard index arrays", images, "", f"{index_bytes / 2**20:.1f}",
           f"{index_bytes / images * FULL_POOL / 2**20:.0f}"],
          [f"webdataset tars: list the {len(wds_files)} shards (no index of images)", len(subset),
@@ -257,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         ["scoring pass (small CNN, batch 256)", "images", "workers", "images/s (best)", "vs folders"],
         [[name, len(subset), args.workers, f"{max(v):.0f}", f"{max(v) / max(results['folders (ImageFileDataset)']):.2f}x"]
          for name, v in results.items()])
+    time_table = table(["where the time goes (one process)", "images", "µs an image"],
+                       [[name, len(subset), f"{value:.1f}"] for name, value in per_image])
     write_table = table(["writing", "images", "seconds", "images/s"],
                         [["the synthetic tree (file creation only)", images, f"{tree_seconds:.1f}", f"{images / tree_seconds:.0f}"],
                          [f"litdata shards ({args.workers} workers, sha256 of every file)", images, f"{write_seconds:.1f}",
@@ -264,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> str:
                          ["webdataset tars (1 process)", len(subset), f"{tar_seconds:.1f}", f"{len(subset) / tar_seconds:.0f}"]])
     body = (f"{args.classes} class folders x {args.per_class} JPEG files (64-160 px); index speed-up "
             f"{folder_seconds / shard_seconds:.1f}x (the pool's rows), {folder_seconds / lookup_seconds:.1f}x "
-            f"(shuffled rows)\n\n{index_table}\n\n{pass_table}\n\n{write_table}")
+            f"(shuffled rows)\n\n{index_table}\n\n{pass_table}\n\n{time_table}\n\n{write_table}")
     finish(args, SECTION, body, script="benchmarks.data_throughput")
     return body
 

@@ -275,4 +275,8 @@ def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp
                         "litdata shards: the pool's rows (the set's listing: one digest, the recorded fingerprint)",
                         "litdata shards: the rows shuffled (look up and fingerprint every row)",
                         "  of which the shard index arrays"]
+    where = body.split("| where the time goes (one process) |")[1].split("\n\n")[0].splitlines()[2:]
+    assert [line.split(" | ")[0][2:] for line in where] == [
+        "read the bytes of a file", "read the bytes from the shard set (litdata)", "decode (PIL, RGB)",
+        "the model transform (grey, 28 x 28, tensor)"]
     assert "30 class folders x 4 JPEG files" in body and list(tmp_path.iterdir()) == []
