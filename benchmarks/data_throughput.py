@@ -18,8 +18,9 @@ not encoding. Rows, all in one run:
    for both (a shared file system makes the folder listing far slower: one metadata round trip per folder
    and per file).
 2. ``index memory``: the peak Python allocation of building the index (tracemalloc), and its extrapolation
-   to the full pool's 3.7M images from two sizes (every row and half of them: the slope per row plus what
-   does not grow, such as one chunk's temporaries).
+   to the full pool's 3.7M images: for the folders and the shuffled rows from two sizes (every row and half
+   of them: the slope per row, the set's index arrays scaled with the set, plus what does not grow, such as
+   one chunk's temporaries); for the pool's rows linearly (an upper bound).
 3. ``pass``: images/s of the scoring pass over ``--pass-images`` images of the pool (evenly spread over the
    classes) with the demo's small CNN (1 x 28 x 28 input, batch 256, ``--workers`` loader processes,
    PIL decoding): ImageFileDataset on the folders, the same data set on the shard set (litdata random access,
@@ -116,10 +117,13 @@ def write_tars(root: Path, rows: list[tuple[str, int]], out: Path, per_shard: in
     return sorted(str(p) for p in out.glob("shard-*.tar"))
 
 
-def at_full_pool(peak: int, images: int, half_peak: int, half_images: int) -> float:
-    """MB at the full pool from the peaks at ``images`` and at ``half_images`` rows: the slope, extended."""
+def at_full_pool(peak: int, images: int, half_peak: int, half_images: int, set_bytes: int = 0) -> float:
+    """MB at the full pool (3.7M rows of a 3.7M-image set) from the peaks at ``images`` and at ``half_images``
+    rows of the same set: what grows with the rows (the slope between the two), what grows with the set (its
+    index arrays, ``set_bytes`` at ``images`` images) and what does not grow (one chunk's temporaries)."""
     slope = max(peak - half_peak, 0) / (images - half_images)
-    return (peak + slope * (FULL_POOL - images)) / 2**20
+    fixed = peak - set_bytes - slope * images
+    return (fixed + slope * FULL_POOL + set_bytes / images * FULL_POOL) / 2**20
 
 
 def per_image_us(dataset: ImageFileDataset, read, count: int) -> float:
@@ -276,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> str:
          ["litdata shards: the pool's rows (the set's listing: one digest, the recorded fingerprint)", images,
           f"{shard_seconds:.3f}", f"{shard_peak / 2**20:.1f}", f"{shard_peak / images * FULL_POOL / 2**20:.0f}"],
          ["litdata shards: the rows shuffled (look up and fingerprint every row)", images, f"{lookup_seconds:.3f}",
-          f"{lookup_peak / 2**20:.1f}", f"{at_full_pool(lookup_peak, images, lookup_half_peak, images // 2):.0f}"],
+          f"{lookup_peak / 2**20:.1f}", f"{at_full_pool(lookup_peak, images, lookup_half_peak, images // 2, index_bytes):.0f}"],
          ["  of which the shard index arrays", images, "", f"{index_bytes / 2**20:.1f}",
           f"{index_bytes / images * FULL_POOL / 2**20:.0f}"],
          [f"webdataset tars: list the {len(wds_files)} shards (no index of images)", len(subset),
@@ -286,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         [[name, len(subset), args.workers, f"{max(v):.0f}", f"{max(v) / max(results['folders (ImageFileDataset)']):.2f}x"]
          for name, v in results.items()])
     time_table = table(["where the time goes (one process)", "images", "µs an image"],
-                       [[name, len(subset), f"{value:.1f}"] for name, value in per_image])
+                       [[name, count, f"{value:.1f}"] for name, value in per_image])
     write_table = table(["writing", "images", "seconds", "images/s"],
                         [["the synthetic tree (file creation only)", images, f"{tree_seconds:.1f}", f"{images / tree_seconds:.0f}"],
                          [f"litdata shards ({args.workers} workers, sha256 of every file)", images, f"{write_seconds:.1f}",
