@@ -26,8 +26,9 @@ not encoding. Rows, all in one run:
    PIL decoding): ImageFileDataset on the folders, the same data set on the shard set (litdata random access,
    the sample order of the folders), and webdataset's ``WebDataset`` over tar shards of the same images
    (streamed in shard order, split between the workers). Best of ``--repeat`` after a warm-up pass.
-4. ``where the time goes``: microseconds an image in one process, over 10,000 images of the pass: reading
-   the bytes from a file, reading them from the shard set, decoding them (PIL), the model transform.
+4. ``where the time goes``: microseconds an image in one process (best of ``--repeat``), over 10,000 images of
+   the pass: reading the bytes from a file, reading them from the shard set, decoding them (PIL), the model
+   transform.
 5. ``write``: the time to write the shards (``--workers`` processes).
 
     python -m benchmarks.data_throughput [--tiny] [--write] [--work-dir DIR] [--classes N] [--per-class N]
@@ -136,11 +137,9 @@ def best_seconds(fn, repeat: int) -> float:
     return min(times)
 
 
-def per_image_us(dataset: ImageFileDataset, read, count: int) -> float:
-    start = time.perf_counter()
-    for index in range(count):
-        read(dataset, index)
-    return (time.perf_counter() - start) / count * 1e6
+def per_image_us(dataset: ImageFileDataset, read, count: int, repeat: int) -> float:
+    """Microseconds an image of ``read(dataset, index)`` over ``count`` images, the best of ``repeat``."""
+    return best_seconds(lambda: [read(dataset, index) for index in range(count)], repeat) / count * 1e6
 
 
 def peak_memory(fn) -> tuple[Any, int]:
@@ -268,13 +267,14 @@ def main(argv: Sequence[str] | None = None) -> str:
         assert abs(sums["webdataset tars (WebDataset)"] - folder_sum) <= 1e-6 * abs(folder_sum) + 1e-3
         count = min(len(subset), 10_000)
         on_files, on_shards = ImageFileDataset(str(root), subset), ImageFileDataset(str(out), subset)
-        per_image = [("read the bytes of a file", per_image_us(on_files, ImageFileDataset.encoded, count)),
-                     ("read the bytes from the shard set (litdata)", per_image_us(on_shards, ImageFileDataset.encoded, count)),
-                     ("decode (PIL, RGB)", per_image_us(on_shards, ImageFileDataset.decode, count)
-                      - per_image_us(on_shards, ImageFileDataset.encoded, count)),
-                     ("the model transform (grey, 28 x 28, tensor)", per_image_us(
-                         on_shards, lambda dataset, index: transform(dataset.decode(index)), count)
-                      - per_image_us(on_shards, ImageFileDataset.decode, count))]
+        costs = {name: per_image_us(dataset, read, count, args.repeat) for name, dataset, read in (
+            ("file", on_files, ImageFileDataset.encoded), ("shards", on_shards, ImageFileDataset.encoded),
+            ("decoded", on_shards, ImageFileDataset.decode),
+            ("transformed", on_shards, lambda dataset, index: transform(dataset.decode(index))))}
+        per_image = [("read the bytes of a file", costs["file"]),
+                     ("read the bytes from the shard set (litdata)", costs["shards"]),
+                     ("decode (PIL, RGB)", costs["decoded"] - costs["shards"]),
+                     ("the model transform (grey, 28 x 28, tensor)", costs["transformed"] - costs["decoded"])]
         shutil.rmtree(root)
     images = len(rows)
     index_table = table(
