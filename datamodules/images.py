@@ -154,6 +154,11 @@ def read_rgb_image(path: str) -> Image.Image:
         return image.convert("RGB")
 
 
+def _any_absolute(paths: list[str]) -> bool:
+    """``any(os.path.isabs(p) for p in paths)`` for POSIX paths, in C-level passes over chunks of them."""
+    return any("\0/" in "\0" + "\0".join(paths[start:start + CHUNK]) for start in range(0, len(paths), CHUNK))
+
+
 class ImageFileDataset(Dataset):
     """Images listed as ``(relative path, label)`` rows under ``root``.
 
@@ -187,9 +192,14 @@ class ImageFileDataset(Dataset):
         self.positions: np.ndarray | None = None
         self._inner: list[str | None] = []
         self._whole = False  # the rows are the root set's whole listing in set order (no lookup, no stat)
-        self._relatives = relatives = [relative for relative, _ in self.rows]
-        absolute = any("\0/" in "\0" + "\0".join(relatives[start:start + CHUNK])  # os.path.isabs, in C-level passes
-                       for start in range(0, len(relatives), CHUNK))
+        relatives = [relative for relative, _ in self.rows]
+        try:
+            absolute = _any_absolute(relatives)
+        except TypeError:  # rows given as path objects: as strings from here on
+            relatives = [os.fspath(relative) for relative in relatives]
+            self.rows = [(relative, label) for relative, (_, label) in zip(relatives, self.rows, strict=True)]
+            absolute = _any_absolute(relatives)
+        self._relatives = relatives
         if inside is not None and not absolute:
             # every row under the root's set (the common case): one vectorised lookup, or none for the whole set
             self.stores = [inside[0]]

@@ -213,7 +213,8 @@ class ShardSet:
             if not hit.all():
                 count += int((~hit).sum())
                 missing += [paths[start + i] for i in np.flatnonzero(~hit)[:5 - len(missing)]]
-            positions[start:start + len(keys)] = index["positions"][found]
+            if not count:
+                positions[start:start + len(keys)] = index["positions"][found]
         if count:
             asked = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()
             raise ShardError(f"{what}: the shard set {self.root} ({self.describe_source()}) does not hold "

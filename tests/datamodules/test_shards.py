@@ -248,3 +248,20 @@ def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: P
     strays = ["train/n01440764/stray-1.JPEG", *listing[:5], "val/n01443537/stray-2.JPEG"]
     with pytest.raises(ShardError, match=r"does not hold 2 of its 7 images .*stray-1.JPEG', 'val/n01443537/stray-2"):
         ImageFileDataset(shards.root, [(path, 0) for path in strays])
+
+
+def test_path_objects_as_rows_read_as_their_strings(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    rows = [(path, i % 3) for i, (path, _) in enumerate(folder_rows(tree))]
+    for root in (str(tree), shards.root):
+        as_paths = ImageFileDataset(root, [(Path(path), label) for path, label in rows])
+        as_text = ImageFileDataset(root, rows)
+        assert as_paths.rows == as_text.rows and dataset_fingerprint(as_paths) == dataset_fingerprint(as_text)
+        assert np.array_equal(np.asarray(as_paths[4].image), np.asarray(as_text[4].image))
+
+
+def test_an_empty_shard_set_holds_no_row(tree: Path, tmp_path: Path) -> None:
+    empty = write_shards(tree, [], tmp_path / "empty", source={"kind": "folder"}, workers=1, log=lambda message: None)
+    assert len(empty) == 0
+    with pytest.raises(ShardError, match=r"does not hold 1 of its 1 images .*first missing: \['train/n01440764/x.JPEG'\]"):
+        empty.positions(["train/n01440764/x.JPEG"], what="test")
