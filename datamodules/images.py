@@ -191,7 +191,7 @@ class ImageFileDataset(Dataset):
         self.store_of: np.ndarray | None = None
         self.positions: np.ndarray | None = None
         self._inner: list[str | None] = []
-        self._whole = False  # the rows are the root set's whole listing in set order (no lookup, no stat)
+        self._run: dict | None = None  # the recorded run of the root set's listing the rows are (no lookup, no stat)
         relatives = [relative for relative, _ in self.rows]
         try:
             absolute = _any_absolute(relatives)
@@ -201,15 +201,17 @@ class ImageFileDataset(Dataset):
             absolute = _any_absolute(relatives)
         self._relatives = relatives
         if inside is not None and not absolute:
-            # every row under the root's set (the common case): one vectorised lookup, or none for the whole set
+            # every row under the root's set (the common case): a chunked lookup, or none for a recorded run
             self.stores = [inside[0]]
             prefix = f"{inside[1]}/" if inside[1] else ""
             self._inner = [prefix + relative for relative in relatives] if prefix else relatives  # type: ignore[assignment]
             self.store_of = np.broadcast_to(np.int16(0), (len(self.rows),))  # every row in set 0, in no memory
-            self._whole = not prefix and inside[0].is_listing(self._inner)  # type: ignore[arg-type]
-            self.positions = (np.arange(len(self.rows), dtype=np.uint32 if len(self.rows) < 2**32 else np.int64)
-                              if self._whole else
-                              inside[0].positions(self._inner, what=f"the images under {self.root}"))  # type: ignore[arg-type]
+            self._run = None if prefix else inside[0].run_of(self._inner)  # type: ignore[arg-type]
+            if self._run is not None:
+                start, count = self._run["start"], self._run["count"]
+                self.positions = np.arange(start, start + count, dtype=np.uint32 if start + count < 2**32 else np.int64)
+            else:  # a lookup (or, under a sub-folder of the set, a recorded run of the set's own paths)
+                self.positions = inside[0].positions(self._inner, what=f"the images under {self.root}")  # type: ignore[arg-type]
             return
         if inside is None and not absolute:
             return  # files only
@@ -295,8 +297,8 @@ class ImageFileDataset(Dataset):
     def files_fingerprint(self) -> str:
         """:func:`openset_common.files_fingerprint` of the rows' files: the same digest from a shard set
         (whose manifest keeps the source files' sizes and modification times) as from the files."""
-        if self._whole:
-            return self.stores[0].listing_fingerprint
+        if self._run is not None:
+            return self._run["files_fingerprint"]
         paths = self._relatives
         if self.store_of is None:
             return files_fingerprint(self.root, paths)

@@ -15,9 +15,11 @@ Layout (``python -m datamodules.shards write`` makes it; :mod:`datamodules.shard
     <shards>/parts/00000/            one litdata data set per part (index.json + chunk-*.bin) ...
     <shards>/parts/00000/manifest.csv  ... with its rows of the manifest
 
-Opening a set reads ``shards.json`` and ``index.npz`` only: O(parts) files, and about 28 bytes per image in
-memory (a 64-bit key, a 32-bit position, a 64-bit size and modification time), so 3.7M images (the
-ImageNet-21k pool) take about 100 MB; nothing walks a folder tree. Listing folders of a set
+Opening a set reads ``shards.json``; nothing walks a folder tree. ``shards.json`` records the runs of the
+listing (:meth:`ShardSet.runs`: the whole listing and its sections, such as a pool's estimation and test
+images) with their paths' digest and fingerprint, so rows that are one of them need nothing more; other rows
+are looked up in ``index.npz``, about 28 bytes per image in memory (a 64-bit key, a 32-bit position, a
+64-bit size and modification time), so 3.7M images (the ImageNet-21k pool) take about 100 MB. Listing folders of a set
 (:meth:`ShardSet.listing`) reads the manifest once, on demand.
 
 litdata is imported with its start-up version check off (it would ask PyPI for a newer release): no network.
@@ -64,7 +66,7 @@ def path_keys(paths: list[str] | tuple[str, ...]) -> np.ndarray:
 def paths_digest(paths: list[str] | tuple[str, ...]) -> str:
     """sha256 of the relative paths joined by NUL, in the order given (a path holds no NUL): one pass of C-level
     joins over chunks, so a data set of 3.7M rows knows in a fraction of a second whether its rows are a shard
-    set's whole listing in set order (:meth:`ShardSet.is_listing`)."""
+    set's whole listing or one of its recorded runs, in set order (:meth:`ShardSet.run_of`)."""
     hasher = hashlib.sha256()
     for start in range(0, len(paths), CHUNK):
         if start:
@@ -182,12 +184,31 @@ class ShardSet:
             self._index = index
         return self._index
 
-    def is_listing(self, paths: list[str]) -> bool:
-        """Whether ``paths`` are every image of the set in set order (the manifest's order): then image ``i``
-        is at position ``i`` and the paths' fingerprint is the one the set recorded, with no lookup. A set
-        written before it recorded its listing answers ``False`` (and is read by lookup)."""
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs of the set's listing it recorded when written: the whole listing, then its sections (a
+        pool's estimation and test images, a protocol's splits), each ``{"name", "start", "count",
+        "paths_sha256", "files_fingerprint"}``. A set written before it recorded its listing has none."""
         listing = self.meta.get("listing")
-        return listing is not None and len(paths) == len(self) and paths_digest(paths) == listing["paths_sha256"]
+        if listing is None:
+            return []
+        whole = {"name": "", "start": 0, "count": len(self), "paths_sha256": listing["paths_sha256"],
+                 "files_fingerprint": listing["files_fingerprint"]}
+        return [whole, *listing.get("sections", [])]
+
+    def run_of(self, paths: list[str]) -> dict[str, Any] | None:
+        """The recorded run (:meth:`runs`) that ``paths`` are, in its order, or ``None``: then path ``i`` is at
+        position ``start + i`` and the paths' fingerprint is the run's, with no lookup and no stat. One digest
+        of the paths, computed only when a run has their count."""
+        candidates = [run for run in self.runs() if run["count"] == len(paths)]
+        if not candidates:
+            return None
+        digest = paths_digest(paths)
+        return next((run for run in candidates if run["paths_sha256"] == digest), None)
+
+    def is_listing(self, paths: list[str]) -> bool:
+        """Whether ``paths`` are every image of the set in set order (the manifest's order)."""
+        run = self.run_of(paths)
+        return run is not None and run["name"] == "" and run["count"] == len(self)
 
     @property
     def listing_fingerprint(self) -> str:
@@ -195,11 +216,15 @@ class ShardSet:
         return self.meta["listing"]["files_fingerprint"]
 
     def positions(self, paths: list[str], *, what: str) -> np.ndarray:
-        """The set position of each relative path, in the order given (a lookup in the sorted keys).
+        """The set position of each relative path, in the order given: ``start .. start + n - 1`` for a recorded
+        run of the listing (:meth:`run_of`), else a lookup in the sorted keys, 65,536 paths at a time.
 
         Raises:
             ShardError: naming ``what``, the set, its source, how many paths it lacks and the first of them.
         """
+        run = self.run_of(paths)
+        if run is not None:
+            return np.arange(run["start"], run["start"] + run["count"], dtype=np.uint32 if len(self) < 2**32 else np.int64)
         index = self.index
         keys_of_set = index["keys"]
         # the set's own positions dtype (uint32 below 2**32 images): 4 bytes a row at 3.7M rows

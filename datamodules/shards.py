@@ -59,6 +59,7 @@ PART_SIZE = 10_000
 CHUNK_BYTES = "64MB"
 
 Rows = list[tuple[str, str]]  # (relative path, class)
+Sections = list[tuple[str, int, int]]  # (name, start, stop) of runs of the rows
 
 
 # -- the sources ----------------------------------------------------------------------------------
@@ -73,20 +74,42 @@ def folder_rows(root: str | os.PathLike) -> Rows:
     return rows
 
 
-def pool_rows(pool_file: str | os.PathLike) -> Rows:
-    """The rows of an ImageNet-21k pool file (:func:`datamodules.imagenet21k.read_pool_file`), classed by wnid."""
+def runs_of(names: Sequence[str]) -> Sections:
+    """The contiguous runs of equal names, ``(name, start, stop)``: the sections a set records of its rows."""
+    sections: Sections = []
+    for i, name in enumerate(names):
+        if sections and sections[-1][0] == name and sections[-1][2] == i:
+            sections[-1] = (name, sections[-1][1], i + 1)
+        else:
+            sections.append((name, i, i + 1))
+    return sections
+
+
+def pool_source(pool_file: str | os.PathLike) -> tuple[Rows, Sections]:
+    """The rows of an ImageNet-21k pool file (:func:`datamodules.imagenet21k.read_pool_file`), classed by wnid:
+    its estimation images, then its test images, each in the pool file's order, so that each split the
+    severity data reads is a recorded section of the set (no lookup); and those sections."""
     from datamodules.imagenet21k import read_pool_file
 
-    return [(path, wnid) for path, wnid, _ in read_pool_file(pool_file)]
+    pool = read_pool_file(pool_file)
+    ordered = [row for split in ("estimation", "test") for row in pool if row[2] == split]
+    return [(path, wnid) for path, wnid, _ in ordered], runs_of([split for _, _, split in ordered])
 
 
 def protocol_rows_of(number: int, protocol_dir: str | os.PathLike) -> Rows:
+    """The rows :func:`protocol_source` writes."""
+    return protocol_source(number, protocol_dir)[0]
+
+
+def protocol_source(number: int, protocol_dir: str | os.PathLike) -> tuple[Rows, Sections]:
     """The images of protocol ``number``'s three CSV files (train, val, test; each path once), classed by the
-    wnid folder of the path."""
+    wnid folder of the path, and the run of each split among them (a split whose every image is new is a
+    recorded section of the set: its data set needs no lookup)."""
     from datamodules.protocols import SPLITS, csv_path, imagenet_protocol, read_protocol_csv
 
     protocol = imagenet_protocol(number)
     rows: Rows = []
+    names: list[str] = []
     seen: set[str] = set()
     for split in SPLITS:
         file = csv_path(protocol_dir, number, split)
@@ -97,7 +120,8 @@ def protocol_rows_of(number: int, protocol_dir: str | os.PathLike) -> Rows:
             if path not in seen:
                 seen.add(path)
                 rows.append((path, path.split("/")[-2]))
-    return rows
+                names.append(split)
+    return rows, runs_of(names)
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -140,13 +164,15 @@ def _part_manifest(folder: Path) -> list[dict[str, str]]:
 
 def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *, source: dict[str, Any],
                  workers: int = 2, part_size: int = PART_SIZE, chunk_bytes: str = CHUNK_BYTES,
-                 log=print) -> ShardSet:
+                 sections: Sections = (), log=print) -> ShardSet:
     """Write ``rows`` (relative paths under ``root`` with their class) into the shard set ``out``.
 
     Args:
         source: what the rows are (kind, root, ...), recorded in ``shards.json`` beside the rows' digest.
         workers: processes writing parts in parallel (``<= 1``: in this process).
         part_size: images per part (the unit of resumption and of parallel work).
+        sections: named runs ``(name, start, stop)`` of the rows (a pool's splits, a protocol's), recorded with
+            their paths' digest and fingerprint, so that a data set of one of them needs no lookup.
 
     Returns:
         The finished set, opened.
@@ -158,6 +184,9 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
     """
     if part_size < 1:
         raise ValueError(f"part_size must be positive, got {part_size}")
+    for name, start, stop in sections:
+        if not 0 <= start < stop <= len(rows):
+            raise ValueError(f"section {name!r} [{start}, {stop}) is not a run of the {len(rows)} rows")
     out = Path(out).absolute()
     check_writable_folder(out, what="the shard set")
     paths = [path for path, _ in rows]
@@ -208,10 +237,10 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
             for future in [pool.submit(_write_part, *job) for job in todo]:
                 future.result()
-    return _finish(out, plan, identity)
+    return _finish(out, plan, identity, sections)
 
 
-def _finish(out: Path, plan: list, identity: dict[str, Any]) -> ShardSet:
+def _finish(out: Path, plan: list, identity: dict[str, Any], sections: Sections = ()) -> ShardSet:
     """The manifest, the index and ``shards.json`` (last) from the finished parts."""
     lines, parts = [], []
     for k, _, chunk in plan:
@@ -236,9 +265,14 @@ def _finish(out: Path, plan: list, identity: dict[str, Any]) -> ShardSet:
              mtimes=np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64))
     atomic_write_bytes(out / INDEX_FILE, buffer.getvalue())
     paths = [row["path"] for row in lines]
-    listing = {"paths_sha256": paths_digest(paths),
-               "files_fingerprint": listing_fingerprint(paths, np.array([int(r["size"]) for r in lines], dtype=np.int64),
-                                                        np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64))}
+    sizes = np.array([int(r["size"]) for r in lines], dtype=np.int64)
+    mtimes = np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64)
+    listing = {"paths_sha256": paths_digest(paths), "files_fingerprint": listing_fingerprint(paths, sizes, mtimes),
+               "sections": [{"name": name, "start": start, "count": stop - start,
+                             "paths_sha256": paths_digest(paths[start:stop]),
+                             "files_fingerprint": listing_fingerprint(paths[start:stop], sizes[start:stop],
+                                                                      mtimes[start:stop])}
+                            for name, start, stop in sections]}
     meta = {"format": FORMAT, "source": {k: v for k, v in identity.items() if k not in ("count", "part_size")},
             "count": len(lines), "part_size": identity["part_size"], "parts": parts, "listing": listing,
             "manifest_sha256": hashlib.sha256(manifest).hexdigest(), "library": _litdata_version()}
@@ -321,19 +355,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.shards}: {'verified' if not problems else f'{len(problems)} problem(s)'}")
         return 1 if problems else 0
     if args.folder:
-        root, rows, kind = args.folder, folder_rows(args.folder), {"kind": "folder"}
+        root, rows, kind, sections = args.folder, folder_rows(args.folder), {"kind": "folder"}, []
     elif args.pool_file:
         if not args.pool_root:
             parser.error("--pool-file needs --pool-root (the folder its paths are under)")
-        root, rows = args.pool_root, pool_rows(args.pool_file)
+        root, (rows, sections) = args.pool_root, pool_source(args.pool_file)
         kind = {"kind": "pool", "pool_file_sha256": hashlib.sha256(Path(args.pool_file).read_bytes()).hexdigest()}
     else:
         if not args.imagenet_root:
             parser.error("--protocol needs --imagenet-root (the folder its paths are under)")
-        root, rows = args.imagenet_root, protocol_rows_of(args.protocol, args.protocol_dir)
+        root, (rows, sections) = args.imagenet_root, protocol_source(args.protocol, args.protocol_dir)
         kind = {"kind": "protocol", "protocol": args.protocol}
     shards = write_shards(root, rows, args.out, source={**kind, "root": str(Path(root).absolute())},
-                          workers=args.workers, part_size=args.part_size)
+                          workers=args.workers, part_size=args.part_size, sections=sections)
     print(f"{shards.root}: {len(shards)} images in {len(shards.parts)} parts")
     return 0
 

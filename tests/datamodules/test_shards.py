@@ -22,6 +22,7 @@ from datamodules.images import (
     UnreadableImageError,
     image_files,
     image_files_under,
+    read_rgb_image,
     subfolders,
 )
 from datamodules.protocols import write_protocol_csvs
@@ -85,6 +86,8 @@ def test_a_fit_set_and_a_protocol_datamodule_read_shards(tmp_path: Path) -> None
     for split in ("train", "val", "test"):
         folder, sharded = loaded[0][split].without_transform(), loaded[1][split].without_transform()
         assert folder.rows == sharded.rows and dataset_fingerprint(folder) == dataset_fingerprint(sharded)
+        if split != "train":  # a recorded section of the set: no lookup (training drops the negatives' rows here)
+            assert loaded[1][split]._run["name"] == split
         assert all(np.array_equal(a, b) for a, b in zip(pixels(folder)[:6], pixels(sharded)[:6], strict=True))
     # a model's fit set from a shard set of its training folders
     mine = make_imagenet_folder(tmp_path / "mine", WNIDS, train=3, val=1)
@@ -225,24 +228,24 @@ def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: P
     shards = write(tree, tmp_path / "shards", part_size=5)
     listing = [path for path, _ in folder_rows(tree)]
     whole = ImageFileDataset(shards.root, [(path, 0) for path in listing])
-    assert whole._whole and whole.positions.tolist() == list(range(19))
+    assert whole._run["name"] == "" and whole.positions.tolist() == list(range(19))
     assert whole.files_fingerprint() == files_fingerprint(tree, listing) == shards.listing_fingerprint
     assert whole.stores[0]._index is None  # the index was never read
     for rows in (listing[::-1], listing[3:11], listing[:-1]):
         dataset = ImageFileDataset(shards.root, [(path, 0) for path in rows])
-        assert not dataset._whole
+        assert dataset._run is None
         assert dataset.positions.tolist() == [listing.index(path) for path in rows]
         assert dataset.files_fingerprint() == files_fingerprint(tree, rows)
     # under a subfolder of the set the rows are relative to it: looked up, fingerprinted as that folder's files
     train = [path.removeprefix("train/") for path in listing if path.startswith("train/")]
     below = ImageFileDataset(str(Path(shards.root, "train")), [(path, 0) for path in train])
-    assert not below._whole and below.files_fingerprint() == files_fingerprint(tree / "train", train)
+    assert below._run is None and below.files_fingerprint() == files_fingerprint(tree / "train", train)
     # a set written before it recorded its listing: the slow path, the same positions and fingerprint
     meta = json.loads(Path(shards.root, SHARDS_FILE).read_text())
     del meta["listing"]
     Path(shards.root, SHARDS_FILE).write_text(json.dumps(meta))
     older = ImageFileDataset(shards.root, [(path, 0) for path in listing])
-    assert not older._whole and older.positions.tolist() == list(range(19))
+    assert older._run is None and older.positions.tolist() == list(range(19))
     assert older.files_fingerprint() == files_fingerprint(tree, listing)
     # rows the set lacks, in two chunks: every one counted, the first named
     strays = ["train/n01440764/stray-1.JPEG", *listing[:5], "val/n01443537/stray-2.JPEG"]
@@ -265,3 +268,29 @@ def test_an_empty_shard_set_holds_no_row(tree: Path, tmp_path: Path) -> None:
     assert len(empty) == 0
     with pytest.raises(ShardError, match=r"does not hold 1 of its 1 images .*first missing: \['train/n01440764/x.JPEG'\]"):
         empty.positions(["train/n01440764/x.JPEG"], what="test")
+
+
+def test_each_split_of_a_pool_is_a_recorded_section(tmp_path: Path) -> None:
+    """The severity data read the pool's estimation and test images: each a section the set recorded
+    (estimation images first), so neither needs a lookup, with the positions and the fingerprint a lookup and
+    the files give (a protocol's splits: test_a_fit_set_and_a_protocol_datamodule_read_shards)."""
+    pool_root = make_imagenet_folder(tmp_path / "in21k", ["n00005787", "n00006024", "n00006484"], train=5, val=0) / "train"
+    pool = [(f"{wnid}/{name}", wnid, "estimation" if i < 3 else "test") for wnid in sorted(p.name for p in pool_root.iterdir())
+            for i, name in enumerate(image_files(pool_root / wnid))]  # interleaved by class, as sampled
+    pool_file = tmp_path / "pool.csv"
+    pool_file.write_text("path,wnid,split\n" + "".join(f"{p},{w},{s}\n" for p, w, s in pool))
+    out = tmp_path / "pool-shards"
+    assert main(["write", "--pool-file", str(pool_file), "--pool-root", str(pool_root), "--out", str(out),
+                 "--workers", "1"]) == 0
+    shards = ShardSet.open(out)
+    assert [(r["name"], r["start"], r["count"]) for r in shards.runs()] == [("", 0, 15), ("estimation", 0, 9),
+                                                                           ("test", 9, 6)]
+    for split, start in (("estimation", 0), ("test", 9)):
+        paths = [p for p, _, s in pool if s == split]
+        dataset = ImageFileDataset(str(out), [(p, 0) for p in paths])
+        assert dataset._run["name"] == split and dataset.positions.tolist() == list(range(start, start + len(paths)))
+        assert dataset.files_fingerprint() == files_fingerprint(pool_root, paths)
+        looked_up = ImageFileDataset(str(out), [(p, 0) for p in paths[::-1]])
+        assert looked_up._run is None and looked_up.positions.tolist()[::-1] == dataset.positions.tolist()
+        assert [np.asarray(dataset[i].image).tolist() for i in (0, len(paths) - 1)] == [
+            np.asarray(read_rgb_image(str(pool_root / paths[i]))).tolist() for i in (0, len(paths) - 1)]
