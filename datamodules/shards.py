@@ -292,12 +292,25 @@ def _litdata_version() -> str:
 
 def verify(shards: ShardSet, *, full: bool = False) -> list[str]:
     """The problems of a shard set, empty when it is whole: every part's chunks present at the sizes its
-    ``index.json`` records and its image count; the manifest's sha256; with ``full``, every image read back
-    and compared with its manifest sha256."""
+    ``index.json`` records and its image count; the manifest's sha256; the recorded runs of the listing
+    (digest and fingerprint) against the manifest; with ``full``, every image read back and compared with its
+    manifest sha256."""
     problems = []
     manifest = Path(shards.root, MANIFEST_FILE)
     if not manifest.is_file() or hashlib.sha256(manifest.read_bytes()).hexdigest() != shards.meta["manifest_sha256"]:
         problems.append(f"{manifest} is missing or not the manifest {SHARDS_FILE} records")
+    else:
+        rows = shards.manifest_rows()
+        paths = [row["path"] for row in rows]
+        sizes = np.array([int(row["size"]) for row in rows], dtype=np.int64)
+        mtimes = np.array([int(row["mtime_ns"]) for row in rows], dtype=np.int64)
+        for run in shards.runs():
+            start, stop = run["start"], run["start"] + run["count"]
+            if (paths_digest(paths[start:stop]) != run["paths_sha256"]
+                    or listing_fingerprint(paths[start:stop], sizes[start:stop], mtimes[start:stop])
+                    != run["files_fingerprint"]):
+                problems.append(f"{SHARDS_FILE}: its recorded run {run['name'] or 'of the whole listing'!r} "
+                                f"[{start}, {stop}) does not match the manifest")
     for part in shards.parts:
         folder = Path(shards.root, PARTS_DIR, part["name"])
         try:

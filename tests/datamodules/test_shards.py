@@ -294,3 +294,9 @@ def test_each_split_of_a_pool_is_a_recorded_section(tmp_path: Path) -> None:
         assert looked_up._run is None and looked_up.positions.tolist()[::-1] == dataset.positions.tolist()
         assert [np.asarray(dataset[i].image).tolist() for i in (0, len(paths) - 1)] == [
             np.asarray(read_rgb_image(str(pool_root / paths[i]))).tolist() for i in (0, len(paths) - 1)]
+    # a recorded run that does not match the manifest: verify names it
+    assert verify(shards) == []
+    meta = json.loads(Path(out, SHARDS_FILE).read_text())
+    meta["listing"]["sections"][1]["start"] = 8
+    Path(out, SHARDS_FILE).write_text(json.dumps(meta))
+    assert verify(ShardSet.open(out)) == ["shards.json: its recorded run 'test' [8, 14) does not match the manifest"]
