@@ -207,11 +207,8 @@ class ImageFileDataset(Dataset):
             self._inner = [prefix + relative for relative in relatives] if prefix else relatives  # type: ignore[assignment]
             self.store_of = np.broadcast_to(np.int16(0), (len(self.rows),))  # every row in set 0, in no memory
             self._run = None if prefix else inside[0].run_of(self._inner)  # type: ignore[arg-type]
-            if self._run is not None:
-                start, count = self._run["start"], self._run["count"]
-                self.positions = np.arange(start, start + count, dtype=np.uint32 if start + count < 2**32 else np.int64)
-            else:  # a lookup (or, under a sub-folder of the set, a recorded run of the set's own paths)
-                self.positions = inside[0].positions(self._inner, what=f"the images under {self.root}")  # type: ignore[arg-type]
+            self.positions = (inside[0].run_positions(self._run) if self._run is not None else  # a lookup, or a run
+                              inside[0].positions(self._inner, what=f"the images under {self.root}"))  # type: ignore[arg-type]
             return
         if inside is None and not absolute:
             return  # files only

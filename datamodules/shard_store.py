@@ -205,15 +205,9 @@ class ShardSet:
         digest = paths_digest(paths)
         return next((run for run in candidates if run["paths_sha256"] == digest), None)
 
-    def is_listing(self, paths: list[str]) -> bool:
-        """Whether ``paths`` are every image of the set in set order (the manifest's order)."""
-        run = self.run_of(paths)
-        return run is not None and run["name"] == "" and run["count"] == len(self)
-
-    @property
-    def listing_fingerprint(self) -> str:
-        """:func:`openset_common.files_fingerprint` of every image of the set in set order, as recorded."""
-        return self.meta["listing"]["files_fingerprint"]
+    def run_positions(self, run: dict[str, Any]) -> np.ndarray:
+        """The set positions of a recorded run, ``start .. start + count - 1`` (uint32 below 2**32 images)."""
+        return np.arange(run["start"], run["start"] + run["count"], dtype=np.uint32 if len(self) < 2**32 else np.int64)
 
     def positions(self, paths: list[str], *, what: str) -> np.ndarray:
         """The set position of each relative path, in the order given: ``start .. start + n - 1`` for a recorded
@@ -224,7 +218,7 @@ class ShardSet:
         """
         run = self.run_of(paths)
         if run is not None:
-            return np.arange(run["start"], run["start"] + run["count"], dtype=np.uint32 if len(self) < 2**32 else np.int64)
+            return self.run_positions(run)
         index = self.index
         keys_of_set = index["keys"]
         # the set's own positions dtype (uint32 below 2**32 images): 4 bytes a row at 3.7M rows

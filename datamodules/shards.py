@@ -240,6 +240,12 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
     return _finish(out, plan, identity, sections)
 
 
+def _manifest_columns(rows: list[dict[str, Any]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The paths, sizes and modification times (ns) of manifest rows."""
+    return ([row["path"] for row in rows], np.array([int(row["size"]) for row in rows], dtype=np.int64),
+            np.array([int(row["mtime_ns"]) for row in rows], dtype=np.int64))
+
+
 def _finish(out: Path, plan: list, identity: dict[str, Any], sections: Sections = ()) -> ShardSet:
     """The manifest, the index and ``shards.json`` (last) from the finished parts."""
     lines, parts = [], []
@@ -255,18 +261,15 @@ def _finish(out: Path, plan: list, identity: dict[str, Any], sections: Sections 
     table.writerows(lines)
     manifest = text.getvalue().encode("utf-8")
     atomic_write_bytes(out / MANIFEST_FILE, manifest)
-    keys = path_keys([row["path"] for row in lines])
+    paths, sizes, mtimes = _manifest_columns(lines)
+    keys = path_keys(paths)
     order = np.argsort(keys, kind="stable")
     if len(np.unique(keys)) != len(keys):
         raise ShardError(f"{out}: two paths share a 64-bit key; write the set in two parts")
     buffer = io.BytesIO()
     np.savez(buffer, keys=keys[order], positions=order.astype(np.uint32 if len(keys) < 2**32 else np.int64),
-             sizes=np.array([int(r["size"]) for r in lines], dtype=np.int64),
-             mtimes=np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64))
+             sizes=sizes, mtimes=mtimes)
     atomic_write_bytes(out / INDEX_FILE, buffer.getvalue())
-    paths = [row["path"] for row in lines]
-    sizes = np.array([int(r["size"]) for r in lines], dtype=np.int64)
-    mtimes = np.array([int(r["mtime_ns"]) for r in lines], dtype=np.int64)
     listing = {"paths_sha256": paths_digest(paths), "files_fingerprint": listing_fingerprint(paths, sizes, mtimes),
                "sections": [{"name": name, "start": start, "count": stop - start,
                              "paths_sha256": paths_digest(paths[start:stop]),
@@ -300,10 +303,7 @@ def verify(shards: ShardSet, *, full: bool = False) -> list[str]:
     if not manifest.is_file() or hashlib.sha256(manifest.read_bytes()).hexdigest() != shards.meta["manifest_sha256"]:
         problems.append(f"{manifest} is missing or not the manifest {SHARDS_FILE} records")
     else:
-        rows = shards.manifest_rows()
-        paths = [row["path"] for row in rows]
-        sizes = np.array([int(row["size"]) for row in rows], dtype=np.int64)
-        mtimes = np.array([int(row["mtime_ns"]) for row in rows], dtype=np.int64)
+        paths, sizes, mtimes = _manifest_columns(shards.manifest_rows())
         for run in shards.runs():
             start, stop = run["start"], run["start"] + run["count"]
             if (paths_digest(paths[start:stop]) != run["paths_sha256"]

@@ -229,7 +229,7 @@ def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: P
     listing = [path for path, _ in folder_rows(tree)]
     whole = ImageFileDataset(shards.root, [(path, 0) for path in listing])
     assert whole._run["name"] == "" and whole.positions.tolist() == list(range(19))
-    assert whole.files_fingerprint() == files_fingerprint(tree, listing) == shards.listing_fingerprint
+    assert whole.files_fingerprint() == files_fingerprint(tree, listing) == shards.runs()[0]["files_fingerprint"]
     assert whole.stores[0]._index is None  # the index was never read
     for rows in (listing[::-1], listing[3:11], listing[:-1]):
         dataset = ImageFileDataset(shards.root, [(path, 0) for path in rows])
