@@ -24,42 +24,63 @@ not encoding. Rows, all in one run:
 3. ``pass``: images/s of the scoring pass over ``--pass-images`` images of the pool (evenly spread over the
    classes) with the demo's small CNN (1 x 28 x 28 input, batch 256, ``--workers`` loader processes,
    PIL decoding): ImageFileDataset on the folders, the same data set on the shard set (litdata random access,
-   the sample order of the folders), and webdataset's ``WebDataset`` over tar shards of the same images
-   (streamed in shard order, split between the workers). Best of ``--repeat`` after a warm-up pass.
+   the sample order of the folders), webdataset's ``WebDataset`` over tar shards of the same images
+   (streamed in shard order, split between the workers), and the shard set once more with its per-image check
+   switched off (the check's cost in a pass, side by side). Best of ``--repeat`` after a warm-up pass.
 4. ``where the time goes``: microseconds an image in one process (best of ``--repeat``), over 10,000 images of
    the pass: reading the bytes from a file, reading them from the shard set, decoding them (PIL), the model
    transform.
-5. ``write``: the time to write the shards (``--workers`` processes).
+5. ``checking an image's bytes``: every read from a shard set checks the bytes against the digest recorded
+   when the set was written, before they are decoded (:meth:`datamodules.shard_store.ShardSet.read`). The
+   candidate digests (xxh3_64, zlib's crc32, blake2b, sha256) in microseconds an image, on this tree's files and
+   on realistic ImageNet JPEGs (500 x 375 px, about 110 KB, ImageNet's mean file size), beside what a scoring
+   pass spends on such an image anyway (decoding and the model's input transform: the demo's here, ImageNet's
+   Resize 256 -> CenterCrop 224 for the 110 KB JPEG); and a read from the shard set with and without the check
+   (10,000 images of the pass, one process). The share of the check is its cost over the rest of the image's
+   work in the loader (read, decode, transform; the model's forward not counted, so an upper bound).
+6. ``write``: the time to write the shards (``--workers`` processes), and to write them again when they are up
+   to date (every source file's size and modification time compared with the manifest, the set verified).
 
     python -m benchmarks.data_throughput [--tiny] [--write] [--work-dir DIR] [--classes N] [--per-class N]
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
 import tempfile
 import time
 import tracemalloc
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torchvision.transforms as T
+import xxhash
 from PIL import Image
 from torch.utils.data import DataLoader
 
 from benchmarks.common import benchmark_parser, finish, parse, quiet, table
 from datamodules.batch import collate_samples
 from datamodules.images import ImageFileDataset, image_files
-from datamodules.shard_store import ShardSet
+from datamodules.shard_store import DIGESTS_ARRAY, LOOKUP_ARRAYS, ShardSet, array_digest
 from datamodules.shards import write_shards
 from openset_common import files_fingerprint
 
 SECTION = "Data throughput: the 21k pool from folders and from shards"
 FULL_POOL = 18_252 * 200  # the C-OOD pool: 200 images of each of 18,252 classes
+DIGESTS = {  # the candidates for the digest every read checks: name -> digest of bytes
+    "xxh3_64 (xxhash): the digest every read checks": xxhash.xxh3_64_intdigest,
+    "crc32 (zlib)": zlib.crc32,
+    "blake2b, 8 bytes (hashlib)": lambda data: hashlib.blake2b(data, digest_size=8).digest(),
+    "sha256 (hashlib): the manifest's, for verify --full and write --full": lambda data: hashlib.sha256(data).digest(),
+}
+IMAGENET_EVAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
 
 
 def image_bank(count: int, seed: int = 0) -> list[bytes]:
@@ -75,6 +96,33 @@ def image_bank(count: int, seed: int = 0) -> list[bytes]:
         Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=85)
         bank.append(buffer.getvalue())
     return bank
+
+
+def imagenet_like_jpegs(count: int, seed: int = 0) -> list[bytes]:
+    """``count`` JPEG files the size of an average ImageNet file: 500 x 375 px (ImageNet's most common size),
+    smooth shapes with sensor-like noise at quality 92, about 110 KB each (ImageNet-1k's mean file size)."""
+    rng = np.random.default_rng(seed)
+    files = []
+    for _ in range(count):
+        y, x = np.mgrid[0:375, 0:500] / 500
+        waves = np.sin(x * rng.uniform(2, 12) + rng.uniform(0, 6)) * np.cos(y * rng.uniform(2, 12))
+        pixels = 128 + waves[..., None] * rng.uniform(40, 110, 3) + rng.normal(0, 22, (375, 500, 3))
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=92)
+        files.append(buffer.getvalue())
+    return files
+
+
+def per_item_us(fn, items: list, repeat: int, rounds: int = 1) -> float:
+    """Microseconds an item of ``fn(item)`` over ``items`` (each ``rounds`` times), the best of ``repeat``."""
+    seconds = best_seconds(lambda: [fn(item) for _ in range(rounds) for item in items], repeat)
+    return seconds / (len(items) * rounds) * 1e6
+
+
+def imagenet_eval_input(data: bytes) -> torch.Tensor:
+    """Decode a JPEG and apply ImageNet's evaluation transform (Resize 256, CenterCrop 224, ToTensor)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return IMAGENET_EVAL(image.convert("RGB"))
 
 
 def make_tree(root: Path, classes: int, per_class: int) -> list[str]:
@@ -98,6 +146,14 @@ def make_tree(root: Path, classes: int, per_class: int) -> list[str]:
 def folder_index(root: Path, wnids: list[str]) -> tuple[list[tuple[str, int]], str]:
     rows = [(f"{wnid}/{name}", label) for label, wnid in enumerate(wnids) for name in image_files(root / wnid)]
     return rows, files_fingerprint(root, [path for path, _ in rows])
+
+
+def _reopen(out: Path) -> ShardSet:
+    """Open a shard set afresh (the per-process cache cleared): read ``shards.json``, check its own digest."""
+    from datamodules.shard_store import _open
+
+    _open.cache_clear()
+    return ShardSet.open(out)
 
 
 def shard_index(out: Path, rows: list[tuple[str, int]]) -> str:
@@ -156,6 +212,15 @@ def transform(image: Image.Image) -> torch.Tensor:
     """The demo model's input: grey 28 x 28 in [0, 1]."""
     grey = image.convert("L").resize((28, 28), Image.BILINEAR)
     return torch.from_numpy(np.asarray(grey, dtype=np.uint8).copy()).float().div(255).unsqueeze(0)
+
+
+class Unchecked(ImageFileDataset):
+    """A data set on a shard set whose reads skip the per-image check (:meth:`ShardSet.stored_bytes`): only to
+    measure, side by side, what the check costs a scoring pass."""
+
+    def encoded(self, index: int) -> bytes:
+        store = self.stores[int(self.store_of[index])]  # type: ignore[index]
+        return store.stored_bytes(int(self.positions[index]), self._inner[index])  # type: ignore[index, arg-type]
 
 
 class Transformed(torch.utils.data.Dataset):
@@ -226,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         write_shards(root, [(p, wnids[label]) for p, label in rows], out, source={"kind": "folder", "root": "pool"},
                      workers=args.workers, log=lambda message: None)
         write_seconds = time.perf_counter() - start
+        start = time.perf_counter()  # an up-to-date set written again: compared with its files, verified
+        write_shards(root, [(p, wnids[label]) for p, label in rows], out, source={"kind": "folder", "root": "pool"},
+                     workers=args.workers, log=lambda message: None)
+        again_seconds = time.perf_counter() - start
+        open_seconds = best_seconds(lambda: _reopen(out), max(3, args.repeat))
         shard_print, shard_peak = peak_memory(lambda: shard_index(out, rows))
         shard_seconds = best_seconds(lambda: shard_index(out, rows), args.repeat)
         assert shard_print == folder_print, "the shard set must fingerprint as its files"
@@ -235,7 +305,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         _, lookup_half_peak = peak_memory(lambda: shard_index(out, half))
         lookup_seconds = best_seconds(lambda: shard_index(out, shuffled), args.repeat)
         assert shard_index(out, shuffled) == files_fingerprint(root, [path for path, _ in shuffled])
-        index_bytes = sum(a.nbytes for a in ShardSet.open(out).index.values())
+        opened = ShardSet.open(out)
+        index_bytes = sum(a.nbytes for a in opened.index.values())
+        digest_check_seconds = best_seconds(lambda: [array_digest(opened.index[name]) for name in LOOKUP_ARRAYS],
+                                            args.repeat)
+        digests_bytes = opened.load_arrays((DIGESTS_ARRAY,))[DIGESTS_ARRAY].nbytes
         chosen = np.linspace(0, len(rows) - 1, min(args.pass_images, len(rows))).round().astype(int)
         subset = [rows[i] for i in sorted(set(chosen.tolist()))]
         start = time.perf_counter()
@@ -253,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> str:
                                                                     batch_size=256, num_workers=args.workers,
                                                                     collate_fn=collate_samples),
             "webdataset tars (WebDataset)": lambda: wds_loader(urls, 256, args.workers),
+            "litdata shards, reads unchecked (only to measure the check)": lambda: DataLoader(
+                Transformed(Unchecked(str(out), subset)), batch_size=256, num_workers=args.workers,
+                collate_fn=collate_samples),
         }
         results: dict[str, list[float]] = {name: [] for name in loaders}
         sums: dict[str, float] = {}
@@ -266,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> str:
                 assert seen == len(subset), (name, seen)
         folder_sum = sums["folders (ImageFileDataset)"]
         assert sums["litdata shards (ImageFileDataset)"] == folder_sum, "shards must score as the folders"
+        assert sums["litdata shards, reads unchecked (only to measure the check)"] == folder_sum
         assert abs(sums["webdataset tars (WebDataset)"] - folder_sum) <= 1e-6 * abs(folder_sum) + 1e-3
         count = min(len(subset), 10_000)
         on_files, on_shards = ImageFileDataset(str(root), subset), ImageFileDataset(str(out), subset)
@@ -273,12 +351,38 @@ def main(argv: Sequence[str] | None = None) -> str:
             ("file", on_files, ImageFileDataset.encoded), ("shards", on_shards, ImageFileDataset.encoded),
             ("decoded", on_shards, ImageFileDataset.decode),
             ("transformed", on_shards, lambda dataset, index: transform(dataset.decode(index))))}
+        store = on_shards.stores[0]
+        costs["unchecked"] = per_image_us(on_shards, lambda dataset, index: store.stored_bytes(
+            int(dataset.positions[index]), subset[index][0]), count, args.repeat)
+        costs["checked"] = per_image_us(on_shards, ImageFileDataset.encoded, count, args.repeat)  # as warm
+        tree_bytes = [on_shards.encoded(index) for index in range(count)]
+        photos = imagenet_like_jpegs(8 if args.tiny else 32)
+        rounds = 1 if args.tiny else 20
+        hashes = {name: (per_item_us(fn, tree_bytes, args.repeat), per_item_us(fn, photos, args.repeat, rounds))
+                  for name, fn in DIGESTS.items()}
+        photo_us = per_item_us(imagenet_eval_input, photos, args.repeat)
         per_image = [("read the bytes of a file", costs["file"]),
                      ("read the bytes from the shard set (litdata)", costs["shards"]),
                      ("decode (PIL, RGB)", costs["decoded"] - costs["shards"]),
                      ("the model transform (grey, 28 x 28, tensor)", costs["transformed"] - costs["decoded"])]
         shutil.rmtree(root)
     images = len(rows)
+    tree_kb = sum(len(data) for data in tree_bytes) / len(tree_bytes) / 1000
+    photo_kb = sum(len(data) for data in photos) / len(photos) / 1000
+    tree_work = costs["transformed"]  # read (checked) + decode + transform of one image of the tree
+    check_us = max(costs["checked"] - costs["unchecked"], 0.0)
+    chosen_hash = next(iter(DIGESTS))
+    checked_rate = max(results["litdata shards (ImageFileDataset)"])
+    unchecked_rate = max(results["litdata shards, reads unchecked (only to measure the check)"])
+    check_table = table(
+        ["checking an image's bytes (one process)", f"µs, this tree's files ({tree_kb:.1f} KB)",
+         f"µs, an ImageNet-sized JPEG ({photo_kb:.0f} KB, 500 x 375)", "share of that JPEG's decode + transform"],
+        [*[[name, f"{small:.2f}", f"{large:.2f}", f"{large / photo_us:.2%}"]
+           for name, (small, large) in hashes.items()],
+         ["decode + the model's input transform (here the demo's grey 28 x 28; the JPEG: Resize 256, CenterCrop 224)",
+          f"{costs['transformed'] - costs['shards']:.1f}", f"{photo_us:.0f}", ""],
+         ["a read from the shard set, unchecked", f"{costs['unchecked']:.1f}", "", ""],
+         ["a read from the shard set, checked (what every read does)", f"{costs['checked']:.1f}", "", ""]])
     index_table = table(
         ["index of the pool", "images", "seconds", "peak MB (tracemalloc)", "at 3.7M images (MB)"],
         [["folders: list the class folders, stat every file", images, f"{folder_seconds:.3f}",
@@ -290,7 +394,13 @@ def main(argv: Sequence[str] | None = None) -> str:
          ["  of which the shard index arrays", images, "", f"{index_bytes / 2**20:.1f}",
           f"{index_bytes / images * FULL_POOL / 2**20:.0f}"],
          [f"webdataset tars: list the {len(wds_files)} shards (no index of images)", len(subset),
-          f"{wds_index_seconds:.4f}", "", ""]])
+          f"{wds_index_seconds:.4f}", "", ""],
+         ["litdata shards: open the set (read shards.json, check its own digest)", images, f"{open_seconds:.4f}",
+          "", ""],
+         ["  of which checking the index arrays' sha256 at load (in the shuffled rows' time)", images,
+          f"{digest_check_seconds:.3f}", "", ""],
+         ["the per-image digests (xxh3_64, loaded by a process at its first read)", images, "",
+          f"{digests_bytes / 2**20:.1f}", f"{digests_bytes / images * FULL_POOL / 2**20:.0f}"]])
     pass_table = table(
         ["scoring pass (small CNN, batch 256)", "images", "workers", "images/s (best)", "vs folders"],
         [[name, len(subset), args.workers, f"{max(v):.0f}", f"{max(v) / max(results['folders (ImageFileDataset)']):.2f}x"]
@@ -299,12 +409,18 @@ def main(argv: Sequence[str] | None = None) -> str:
                        [[name, count, f"{value:.1f}"] for name, value in per_image])
     write_table = table(["writing", "images", "seconds", "images/s"],
                         [["the synthetic tree (file creation only)", images, f"{tree_seconds:.1f}", f"{images / tree_seconds:.0f}"],
-                         [f"litdata shards ({args.workers} workers, sha256 of every file)", images, f"{write_seconds:.1f}",
-                          f"{images / write_seconds:.0f}"],
+                         [f"litdata shards ({args.workers} workers, sha256 and xxh3_64 of every file)", images,
+                          f"{write_seconds:.1f}", f"{images / write_seconds:.0f}"],
+                         ["the same write again: up to date (stat every source file, verify the set)", images,
+                          f"{again_seconds:.1f}", f"{images / again_seconds:.0f}"],
                          ["webdataset tars (1 process)", len(subset), f"{tar_seconds:.1f}", f"{len(subset) / tar_seconds:.0f}"]])
     body = (f"{args.classes} class folders x {args.per_class} JPEG files (64-160 px); index speed-up "
             f"{folder_seconds / shard_seconds:.1f}x (the pool's rows), {folder_seconds / lookup_seconds:.1f}x "
-            f"(shuffled rows)\n\n{index_table}\n\n{pass_table}\n\n{time_table}\n\n{write_table}")
+            f"(shuffled rows); the check of every read ({chosen_hash.split(' ')[0]}): {hashes[chosen_hash][0]:.1f} µs "
+            f"an image here ({check_us:.1f} µs between a checked and an unchecked read), "
+            f"{hashes[chosen_hash][0] / tree_work:.2%} of its read + decode + transform; "
+            f"{hashes[chosen_hash][1]:.1f} µs for an ImageNet-sized JPEG, {hashes[chosen_hash][1] / photo_us:.2%} of its "
+            f"decode + transform; the pass on shards {checked_rate / unchecked_rate:.2f}x as fast checked as unchecked\n\n{index_table}\n\n{pass_table}\n\n{time_table}\n\n{check_table}\n\n{write_table}")
     finish(args, SECTION, body, script="benchmarks.data_throughput")
     return body
 

@@ -266,8 +266,10 @@ class ImageFileDataset(Dataset):
             where = (f"{path} (in the shard set {self.stores[int(self.store_of[index])].root})"  # type: ignore[index]
                      if self.in_shards(index) else path)
             if self.on_bad_image == "fail":
+                # a shard set's error says how to repair the set (its source file is fine); a file's is the user's
+                fix = "" if isinstance(error, ShardError) else "fix or remove the file, "
                 raise UnreadableImageError(
-                    f"cannot read image {where} ({type(error).__name__}: {error}); fix or remove the file, "
+                    f"cannot read image {where} ({type(error).__name__}: {error}); {fix}"
                     "or set on_bad_image='skip' to skip and count unreadable images"
                 ) from error
             warnings.warn(f"skipping unreadable image {where}: {error}", RuntimeWarning, stacklevel=3)
@@ -277,7 +279,10 @@ class ImageFileDataset(Dataset):
         return self.store_of is not None and int(self.store_of[index]) >= 0
 
     def encoded(self, index: int) -> bytes:
-        """The bytes of a row's file as stored: the file's, or its copy in its shard set."""
+        """The bytes of a row's file as stored: the file's, or its copy in its shard set, checked against the
+        digest recorded when the set was written (:meth:`ShardSet.read`; a mismatch is a :class:`ShardError`
+        naming the set, the part, the sample and its path, handled by :meth:`guarded` like any unreadable image).
+        """
         if not self.in_shards(index):
             with open(self.path(index), "rb") as handle:
                 return handle.read()
@@ -325,9 +330,9 @@ class ImageFileDataset(Dataset):
 
 
 def without_unreadable(dataset: ImageFileDataset, *, what: str) -> ImageFileDataset:
-    """The same files without those that cannot be decoded (each file decoded once, here), with one warning
-    that counts them and names the first: ``on_bad_image="skip"`` for an evaluation set, whose scoring pass
-    must cover every image it is given."""
+    """The same files without those that cannot be decoded (each file decoded once, here; an image of a shard
+    set whose bytes are not the ones written counts as one), with one warning that counts them and names the
+    first: ``on_bad_image="skip"`` for an evaluation set, whose scoring pass must cover every image it is given."""
     keep, bad = [], []
     for position, row in enumerate(dataset.rows):
         try:

@@ -9,18 +9,29 @@ The JPEG bytes are kept as written (no re-encoding); decoding stays the model tr
 
 Layout (``python -m datamodules.shards write`` makes it; :mod:`datamodules.shards`)::
 
-    <shards>/shards.json             what the set is: its source, counts, parts, digests (written last)
-    <shards>/manifest.csv            index,path,class,size,mtime_ns,sha256 of every image, in set order
-    <shards>/index.npz               the reader's index: path keys (sorted), positions, sizes, mtimes
+    <shards>/shards.json             what the set is: its source, counts, parts, runs, the digests of the files
+                                     below and of its own content (written last)
+    <shards>/manifest.csv            index,path,class,size,mtime_ns,sha256,xxh3_64 of every image, in set order
+    <shards>/index.npz               the reader's index: path keys (sorted), positions, sizes, mtimes, and the
+                                     xxh3_64 digest of every image's bytes (in set order)
     <shards>/parts/00000/            one litdata data set per part (index.json + chunk-*.bin) ...
     <shards>/parts/00000/manifest.csv  ... with its rows of the manifest
 
-Opening a set reads ``shards.json``; nothing walks a folder tree. ``shards.json`` records the runs of the
-listing (:meth:`ShardSet.runs`: the whole listing and its sections, such as a pool's estimation and test
-images) with their paths' digest and fingerprint, so rows that are one of them need nothing more; other rows
-are looked up in ``index.npz``, about 28 bytes per image in memory (a 64-bit key, a 32-bit position, a
-64-bit size and modification time), so 3.7M images (the ImageNet-21k pool) take about 100 MB. Listing folders of a set
+Opening a set reads ``shards.json`` and checks it against its own digest (an edited listing, run or
+fingerprint is refused there); nothing walks a folder tree. ``shards.json`` records the runs of the listing
+(:meth:`ShardSet.runs`: the whole listing and its sections, such as a pool's estimation and test images) with
+their paths' digest and fingerprint, so rows that are one of them need nothing more; other rows are looked up
+in ``index.npz``, about 28 bytes per image in memory (a 64-bit key, a 32-bit position, a 64-bit size and
+modification time), so 3.7M images (the ImageNet-21k pool) take about 100 MB. Listing folders of a set
 (:meth:`ShardSet.listing`) reads the manifest once, on demand.
+
+What is checked, and when (each file is trusted only once checked against the digest ``shards.json`` records):
+``shards.json`` at open (a digest of a few KB); each array of ``index.npz`` when it is loaded (sha256 of its
+bytes); ``manifest.csv`` when it is read (sha256 while it is parsed); every image's bytes when they are read
+(:meth:`ShardSet.read`: xxh3_64, about 2 µs for a 112 KB JPEG, against the digest recorded at write time,
+before anything decodes them), so a set never serves bytes it was not written with. The per-image digests
+take 8 bytes an image (28 MB at 3.7M), loaded by a process when it reads its first image. The runs are checked
+against the manifest when written and by ``verify``.
 
 litdata is imported with its start-up version check off (it would ask PyPI for a newer release): no network.
 Remote shard sets (``s3://...``) are read through litdata where its optional cloud dependencies are installed;
@@ -34,11 +45,15 @@ import hashlib
 import json
 import os
 import threading
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
+
+from openset_common import digest
 
 os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # litdata would ask PyPI for a newer version
 
@@ -46,13 +61,43 @@ SHARDS_FILE = "shards.json"
 INDEX_FILE = "index.npz"
 MANIFEST_FILE = "manifest.csv"
 PARTS_DIR = "parts"
-FORMAT = "openset-shards/1"
-MANIFEST_COLUMNS = ("index", "path", "class", "size", "mtime_ns", "sha256")
+FORMAT = "openset-shards/2"  # 2: per-image digests checked on every read; shards.json, index and manifest digested
+MANIFEST_COLUMNS = ("index", "path", "class", "size", "mtime_ns", "sha256", "xxh3_64")
+LOOKUP_ARRAYS = ("keys", "positions", "sizes", "mtimes")  # what a lookup of rows and their fingerprint load
+DIGESTS_ARRAY = "xxh3_64"  # what a read loads: the digest of every image's bytes, in set order
+INDEX_ARRAYS = (*LOOKUP_ARRAYS, DIGESTS_ARRAY)
+SELF_DIGEST = "shards_sha256"  # the field of shards.json that holds the digest of its other fields
 CHUNK = 1 << 16  # rows per step of a lookup or a fingerprint: its temporaries stay a few MB at any size
 
 
 class ShardError(RuntimeError):
     """A shard set that cannot be read as it says: missing, truncated, corrupt, or not matching its manifest."""
+
+
+def sample_digest(data: bytes) -> int:
+    """The digest recorded for every image's bytes and checked on every read: xxh3_64 as an integer.
+
+    Chosen by measurement (``benchmarks/data_throughput.py``): 1.9 µs for a 112 KB JPEG, against 27 µs for
+    ``zlib.crc32``, 63 µs for sha256 and 119 µs for blake2b on this machine, while decoding and transforming that
+    JPEG takes about 3 ms; 64 bits, so a corrupt image passes by chance once in 2**64. The manifest keeps
+    every image's sha256 as well, for ``verify --full`` and for comparing the source's bytes.
+    """
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def array_digest(array: np.ndarray) -> str:
+    """sha256 of an index array's dtype, shape and bytes: what ``shards.json`` records of each array of
+    ``index.npz``, checked when the array is loaded."""
+    hasher = hashlib.sha256(f"{array.dtype.str}{tuple(array.shape)}".encode())
+    hasher.update(np.ascontiguousarray(array).data)
+    return hasher.hexdigest()
+
+
+def signed(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the digest of its other fields (canonical JSON) as :data:`SELF_DIGEST`, checked at open:
+    the runs, fingerprints and digests a set reports are the ones its write recorded."""
+    unsigned = {key: value for key, value in meta.items() if key != SELF_DIGEST}
+    return {**unsigned, SELF_DIGEST: digest(unsigned)}
 
 
 def path_keys(paths: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -130,6 +175,7 @@ class ShardSet:
         self.parts: list[dict[str, Any]] = meta["parts"]
         self.starts = np.cumsum([0] + [int(p["count"]) for p in self.parts])
         self._index: dict[str, np.ndarray] | None = None
+        self._digests: np.ndarray | None = None
         self._readers: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._listing: dict[str, list[str]] | None = None
@@ -139,7 +185,8 @@ class ShardSet:
         """The shard set at ``root`` (opened once per process while its ``shards.json`` is unchanged).
 
         Raises:
-            ShardError: ``root`` holds no finished shard set, or its ``shards.json`` is not one.
+            ShardError: ``root`` holds no finished shard set, or its ``shards.json`` is not one: unreadable, of
+                another format (the message gives the command that rewrites it), or not matching its own digest.
         """
         root = os.path.abspath(root)
         if not is_shard_set(root):
@@ -169,25 +216,49 @@ class ShardSet:
 
     # -- the index --------------------------------------------------------------------------------
 
+    def load_arrays(self, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Arrays of ``index.npz``, each checked against the digest ``shards.json`` records of it and against the
+        set's image count (only the arrays named are read).
+
+        Raises:
+            ShardError: naming ``index.npz`` and the array: missing, unreadable, or not the array written.
+        """
+        path = os.path.join(self.root, INDEX_FILE)
+        recorded = self.meta["index_sha256"]
+        try:
+            with np.load(path) as stored:
+                arrays = {name: stored[name] for name in names}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            raise ShardError(f"shard set {self.root}: cannot read its index {path} ({type(error).__name__}: "
+                             f"{error}); {self.rewrite()}") from error
+        for name, array in arrays.items():
+            if array_digest(array) != recorded.get(name) or len(array) != len(self):
+                raise ShardError(f"shard set {self.root}: its index {path} is not the one written (its array "
+                                 f"{name!r} does not match the digest {SHARDS_FILE} records); {self.rewrite()}")
+        return arrays
+
     @property
     def index(self) -> dict[str, np.ndarray]:
+        """The lookup arrays (:data:`LOOKUP_ARRAYS`) of ``index.npz``, loaded and checked on first use."""
         if self._index is None:
-            path = os.path.join(self.root, INDEX_FILE)
-            try:
-                with np.load(path) as stored:
-                    index = {name: stored[name] for name in ("keys", "positions", "sizes", "mtimes")}
-            except (OSError, ValueError, KeyError) as error:
-                raise ShardError(f"shard set {self.root}: cannot read its index {path} ({error}); write the set again") from error
-            if len(index["keys"]) != len(self):
-                raise ShardError(f"shard set {self.root}: its index holds {len(index['keys'])} images, {SHARDS_FILE} "
-                                 f"says {len(self)}; write the set again")
-            self._index = index
+            self._index = self.load_arrays(LOOKUP_ARRAYS)
         return self._index
+
+    @property
+    def digests(self) -> np.ndarray:
+        """The xxh3_64 digest of every image's bytes, in set order (``uint64``, 8 bytes an image), loaded and
+        checked on the first read of this process: what :meth:`read` compares each image's bytes with."""
+        if self._digests is None:
+            with self._lock:
+                if self._digests is None:
+                    self._digests = self.load_arrays((DIGESTS_ARRAY,))[DIGESTS_ARRAY]
+        return self._digests
 
     def runs(self) -> list[dict[str, Any]]:
         """The runs of the set's listing it recorded when written: the whole listing, then its sections (a
         pool's estimation and test images, a protocol's splits), each ``{"name", "start", "count",
-        "paths_sha256", "files_fingerprint"}``. A set written before it recorded its listing has none."""
+        "paths_sha256", "files_fingerprint"}``, checked against the manifest when written and by ``verify``;
+        their digest and fingerprint are trusted once ``shards.json`` matched its own digest at open."""
         listing = self.meta.get("listing")
         if listing is None:
             return []
@@ -248,6 +319,10 @@ class ShardSet:
         detail = ", ".join(f"{k} {v}" for k, v in source.items() if k not in ("rows_digest",))
         return f"written from {detail}; rows fingerprint {source['rows_digest'][:16]}"
 
+    def rewrite(self, *, full: bool = False) -> str:
+        """What to do about a set that does not read as written: the command that rewrites what is wrong."""
+        return f"rewrite it with `{write_command(self.source, self.root, full=full)}`"
+
     def stat(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(sizes, modification times in ns)`` of the source files of set positions, from the manifest."""
         return self.index["sizes"][positions], self.index["mtimes"][positions]
@@ -265,7 +340,7 @@ class ShardSet:
                     folder = os.path.join(self.root, PARTS_DIR, self.parts[part]["name"])
                     if not os.path.isfile(os.path.join(folder, "index.json")):
                         raise ShardError(f"shard set {self.root}: part {folder} is missing (its index.json is not "
-                                         "there); copy the whole set, or write it again")
+                                         f"there); copy the whole set, or {self.rewrite()}")
                     reader = StreamingDataset(folder)
                     self._readers[part] = reader
         return reader
@@ -275,8 +350,9 @@ class ShardSet:
         part = int(np.searchsorted(self.starts, position, side="right")) - 1
         return part, int(position - self.starts[part])
 
-    def read(self, position: int, path: str) -> bytes:
-        """The stored bytes of the image at ``position``, which must be ``path``.
+    def stored_bytes(self, position: int, path: str) -> bytes:
+        """The bytes stored at ``position``, which must be ``path``, as the part holds them: not checked against
+        their digest (:meth:`read` checks them).
 
         Raises:
             ShardError: the part cannot be read there (truncated or corrupt; the message names the part, the
@@ -284,29 +360,71 @@ class ShardSet:
                 shards).
         """
         part, local = self.locate(position)
-        where = f"shard set {self.root}, part {self.parts[part]['name']}, sample {local} ({path})"
+        where = self.where(position, path)
         try:
             item = self._reader(part)[local]
         except ShardError:
             raise
         except Exception as error:  # litdata raises many kinds for a truncated or corrupt chunk
             raise ShardError(f"cannot read {where}: {type(error).__name__}: {error}; the part is truncated or "
-                             "corrupt: verify the set (`python -m datamodules.shards verify`) and write it again") from error
+                             f"corrupt: verify the set (`python -m datamodules.shards verify {self.root}`) and "
+                             f"{self.rewrite(full=True)}") from error
         if item.get("path") != path or int(item.get("index", -1)) != position:
             raise ShardError(f"{where}: the shards hold {item.get('path')!r} (image {item.get('index')}) there: the "
-                             "manifest does not match its shards; write the set again")
+                             f"manifest does not match its shards; {self.rewrite()}")
         return bytes(item["image"])
+
+    def read(self, position: int, path: str) -> bytes:
+        """The bytes of the image at ``position``, which must be ``path``, checked against the digest recorded
+        when the set was written (:func:`sample_digest`) before anyone decodes them.
+
+        Raises:
+            ShardError: the bytes are not the ones written (naming the set, the part, the sample and its path),
+                or :meth:`stored_bytes` cannot read them.
+        """
+        data = self.stored_bytes(position, path)
+        found, recorded = sample_digest(data), int(self.digests[position])
+        if found != recorded:
+            raise ShardError(f"{self.where(position, path)}: its bytes are not the ones written (xxh3_64 {found:016x}, "
+                             f"recorded {recorded:016x}): the part is corrupt; {self.rewrite(full=True)}")
+        return data
+
+    def where(self, position: int, path: str) -> str:
+        """``shard set ROOT, part NNNNN, sample K (PATH)``: how errors name an image of the set."""
+        part, local = self.locate(position)
+        return f"shard set {self.root}, part {self.parts[part]['name']}, sample {local} ({path})"
 
     # -- listing ----------------------------------------------------------------------------------
 
     def manifest_rows(self) -> list[dict[str, str]]:
-        """The rows of the manifest, in set order."""
-        with open(os.path.join(self.root, MANIFEST_FILE), newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
+        """The rows of the manifest, in set order, once its bytes are checked against the sha256 ``shards.json``
+        records (hashed as they are parsed: one read of the file).
+
+        Raises:
+            ShardError: naming ``manifest.csv``: missing, or not the manifest written (a row edited or deleted).
+        """
+        path = os.path.join(self.root, MANIFEST_FILE)
+        hasher = hashlib.sha256()
+
+        def lines(handle: Any) -> Any:
+            for line in handle:
+                hasher.update(line)
+                yield line.decode("utf-8")
+
+        try:
+            with open(path, "rb") as handle:
+                rows = list(csv.DictReader(lines(handle)))
+        except (OSError, UnicodeDecodeError, csv.Error) as error:
+            raise ShardError(f"shard set {self.root}: cannot read its manifest {path} ({type(error).__name__}: "
+                             f"{error}); {self.rewrite()}") from error
+        if hasher.hexdigest() != self.meta["manifest_sha256"]:
+            raise ShardError(f"shard set {self.root}: its manifest {path} is not the one written (its sha256 is not "
+                             f"the one {SHARDS_FILE} records: a row edited or deleted?); {self.rewrite()}")
+        return rows
 
     def listing(self) -> dict[str, list[str]]:
         """Folder (relative, ``""`` for the root) -> the names of the files directly in it, sorted; every
-        ancestor folder of a file is listed too (read from the manifest once)."""
+        ancestor folder of a file is listed too (read from the manifest once, checked: :meth:`manifest_rows`)."""
         if self._listing is None:
             folders: dict[str, list[str]] = {}
             for row in self.manifest_rows():
@@ -331,12 +449,44 @@ class ShardSet:
         return folder in self.listing()
 
 
+def write_command(source: dict[str, Any], root: str, *, full: bool = False) -> str:
+    """The command that writes a set from ``source`` into ``root`` again, with ``--update`` (what the user must
+    fill in, such as a pool file's path, in angle brackets): it rewrites the parts that changed or do not verify
+    (with ``full``: checking every byte) and the set's own files."""
+    kind, where = source.get("kind"), source.get("root", "<source folder>")
+    given = {"folder": f"--folder {where}", "pool": f"--pool-file <its pool file> --pool-root {where}",
+             "protocol": f"--protocol {source.get('protocol')} --imagenet-root {where} --protocol-dir <its protocol "
+                         "folder>"}.get(str(kind), "<its source>")
+    return f"python -m datamodules.shards write {given} --out {root} --update" + (" --full" if full else "")
+
+
+def read_meta(root: str) -> dict[str, Any]:
+    """The content of a set's ``shards.json``, checked: its format and its own digest (:func:`signed`).
+
+    Raises:
+        ShardError: naming ``shards.json``: unreadable, of another format (saying how to rewrite the set), or
+            not what its write recorded (edited or corrupt).
+    """
+    path = Path(root, SHARDS_FILE)
+    try:
+        meta = json.loads(path.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as error:
+        raise ShardError(f"shard set {root}: cannot read {path} ({error}); rewrite the set with "
+                         f"`{write_command({}, root)}`") from error
+    if meta.get("format") != FORMAT:
+        source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+        raise ShardError(f"shard set {root}: {path} is of format {meta.get('format')!r}, not {FORMAT!r} (a set "
+                         "whose reads are not checked against a digest of every image): rewrite it with "
+                         f"`{write_command(source, root)}`")
+    if signed(meta)[SELF_DIGEST] != meta.get(SELF_DIGEST):
+        raise ShardError(f"shard set {root}: {path} is not the one its write recorded (its content does not match "
+                         f"its own digest {SELF_DIGEST}: edited or corrupt); rewrite the set with "
+                         f"`{write_command(meta.get('source') or {}, root)}`")
+    return meta
+
+
 @lru_cache(maxsize=16)
 def _open(root: str, stamp: tuple[int, int]) -> ShardSet:
-    try:
-        meta = json.loads(Path(root, SHARDS_FILE).read_text())
-    except (OSError, ValueError) as error:
-        raise ShardError(f"shard set {root}: cannot read {SHARDS_FILE} ({error})") from error
-    if meta.get("format") != FORMAT:
-        raise ShardError(f"shard set {root}: {SHARDS_FILE} is of format {meta.get('format')!r}, not {FORMAT!r}")
-    return ShardSet(root, meta)
+    return ShardSet(root, read_meta(root))

@@ -1,16 +1,23 @@
 """Shard sets (datamodules.shards, datamodules.shard_store): written once from ImageNet-shaped folders of real
 wnids, read wherever the folder is read, with the same samples, order, labels and fingerprint; resumable and
-verified writes; every bad input a clear error naming the set, the part and the sample."""
+verified writes; every bad input a clear error naming the set, the part and the sample; a set that serves only
+the bytes it was written with (every read checked), its own files checked against each other, stale sets
+refused or updated, one write at a time."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import PILToTensor
 
 import datamodules.images as images_module
 import datamodules.shard_store as shard_store
@@ -177,12 +184,16 @@ def test_a_truncated_part_and_a_manifest_that_does_not_match_are_named(tree: Pat
     assert any("truncated" in problem and "00003" in problem for problem in verify(shards))
     with pytest.raises(UnreadableImageError, match=r"part 00003, sample 3"):
         ImageFileDataset(shards.root, rows)[18]
-    # an index that sends a path to another image's place: refused, not read as the wrong image
+    # an index that sends a path to another image's place: refused at load (its array's digest), naming
+    # index.npz; and were it taken, refused by the sample's own path, not read as the wrong image
     other = write(tree, tmp_path / "other", part_size=5)
     index = dict(np.load(Path(other.root, INDEX_FILE)))
     index["positions"] = np.roll(index["positions"], 1)
     np.savez(Path(other.root, INDEX_FILE), **index)
     fresh = ShardSet(other.root, other.meta)
+    with pytest.raises(ShardError, match=r"its index .*index\.npz is not the one written \(its array 'positions'"):
+        fresh.positions([rows[0][0]], what="test")
+    fresh._index = {name: index[name] for name in shard_store.LOOKUP_ARRAYS}
     with pytest.raises(ShardError, match="the manifest does not match its shards"):
         fresh.read(int(fresh.positions([rows[0][0]], what="test")[0]), rows[0][0])
 
@@ -240,10 +251,11 @@ def test_the_whole_set_in_manifest_order_needs_no_lookup(tree: Path, tmp_path: P
     train = [path.removeprefix("train/") for path in listing if path.startswith("train/")]
     below = ImageFileDataset(str(Path(shards.root, "train")), [(path, 0) for path in train])
     assert below._run is None and below.files_fingerprint() == files_fingerprint(tree / "train", train)
-    # a set written before it recorded its listing: the slow path, the same positions and fingerprint
+    # a set without a recorded listing (its shards.json signed again, as a write would): the slow path, the same
+    # positions and fingerprint
     meta = json.loads(Path(shards.root, SHARDS_FILE).read_text())
     del meta["listing"]
-    Path(shards.root, SHARDS_FILE).write_text(json.dumps(meta))
+    Path(shards.root, SHARDS_FILE).write_text(json.dumps(shard_store.signed(meta)))
     older = ImageFileDataset(shards.root, [(path, 0) for path in listing])
     assert older._run is None and older.positions.tolist() == list(range(19))
     assert older.files_fingerprint() == files_fingerprint(tree, listing)
@@ -294,9 +306,250 @@ def test_each_split_of_a_pool_is_a_recorded_section(tmp_path: Path) -> None:
         assert looked_up._run is None and looked_up.positions.tolist()[::-1] == dataset.positions.tolist()
         assert [np.asarray(dataset[i].image).tolist() for i in (0, len(paths) - 1)] == [
             np.asarray(read_rgb_image(str(pool_root / paths[i]))).tolist() for i in (0, len(paths) - 1)]
-    # a recorded run that does not match the manifest: verify names it
+    # a recorded run that does not match the manifest: refused at open once edited (shards.json's own digest);
+    # signed again (as by a faulty write), verify names the run
     assert verify(shards) == []
     meta = json.loads(Path(out, SHARDS_FILE).read_text())
     meta["listing"]["sections"][1]["start"] = 8
     Path(out, SHARDS_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ShardError, match=r"shards\.json is not the one its write recorded"):
+        ShardSet.open(out)
+    Path(out, SHARDS_FILE).write_text(json.dumps(shard_store.signed(meta)))
     assert verify(ShardSet.open(out)) == ["shards.json: its recorded run 'test' [8, 14) does not match the manifest"]
+
+
+# -- a set serves only the bytes it was written with ----------------------------------------------------------
+
+
+def flip_16_bytes(data: bytes) -> bytes:
+    """The JPEG with 16 bytes of its quantisation table changed (each to another non-zero value): the same size,
+    still a valid JPEG that decodes without a warning, other pixels; nothing but a digest can tell."""
+    at = data.index(b"\xff\xdb") + 5  # marker, length (2 bytes), precision and table number
+    return data[:at] + bytes(b % 254 + 1 for b in data[at:at + 16]) + data[at + 16:]
+
+
+def corrupt_stored_image(shards: ShardSet, source: Path) -> Path:
+    """Flip 16 bytes of the stored copy of ``source`` inside its chunk (the chunk's size unchanged); its chunk."""
+    data = source.read_bytes()
+    for chunk in Path(shards.root, PARTS_DIR).glob("*/chunk-*.bin"):
+        content = chunk.read_bytes()
+        if data in content:
+            at = content.index(data)
+            chunk.write_bytes(content[:at] + flip_16_bytes(data) + content[at + len(data):])
+            assert chunk.stat().st_size == len(content)
+            return chunk
+    raise AssertionError(f"{source} is in no chunk")
+
+
+def test_sixteen_flipped_bytes_in_a_stored_image_are_refused_before_decoding(tree: Path, tmp_path: Path) -> None:
+    from datamodules.batch import collate_samples
+    from datamodules.device_decode import encoded_set
+    from datamodules.images import without_unreadable
+
+    shards = write(tree, tmp_path / "shards", part_size=5)
+    rows = [(path, 0) for path, _ in folder_rows(tree)]
+    victim = 7  # part 00001, sample 2
+    corrupt_stored_image(shards, tree / rows[victim][0])
+    # a decoder takes the flipped bytes silently, with other pixels: only the recorded digest tells
+    flipped = Image.open(io.BytesIO(flip_16_bytes((tree / rows[victim][0]).read_bytes()))).convert("RGB")
+    assert not np.array_equal(np.asarray(flipped), np.asarray(read_rgb_image(str(tree / rows[victim][0]))))
+    where = rf"shard set {shards.root}, part 00001, sample 2 \({rows[victim][0]}\): its bytes are not the ones written"
+    with pytest.raises(UnreadableImageError, match=rf"{rows[victim][0]} \(in the shard set {shards.root}\).*{where}"):
+        ImageFileDataset(shards.root, rows)[victim]
+    with pytest.raises(UnreadableImageError, match=where):  # the device-decode path reads the same checked bytes
+        encoded_set(ImageFileDataset(shards.root, rows))[victim]
+    # on_bad_image="skip": counted like any unreadable image
+    skipping = ImageFileDataset(shards.root, rows, transform=PILToTensor(), on_bad_image="skip")
+    with pytest.warns(RuntimeWarning, match=rf"skipping unreadable image .*{rows[victim][0]}"):
+        batch = collate_samples([skipping[i] for i in range(5, 10)])
+    assert batch.skipped.tolist() == [victim] and batch.indices.tolist() == [5, 6, 8, 9]
+    with pytest.warns(RuntimeWarning, match=r"skipping 1 unreadable image\(s\) of 19"):
+        kept = without_unreadable(skipping, what="the test set")
+    assert [path for path, _ in kept.rows] == [path for path, _ in rows if path != rows[victim][0]]
+    # plain verify checks sizes (unchanged here), --full every byte
+    assert verify(shards) == []
+    assert verify(shards, full=True) == [f"shard set {shards.root}, part 00001, sample 2 ({rows[victim][0]}): its "
+                                         "bytes are not the ones written (not the xxh3_64 and sha256 of its "
+                                         "manifest row)"]
+    # the write that refreshes it: the corrupt part alone is written again, then the set serves the files' bytes
+    with pytest.raises(ValueError, match=r"out of date: it does not verify: .*part 00001, sample 2"):
+        write(tree, tmp_path / "shards", part_size=5, full=True)
+    written: list[int] = []
+    real = shards_module._write_part
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
+        repaired = write(tree, tmp_path / "shards", part_size=5, update=True, full=True)
+    assert written == [5]
+    assert np.array_equal(np.asarray(ImageFileDataset(repaired.root, rows)[victim].image),
+                          np.asarray(read_rgb_image(str(tree / rows[victim][0]))))
+
+
+def scoring(cache: Path | None, dataset: ImageFileDataset):
+    """The logits of the engine's cached pass over ``dataset`` (an OOD set named ``val``, as ``evg --ood
+    <folder>/val`` names both a folder's and a shard set's) with a tiny model, and the passes it ran."""
+    from datamodules.evaluation import EvaluationSet
+    from evaluation_engine.scoring import ScoringPasses
+    from tests.callbacks.test_scoring import fake_trainer, scoring_model
+
+    passes = ScoringPasses(cache)
+    outputs = passes.outputs(fake_trainer(0, 1), scoring_model(size=2), EvaluationSet("val", "ood", dataset),
+                             batch_size=4)
+    return outputs["logits"], passes.passes
+
+
+def test_a_corrupt_set_never_poisons_its_folders_cached_pass(tree: Path, tmp_path: Path) -> None:
+    """A shard row fingerprints as its source file, so a pass over shards and one over the folder share a cache
+    entry: only because every byte read from the set is the one written (the per-image digest)."""
+    from datamodules.images import without_unreadable
+
+    rows = [(path, -2) for path, _ in folder_rows(tree)]
+    intact, _ = scoring(None, ImageFileDataset(str(tree), rows))
+    whole = write(tree, tmp_path / "whole")
+    corrupt = write(tree, tmp_path / "corrupt", part_size=5)
+    corrupt_stored_image(corrupt, tree / rows[7][0])
+    cache = tmp_path / "cache"
+    with pytest.raises(UnreadableImageError, match=rf"part 00001, sample 2 \({rows[7][0]}\)"):
+        scoring(cache, ImageFileDataset(corrupt.root, rows))
+    with pytest.warns(RuntimeWarning, match="skipping 1 unreadable image"):  # skip: a set of 18 images, its own key
+        skipped, ran = scoring(cache, without_unreadable(ImageFileDataset(corrupt.root, rows, on_bad_image="skip"),
+                                                         what="val"))
+    assert ran == 1 and torch.equal(skipped, intact[[i for i in range(len(rows)) if i != 7]])
+    folder, ran = scoring(cache, ImageFileDataset(str(tree), rows))  # then the folder, with the same cache
+    assert ran == 1 and torch.equal(folder, intact)
+    shared, ran = scoring(cache, ImageFileDataset(whole.root, rows))  # an intact set shares the folder's entry
+    assert ran == 0 and torch.equal(shared, intact)
+
+
+def test_an_edited_shards_json_never_takes_another_sets_cached_pass(tree: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(tree, other)
+    rng = np.random.default_rng(7)
+    for path, _ in folder_rows(other):  # the same paths, other pixels
+        write_jpeg(other / path, rng)
+    first, second = write(tree, tmp_path / "a"), write(other, tmp_path / "b")
+    rows = [(path, -2) for path, _ in folder_rows(tree)]
+    scoring(tmp_path / "cache", ImageFileDataset(first.root, rows))
+    meta = json.loads(Path(second.root, SHARDS_FILE).read_text())
+    assert meta["listing"]["paths_sha256"] == first.meta["listing"]["paths_sha256"]
+    meta["listing"]["files_fingerprint"] = first.meta["listing"]["files_fingerprint"]  # b claims a's files
+    Path(second.root, SHARDS_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    refused = rf"shard set {second.root}: {second.root}/shards\.json is not the one its write recorded"
+    with pytest.raises(ShardError, match=refused):
+        scoring(tmp_path / "cache", ImageFileDataset(second.root, rows))
+    assert main(["verify", second.root]) == 1
+    assert "shards.json is not the one its write recorded" in capsys.readouterr().err
+
+
+def test_a_deleted_manifest_row_is_named_not_an_image_dropped(tree: Path, tmp_path: Path) -> None:
+    shards = write(tree, tmp_path / "shards")
+    assert fit_folder_set(str(Path(shards.root, "train")), WNIDS).dataset.rows == \
+        fit_folder_set(str(tree / "train"), WNIDS).dataset.rows
+    manifest = Path(shards.root, "manifest.csv")
+    lines = manifest.read_text().splitlines(keepends=True)
+    manifest.write_text("".join(lines[:3] + lines[4:]))  # one training image's row
+    opened = ShardSet.open(shards.root)
+    opened._listing = None  # as a new process would list it
+    with pytest.raises(ShardError, match=rf"its manifest {shards.root}/manifest\.csv is not the one written"):
+        fit_folder_set(str(Path(shards.root, "train")), WNIDS)
+    assert any("manifest.csv is not the one written" in problem for problem in verify(opened))
+
+
+def test_a_missing_index_is_reported_by_verify_and_by_a_read(tree: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    shards = write(tree, tmp_path / "shards")
+    Path(shards.root, INDEX_FILE).unlink()
+    for full in ([], ["--full"]):
+        assert main(["verify", shards.root, *full]) == 1
+        captured = capsys.readouterr()
+        assert f"cannot read its index {shards.root}/index.npz (FileNotFoundError" in captured.err
+        assert captured.out.strip() == f"{shards.root}: 1 problem(s)"
+    fresh = ShardSet(shards.root, shards.meta)  # a process that has not loaded the index yet
+    with pytest.raises(ShardError, match=r"cannot read its index .*index\.npz"):
+        fresh.read(0, folder_rows(tree)[0][0])
+
+
+def test_a_stale_set_is_refused_naming_the_changed_files_and_update_refreshes_it(
+        tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "shards"
+    write(tree, out, part_size=5)
+    rows = [(path, 0) for path, _ in folder_rows(tree)]
+    changed = tree / rows[12][0]  # part 00002
+    write_jpeg(changed, np.random.default_rng(11), size=16)  # the same path, other bytes
+    with pytest.raises(ValueError, match=rf"out of date: 1 source file\(s\) changed since it was written: "
+                                         rf"{rows[12][0]} \(size \d+ -> {changed.stat().st_size} bytes, modified "
+                                         r"since\)\. Write it again with --update"):
+        write(tree, out, part_size=5)
+    assert ShardSet.open(out).source  # a refused write leaves the set as it was
+    written: list[int] = []
+    real = shards_module._write_part
+
+    def killed(*job):
+        raise OSError("killed")
+
+    monkeypatch.setattr(shards_module, "_write_part", killed)
+    with pytest.raises(OSError, match="killed"):  # an update killed half-way: the set is an unfinished write
+        write(tree, out, part_size=5, update=True)
+    with pytest.raises(ShardError, match="a write that has not finished"):
+        ShardSet.open(out)
+    monkeypatch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
+    refreshed = write(tree, out, part_size=5, update=True)
+    assert written == [10]  # the part that holds the changed file, nothing else
+    dataset = ImageFileDataset(refreshed.root, rows)
+    assert np.array_equal(np.asarray(dataset[12].image), np.asarray(read_rgb_image(str(changed))))
+    assert dataset.files_fingerprint() == files_fingerprint(tree, [path for path, _ in rows])
+    assert verify(refreshed, full=True) == []
+    # other bytes at the same size and modification time: only --full sees them
+    touched = tree / rows[3][0]
+    info = touched.stat()
+    touched.write_bytes(flip_16_bytes(touched.read_bytes()))
+    os.utime(touched, ns=(info.st_atime_ns, info.st_mtime_ns))
+    written.clear()
+    write(tree, out, part_size=5)
+    assert written == []
+    with pytest.raises(ValueError, match=rf"{rows[3][0]} \(other bytes, the same size and modification time\)"):
+        write(tree, out, part_size=5, full=True)
+    write(tree, out, part_size=5, full=True, update=True)
+    assert written == [0] and ShardSet.open(out).read(3, rows[3][0]) == touched.read_bytes()
+
+
+def test_a_second_concurrent_write_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    out = tmp_path / "shards"
+    out.mkdir()
+    command = ["write", "--folder", str(tree), "--out", str(out), "--workers", "1"]
+    with FileLock(out / shards_module.LOCK_FILE):  # a write that is running
+        with pytest.raises(ShardError, match=rf"{out}: another write into this folder is running"):
+            main(command)
+        assert list(out.iterdir()) == [out / shards_module.LOCK_FILE]
+    assert main(command) == 0  # its lock file left behind does not make the folder "not empty"
+    assert verify(ShardSet.open(out), full=True) == []
+
+
+def test_a_set_of_the_older_format_is_refused_saying_how_to_rewrite_it(tree: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "shards"
+    command = ["write", "--folder", str(tree), "--out", str(out), "--workers", "1", "--part-size", "5"]
+    assert main(command) == 0
+    # what the last format wrote: no digests of its files or of its images
+    meta = json.loads(Path(out, SHARDS_FILE).read_text())
+    meta = {**{k: v for k, v in meta.items() if k not in ("index_sha256", shard_store.SELF_DIGEST)},
+            "format": "openset-shards/1"}
+    Path(out, SHARDS_FILE).write_text(json.dumps(meta))
+    for part in Path(out, PARTS_DIR).iterdir():
+        lines = (part / "manifest.csv").read_text().splitlines()
+        (part / "manifest.csv").write_text("".join(line.rpartition(",")[0] + "\n" for line in lines))
+    rows = [(path, 0) for path, _ in folder_rows(tree)]
+    with pytest.raises(ShardError, match=rf"is of format 'openset-shards/1', not 'openset-shards/2' .*rewrite it with "
+                                         rf"`python -m datamodules\.shards write --folder {tree} --out {out} --update`"):
+        ImageFileDataset(str(out), rows)
+    with pytest.raises(ValueError, match=r"out of date: it does not verify: .*format 'openset-shards/1'.*--update"):
+        main(command)
+    written: list[int] = []
+    real = shards_module._write_part
+    monkeypatch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
+    assert main([*command, "--update"]) == 0
+    assert written == [0, 5, 10, 15] and verify(ShardSet.open(out), full=True) == []
+    assert np.array_equal(np.asarray(ImageFileDataset(str(out), rows)[4].image),
+                          np.asarray(read_rgb_image(str(tree / rows[4][0]))))
