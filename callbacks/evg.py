@@ -59,8 +59,10 @@ from evaluation_engine.outputs import (
 )
 from evaluation_engine.plots import plot_energy_traces, plot_heatmap, save_image_grid
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     ScoringPasses,
     check_fit_options,
+    overlap_columns,
     write_fitted,
 )
 from metrics import auroc, min_rank
@@ -181,6 +183,9 @@ class EvGReport(pl.Callback):
         fit_set: the in-distribution training images fitted detectors fit on, before the fixed sets are scored;
             the fitted detector is then a fixed black box of the search (its state is part of the run key).
         fit: per κ name, the cap of its fit set.
+        allow_fit_overlap: run even when the fit set holds images of the fixed sets (ID validation, ID test, the
+            OOD set the seeds come from): refused otherwise at ``setup``, before any pass; allowed, the rows of a
+            fitted detector say so (``fit overlap``), and so do the transfer and standardisation tables.
     """
 
     def __init__(self, data: EvGData, *, chains: int, output_dir: str | Path, cache_dir: str | Path | None = None,
@@ -188,9 +193,9 @@ class EvGReport(pl.Callback):
                  seed_indices: Tensor | None = None, seed_choice: SeedChoice = "balanced", seed: int = 0,
                  vary_at: str = "", standardise_on: StandardiseOn = "id_val", precision: str = "32-true",
                  intervals: Intervals | None = None, fit_set: EvaluationSet | None = None,
-                 fit: dict[str, dict[str, Any]] | None = None) -> None:
+                 fit: dict[str, dict[str, Any]] | None = None, allow_fit_overlap: bool = False) -> None:
         self.data, self.chains = data, chains
-        self.fit_set = fit_set
+        self.fit_set, self.allow_fit_overlap = fit_set, allow_fit_overlap
         self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
@@ -245,6 +250,16 @@ class EvGReport(pl.Callback):
         return self.store(module).done
 
     # -- hooks ------------------------------------------------------------------------------------
+
+    def check(self, detectors: Collection[Any]) -> None:
+        """Refuse, before any pass, a fit set of the detectors (:class:`lightning_modules.evg.Detector`) that
+        holds images of the fixed sets: the ID validation and test images, and the OOD set the chains' seeds are
+        drawn from (:meth:`ScoringPasses.check_fit_overlap`)."""
+        if any(detector.kappa.fit_data for detector in detectors):
+            self.passes.check_fit_overlap(self.fit_set, self.data, allow=self.allow_fit_overlap)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.check(getattr(pl_module, "detectors", {}).values())
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """κ of every detector on the fixed sets (one pass per model and set, through the engine)."""
@@ -324,6 +339,9 @@ class EvGReport(pl.Callback):
                 "mean lowest energy": float(result["energy"].double().mean()),
                 "varied": ", ".join(module.variations[variation].active_parameters),
             })
+            note = self.passes.fit_notes(module.detectors[detector].fitted, self.data)  # an allowed overlap of its fit set
+            if note:
+                self.rows[-1][FIT_OVERLAP] = note
             self._intervals(self.rows[-1], scores, worst, ~torch.isnan(result[f"kappa/{detector}"]),
                             f"{detector}|{variation}|{sampler}",
                             conditional=getattr(module.variations[variation], "conditional", True))
@@ -331,7 +349,10 @@ class EvGReport(pl.Callback):
             matrix[detector] = {other: auroc(self.scores[other]["id_test"], finite_worst(result[f"kappa/{other}"]))
                                 for other in module.detectors}
         fitted = module.standardisation()
-        write_csv(out / "results.csv", self.rows, RESULT_COLUMNS)
+        result_columns = overlap_columns(RESULT_COLUMNS, self.rows)
+        overlaps = "".join(f" Warning: {note}: the detector scored images it was fitted on."
+                           for note in dict.fromkeys(r[FIT_OVERLAP] for r in self.rows if r.get(FIT_OVERLAP)))
+        write_csv(out / "results.csv", self.rows, result_columns)
         # the units the replicates resample: the ID test images and the seed images (their identity, for the card)
         self.units = digest({"id_test": self.data["id_test"].fingerprint(), "ood": self.data["ood"].fingerprint(),
                              "seeds": [int(i) for i in self.seed_indices.tolist()]})
@@ -339,7 +360,7 @@ class EvGReport(pl.Callback):
         standardisation = "; ".join(f"{n}: mean {m:.4g}, scale {s:.4g}" for n, (m, s) in fitted.items())
         on = STANDARDISATION_SETS[self.standardise_on]
         notes = [n for n in (getattr(v, "size_note", "") for v in module.variations.values()) if n]
-        write_markdown(out / "results.md", self.rows, RESULT_COLUMNS, preamble=(
+        write_markdown(out / "results.md", self.rows, result_columns, preamble=(
             f"Energy standardisation on {on} (-κ): {standardisation}. Seeds: {self.seed_rule()}. "
             + (f"Varied: {self.vary_at}. " if self.vary_at else "")
             + f"{ENSEMBLE_SAMPLER} (the authors' released tables, ensemble_attack.py): for the instance-conditioned "
@@ -350,7 +371,7 @@ class EvGReport(pl.Callback):
             f"images. {self.intervals.describe()}: clean AUROC over the images; worst-case AUROC over the ID test "
             "images and the seed images (chains of one seed image are one unit: clustered); MinRank conditional on "
             "the search (the worst case held fixed: Wilson's interval of a count of ID test images)"
-            + "".join(f". Warning: {note}" for note in notes)))
+            + "".join(f". Warning: {note}" for note in notes) + ("." + overlaps if overlaps else "")))
         ood = self.data["ood"].dataset
         groups = getattr(ood, "source_classes", None)
         write_tables(out, "seeds", [{"seed": i, "ood index": int(index), "source class":
@@ -365,7 +386,7 @@ class EvGReport(pl.Callback):
             rows = [{"searched against": a, **{b: matrix[a][b] for b in names}} for a in matrix]
             stem = f"transfer_{slug(variation)}_{slug(sampler)}"
             write_tables(out, stem, rows, columns, preamble="Worst-case AUROC of the detector of each column on the "
-                         "worst cases found against the detector of each row")
+                         "worst cases found against the detector of each row" + ("." + overlaps if overlaps else ""))
             if self.plots:
                 values = np.array([[matrix[a][b] for b in names] for a in matrix])
                 figures[stem] = plot_heatmap(values, list(matrix), names, out / f"{stem}.png",
@@ -387,7 +408,7 @@ class EvGReport(pl.Callback):
         atomic_write_bytes(out / "clean_scores.pt", buffer.getvalue())
         # the fitted state of the run: the detectors' energy standardisation
         write_tables(out, "standardisation", [{"detector": n, "mean": m, "scale": s} for n, (m, s) in fitted.items()],
-                     ("detector", "mean", "scale"), preamble=f"Energy = (-κ - mean) / scale, fitted on {on}")
+                     ("detector", "mean", "scale"), preamble=f"Energy = (-κ - mean) / scale, fitted on {on}" + ("." + overlaps if overlaps else ""))
         write_fitted(out, self.passes, [d.fitted for d in module.detectors.values() if d.fitted is not None])
         if self.plots:
             figures.update(self._figures(module, results))
@@ -395,14 +416,14 @@ class EvGReport(pl.Callback):
         log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
                               row[column] for row in self.rows for name, column in
                               (("auroc", "clean auroc"), ("worst_auroc", "worst-case auroc"), ("min_rank", "min rank"))})
-        log_table(trainer, metric_key("predict", "evg", "results"), self.rows, RESULT_COLUMNS)
+        log_table(trainer, metric_key("predict", "evg", "results"), self.rows, result_columns)
         log_images(trainer, {metric_key("predict", "evg", name): path for name, path in figures.items()})
         # written last: a report without it (a run killed while writing) is rewritten whole by the next run
         atomic_write_text(marker, json.dumps({"run_key": self.run_key(module), "rows": self.rows,
                                               "standardise_on": self.standardise_on, "seeds": self.seed_rule(),
                                               "seed_choice": self.seed_choice, "vary_at": self.vary_at},
                                              indent=1, default=float) + "\n")
-        rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, RESULT_COLUMNS))
+        rank_zero_info(f"\nEvG written to {out}\n" + markdown_table(self.rows, result_columns))
 
     def _weights(self, n: int, stratum: int) -> Tensor:
         """The bootstrap's resamples of ``n`` units (ID test images, or seed images), drawn once per report."""

@@ -99,10 +99,12 @@ from evaluation_engine.outputs import (
 )
 from evaluation_engine.plots import save_image_grid
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     ScoringPasses,
     check_detectors,
     check_fit_options,
     detector_pairs,
+    overlap_columns,
     write_fitted,
 )
 from lightning_modules.checkpoint import (
@@ -377,6 +379,9 @@ class GeneratedBenchmark(pl.Callback):
         intervals: level, bootstrap resamples and seed of the intervals.
         fit_set: the in-distribution training images fitted detectors fit on (``None``: no fitted κ).
         fit: per κ name, the cap of its fit set.
+        allow_fit_overlap: run even when the fit set holds images of the benchmark's sets (ID test, generated,
+            real): refused otherwise, before any pass; allowed, the rows of a fitted κ (and the rank agreement
+            they enter) say so in their ``fit overlap`` column.
 
     Every table flags a detector or describer that shares a member with the ensemble a generated set's
     generator was trained against (``info.json``'s ``training_ensemble``, compared by resolved path and by
@@ -402,10 +407,12 @@ class GeneratedBenchmark(pl.Callback):
         intervals: Intervals | None = None,
         fit_set: EvaluationSet | None = None,
         fit: dict[str, dict[str, Any]] | None = None,
+        allow_fit_overlap: bool = False,
     ) -> None:
         super().__init__()
         self.data = data
         self.fit_set = fit_set
+        self.allow_fit_overlap = allow_fit_overlap
         self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         self._fitted: list[Any] = []  # the fitted detectors of the run (their state goes into the outputs)
         self.intervals = Intervals.of(intervals)
@@ -444,6 +451,8 @@ class GeneratedBenchmark(pl.Callback):
         models = self.models if self.models is not None else [pl_module]
         for model, kappa in self.pairs(models):
             check_detectors([kappa], model, self.fit_set)
+        if any(kappa.fit_data for _, kappa in self.pairs(models)):  # no detector is fitted on the data it is tested on
+            self.passes.check_fit_overlap(self.fit_set, self.data, allow=self.allow_fit_overlap)
         for model in models:  # a model of more classes (ImageNet-1k on a protocol's known classes) is fine
             check_classes(getattr(model, "classes", None), self.data.classes, model=model_name(model),
                           data="the ID test set of the generated benchmark", subset=True)
@@ -472,6 +481,10 @@ class GeneratedBenchmark(pl.Callback):
             detectors = {(r["model"], r["confidence function"]) for r in self.detectors if r["set"] == row["generated"]}
             row["detectors sharing generator ensemble"] = len(detectors & sharing)
             row["weak ensemble"] = self.weak_ensemble(row["generated"], described=row["generated"].endswith(LABEL_KEPT))
+            notes = dict.fromkeys(r[FIT_OVERLAP] for r in self.detectors
+                                  if r.get(FIT_OVERLAP) and r["set"] in (row["generated"], row["real"]))
+            if notes:  # the ranking holds detectors fitted on an overlapping set
+                row[FIT_OVERLAP] = "; ".join(notes)
         for row in self.detectors:  # a "(label kept)" row's images are the describer's choice
             row["weak ensemble"] = self.weak_ensemble(row["set"], described=row["set"].endswith(LABEL_KEPT))
         self._log(trainer)
@@ -582,13 +595,15 @@ class GeneratedBenchmark(pl.Callback):
         model.to(pl_module.device).eval()
         background = bool(getattr(model, "background_class", False))
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        note = ""
         if kappa.needs_fit:  # fitted once per (model, κ) on the fit set; scores() then uses it
             self._fitted.append(self.passes.fitted(trainer, model, kappa, self.kappa_parameters[kappa.name],
                                                    self.fit_set, fit=self.fit.get(kappa.name), **batch))
+            note = self.passes.fit_notes(self._fitted[-1], self.data)  # an allowed overlap of its fit set with these sets
         scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
                   for name, s in self.data.sets.items()}
         common = {"model": model_name(model), "confidence function": kappa.name,
-                  "shares generator ensemble": self._shared_sets(model)}
+                  "shares generator ensemble": self._shared_sets(model), **({FIT_OVERLAP: note} if note else {})}
         rows = []
         for name, kind in self.data.kinds.items():
             key = f"{common['model']}|{kappa.name}|{name}"
@@ -712,24 +727,28 @@ class GeneratedBenchmark(pl.Callback):
                    row[metric] for row in self.detectors for metric in ("auroc", "accuracy", "ece")
                    if row.get(metric) is not None}
         log_scalars(trainer, scalars)
-        log_table(trainer, metric_key("test", "generated", "detectors"), self.detectors, DETECTOR_COLUMNS)
+        log_table(trainer, metric_key("test", "generated", "detectors"), self.detectors,
+                  overlap_columns(DETECTOR_COLUMNS, self.detectors))
         if self.sets:
             log_table(trainer, metric_key("test", "generated", "sets"), self.sets, SET_COLUMNS)
         if self.agreement:
-            log_table(trainer, metric_key("test", "generated", "agreement"), self.agreement, AGREEMENT_COLUMNS)
+            log_table(trainer, metric_key("test", "generated", "agreement"), self.agreement,
+                      overlap_columns(AGREEMENT_COLUMNS, self.agreement))
 
     def _write(self, trainer: pl.Trainer) -> None:
         out = self.output_dir
         for model in dict.fromkeys(row["model"] for row in self.detectors):
-            write_tables(out, f"detectors_{slug(model)}", [r for r in self.detectors if r["model"] == model],
-                         DETECTOR_COLUMNS)
-        write_tables(out, "detectors", self.detectors, DETECTOR_COLUMNS, preamble=(
+            rows = [r for r in self.detectors if r["model"] == model]
+            write_tables(out, f"detectors_{slug(model)}", rows, overlap_columns(DETECTOR_COLUMNS, rows))
+        notes = dict.fromkeys(r[FIT_OVERLAP] for r in self.detectors if r.get(FIT_OVERLAP))
+        write_tables(out, "detectors", self.detectors, overlap_columns(DETECTOR_COLUMNS, self.detectors), preamble=(
             f"{self.intervals.describe()}: AUROC over the images (ID and set separately), accuracy and ECE "
-            f"percentile bootstrap (the set's images). {ECE_NOTE} {DETECTION_NOTE}"))
+            f"percentile bootstrap (the set's images). {ECE_NOTE} {DETECTION_NOTE}"
+            + "".join(f" Warning: {note}: its detectors scored images they were fitted on." for note in notes)))
         write_replicates(out, self.replicates, self.intervals)
         write_fitted(out, self.passes, self._fitted)
         if self.agreement:
-            write_tables(out, "agreement", self.agreement, AGREEMENT_COLUMNS)
+            write_tables(out, "agreement", self.agreement, overlap_columns(AGREEMENT_COLUMNS, self.agreement))
         if self.sets:
             lpips = getattr(self.perceptual, "description", "no LPIPS")
             write_csv(out / "sets.csv", self.sets, SET_COLUMNS)

@@ -15,6 +15,7 @@ from datamodules.images import (
     dataset_labels,
 )
 from datamodules.open_set import OpenSetDataModule
+from datamodules.overlap import FitOverlapError
 from datamodules.protocols import Protocol, imagenet_protocol
 from datamodules.transforms import BackgroundClassTarget
 
@@ -31,6 +32,7 @@ __all__ = [
     "ClassFolderDataModule",
     "FolderProtocolDataModule",
     "FashionMNISTOpenSetDataModule",
+    "FitOverlapError",
     "ImageFileDataset",
     "ImageNetProtocolDataModule",
     "NonImageFilesWarning",

@@ -105,12 +105,16 @@ class DetectorOptions(OptionGroup):
             checkpoint's (or the ID datamodule's) training split.
         fit: per κ, the cap of its fit set: ``{"knn": {"fraction": 0.01}}``, ``{"mahalanobis": {"per_class":
             100}}`` (``--fit-arg knn.fraction=0.01``); a κ not among ``kappa`` is refused.
+        allow_fit_overlap: run even when the fit set holds images the command evaluates on (the same files, links
+            to them or copies: :mod:`datamodules.overlap`), which is otherwise refused before any pass, naming the
+            images; every table a detector fitted on such a set shapes then says so (``fit overlap``).
     """
 
     kappa: list[str] = field(default_factory=lambda: ["softmax"])
     kappa_args: dict[str, dict[str, Any]] | None = None
     fit_data: str | None = None
     fit: dict[str, dict[str, Any]] | None = None
+    allow_fit_overlap: bool = False
 
     def __post_init__(self) -> None:
         self.kappa = [self.kappa] if isinstance(self.kappa, str) else list(self.kappa)
@@ -127,7 +131,8 @@ class DetectorOptions(OptionGroup):
         """This group's fields for a run of some of its κ (a report section's): their arguments and fit caps."""
         keep = set(kappa)
         return {"kappa": list(kappa), "kappa_args": {k: v for k, v in self.kappa_args.items() if k in keep},
-                "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in keep}}
+                "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in keep},
+                "allow_fit_overlap": self.allow_fit_overlap}
 
 
 @dataclass

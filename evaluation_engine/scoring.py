@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
@@ -35,6 +36,14 @@ from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.device_decode import DECODERS, collate_encoded, device_decoding
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.images import balanced_choice, check_choice
+from datamodules.overlap import (
+    FitOverlapError,
+    Overlap,
+    SetImages,
+    find_overlap,
+    overlap_message,
+    overlap_note,
+)
 from datamodules.transforms import ModelInput
 from evaluation_engine.outputs import slug
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
@@ -254,6 +263,14 @@ class ScoringPasses:
         self._detectors_by_kappa: dict[tuple[int, str, str], Detector] = {}  # (model, κ, parameters) -> last fit
         self._heads_checked: set[int] = set()
         self.fits: list[dict[str, Any]] = []  # one entry per fitted detector: model, κ, fit set, samples, state
+        # fit sets against the data they are tested on (check_fit_overlap): each pair compared once per run, by
+        # fingerprints; whether a fit set's overlaps are allowed, and the allowed ones (fit set -> set -> overlap)
+        self._images: dict[str, SetImages] = {}
+        self._overlaps: dict[tuple[str, str], Overlap] = {}
+        self._allowed: dict[str, bool] = {}
+        self._allowed_overlaps: dict[str, dict[str, Overlap]] = {}
+        self._fit_set_of: dict[int, EvaluationSet] = {}  # id(detector) -> the fit set it was fitted on
+        self._fit_of_key: dict[str, tuple[EvaluationSet, EvaluationSet]] = {}  # fit log key -> (fit set, capped)
 
     def clear(self) -> None:
         self._kept.clear()
@@ -261,6 +278,7 @@ class ScoringPasses:
         self._detectors.clear()
         self._detectors_by_kappa.clear()
         self._heads_checked.clear()
+        self._fit_set_of.clear()  # the overlaps stay: they depend on the data, not the weights
 
     def _weights(self, pl_module: nn.Module) -> str:
         """The weights fingerprint, recomputed only when a parameter changed (its version counter)."""
@@ -362,20 +380,25 @@ class ScoringPasses:
                ) -> Tensor:
         """κ of every sample of a set (:func:`metrics.kappa_scores` on the pass)."""
         background = bool(getattr(pl_module, "background_class", False))
-        if kappa.kind == "model":
-            return self.model_scores(trainer, pl_module, evaluation_set, kappa, parameters, background=background,
-                                     batch_size=batch_size, num_workers=num_workers)
+        if kappa.kind == "model":  # through the one dispatch too, which refuses non-finite scores
+            scores = self.model_scores(trainer, pl_module, evaluation_set, kappa, parameters, background=background,
+                                       batch_size=batch_size, num_workers=num_workers)
+            return kappa_scores(kappa, {f"scores/{kappa.name}": scores}, background=background, parameters=parameters,
+                                data=evaluation_set.name)
+        detector = self._detectors_by_kappa.get((id(pl_module), kappa.name, digest(parameters))) \
+            if kappa.needs_fit else None
+        fit_set = self._fit_set_of.get(id(detector)) if detector is not None else None
+        if fit_set is not None:  # before the pass: a set the callback did not check against the fit set
+            self.check_fit_overlap(fit_set, [evaluation_set], allow=self._allowed.get(fit_set.fingerprint(), False))
         outputs = self.outputs(trainer, pl_module, evaluation_set, features=features or kappa.kind == "features",
                                batch_size=batch_size, num_workers=num_workers)
-        detector = None
         if kappa.needs_head:
             self.check_head(pl_module, outputs)
-        if kappa.needs_fit:
-            detector = self._detectors_by_kappa.get((id(pl_module), kappa.name, digest(parameters)))
-            if detector is None:
-                raise ValueError(f"confidence function {kappa.name!r} of {getattr(pl_module, 'display_name', '')} "
-                                 "is not fitted: call ScoringPasses.fitted with a fit set first")
-        return kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector)
+        if kappa.needs_fit and detector is None:
+            raise ValueError(f"confidence function {kappa.name!r} of {getattr(pl_module, 'display_name', '')} "
+                             "is not fitted: call ScoringPasses.fitted with a fit set first")
+        return kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector,
+                            data=evaluation_set.name)
 
     def check_head(self, pl_module: nn.Module, outputs: dict[str, Tensor]) -> None:
         """:func:`check_head` on a pass's outputs, once per model: a detector that reads only the head (ASH,
@@ -384,6 +407,88 @@ class ScoringPasses:
             check_head(classification_head(pl_module), outputs,
                        model=getattr(pl_module, "display_name", type(pl_module).__name__))
             self._heads_checked.add(id(pl_module))
+
+    # -- fit sets and the data they are tested on ------------------------------------------------
+
+    def overlap(self, fit_set: EvaluationSet, evaluation_set: EvaluationSet) -> Overlap:
+        """:func:`datamodules.overlap.find_overlap` of a fit set and an evaluation set, computed once per run for
+        each pair (by their fingerprints); each set's file identities and digests are computed once too."""
+        key = (fit_set.fingerprint(), evaluation_set.fingerprint())
+        if key not in self._overlaps:
+            images = [self._images.setdefault(s.fingerprint(), SetImages(s)) for s in (fit_set, evaluation_set)]
+            self._overlaps[key] = find_overlap(*images)
+        return self._overlaps[key]
+
+    def check_fit_overlap(self, fit_set: EvaluationSet | None, evaluation_sets: Iterable[EvaluationSet], *,
+                          allow: bool = False, what: str = "fit set") -> list[Overlap]:
+        """Refuse a fit set that holds images of the data the run evaluates on: compared with every evaluation
+        set (by file identity and by content, :mod:`datamodules.overlap`) before the first pass. Every callback
+        calls it with its fit set and all its sets (ID test, OOD sets, severity pools, generated sets, EvG's OOD
+        set its seeds come from); a fit set of another purpose (an ID validation fit, a tuning set) calls it with
+        its own ``what``. :meth:`scores` checks a fitted detector's fit set against any set it scores that was
+        not checked here.
+
+        Args:
+            fit_set: the fit set (``None``: nothing to check).
+            evaluation_sets: the run's sets (an :class:`EvaluationData` or a sequence); sets of role ``fit`` are
+                left out.
+            allow: run anyway (``--allow-fit-overlap``): the overlaps are then warned about, kept, and recorded in
+                the fit log (``fits``, :meth:`fit_notes`) of every detector fitted on the set, whose tables say so.
+            what: how the error calls the set.
+
+        Returns:
+            The overlaps found (only with ``allow``; each with its count, positions and first pairs).
+
+        Raises:
+            FitOverlapError: an overlap without ``allow``, naming the count, the first pairs, both sets and the fix.
+        """
+        if fit_set is None:
+            return []
+        pairs = [(s, self.overlap(fit_set, s)) for s in evaluation_sets if s.role != "fit" and s is not fit_set]
+        found = [(s, o) for s, o in pairs if o.count]
+        if found and not allow:
+            raise FitOverlapError(overlap_message([o for _, o in found], what=what))
+        key = fit_set.fingerprint()
+        self._allowed[key] = allow  # the caller's, for the sets scores() checks after it
+        recorded = self._allowed_overlaps.setdefault(key, {})
+        new = [(s, o) for s, o in found if s.fingerprint() not in recorded]
+        for evaluation_set, overlap in new:
+            rank_zero_warn(f"{overlap_note(overlap, what=what)}: {overlap.summary()}; every table of the detectors "
+                           "fitted on it says so", category=RuntimeWarning)
+            recorded[evaluation_set.fingerprint()] = overlap
+        if new:  # the fit log of detectors already fitted on the set: complete
+            for entry in self.fits:
+                fitted_on = self._fit_of_key.get(entry["key"])
+                if fitted_on is not None and fitted_on[0].fingerprint() == key:
+                    entry["overlaps"] = self._fit_overlaps(*fitted_on)
+        return [o for _, o in found]
+
+    def fit_notes(self, detector: Detector | None, sets: Iterable[EvaluationSet] | None = None) -> str:
+        """What a table says about a detector whose fit set overlaps data of the run (allowed): ``fit set 'fit'
+        overlaps id_test: 40 of its 40 images are id_test images (allowed by --allow-fit-overlap)``, one per
+        overlapping set among ``sets`` (the table's; ``None``: all of the run), counted within the images its
+        cap kept; ``""`` when there is none."""
+        for entry in self.fits if detector is not None else []:
+            fitted_on = self._fit_of_key.get(entry["key"])
+            if self._detectors.get(entry["key"]) is detector and fitted_on is not None:
+                return "; ".join(o["note"] for o in self._fit_overlaps(*fitted_on, sets=sets))
+        return ""
+
+    def _fit_overlaps(self, fit_set: EvaluationSet, subset: EvaluationSet, sets: Iterable[EvaluationSet] | None = None
+                      ) -> list[dict[str, Any]]:
+        """The allowed overlaps of the fit set (with ``sets`` only, when given), counted within the images a cap
+        keeps: the fit log's ``overlaps``."""
+        indices = None if subset is fit_set else [int(i) for i in subset.dataset.indices]  # type: ignore[attr-defined]
+        wanted = None if sets is None else {s.fingerprint() for s in sets}
+        entries = []
+        for other, overlap in self._allowed_overlaps.get(fit_set.fingerprint(), {}).items():
+            if wanted is not None and other not in wanted:
+                continue
+            count = overlap.within(indices)
+            entries.append({"set": overlap.other, "role": overlap.other_role, "images": count, "of": len(subset),
+                            "set images": overlap.other_images,
+                            "note": overlap_note(overlap, count=count, of=len(subset), fit=subset.name)})
+        return entries
 
     def fitted(self, trainer: pl.Trainer, pl_module: pl.LightningModule, kappa: Kappa, parameters: dict[str, Any],
                fit_set: EvaluationSet | None, *, fit: dict[str, Any] | None = None, batch_size: int = 256,
@@ -422,16 +527,21 @@ class ScoringPasses:
             head = classification_head(pl_module) if kappa.needs_head else None
             data: dict[str, Tensor] = {}
             if subset is not None:  # every check that needs no pass, before it
-                detector.check_fit_size(len(subset), int(subset.labels().unique().numel()))
+                try:
+                    detector.check_fit_size(len(subset), int(subset.labels().unique().numel()))
+                except ValueError as error:
+                    if subset is fit_set:
+                        raise
+                    raise ValueError(f"{error} ({cap_origin(kappa, given, options, fit_set, subset)})") from None
                 known = (head[0].shape[0] - int(background)) if head is not None else \
                     len(getattr(pl_module, "classes", None) or []) or None
                 if known is not None:
-                    check_fit_labels(subset, model=model_name, num_classes=known, cap=options)
+                    check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name)
                 width = head[0].shape[0] if head is not None else None
                 found = self.outputs(trainer, pl_module, subset, features=kappa.kind == "features",
                                      batch_size=batch_size, num_workers=num_workers)
                 num_classes = found["logits"].shape[-1] - int(background) if width is None else width - int(background)
-                check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options)
+                check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name)
                 data = {k: found[k] for k in ("logits", "features", "targets") if k in found}
                 if head is not None and "features" in data:
                     check_head(head, data, model=model_name)
@@ -441,7 +551,12 @@ class ScoringPasses:
                               "fit set": subset.name if subset is not None else None,
                               "samples": len(subset) if subset is not None else 0,
                               "fingerprint": subset.fingerprint() if subset is not None else None,
-                              "state": detector.state_fingerprint(), "key": key})
+                              "state": detector.state_fingerprint(), "key": key,
+                              # an allowed overlap of the fit set with the run's data, counted within the cap
+                              "overlaps": self._fit_overlaps(fit_set, subset) if subset is not None else []})
+        if subset is not None:
+            self._fit_set_of[id(detector)] = fit_set
+            self._fit_of_key[key] = (fit_set, subset)
         self._detectors_by_kappa[(id(pl_module), kappa.name, digest(parameters))] = detector
         return detector
 
@@ -452,6 +567,13 @@ class ScoringPasses:
 
 
 FIT_OPTIONS = ("fraction", "per_class", "seed")
+FIT_OVERLAP = "fit overlap"  # the column of every table a detector fitted on an overlapping fit set shapes
+
+
+def overlap_columns(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """``columns`` and, when a row carries a note about an allowed fit overlap (:meth:`ScoringPasses.fit_notes`),
+    the :data:`FIT_OVERLAP` column: a table shaped by such a detector says so in every row it writes."""
+    return (*columns, FIT_OVERLAP) if any(row.get(FIT_OVERLAP) for row in rows) else tuple(columns)
 
 
 def check_fit_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -497,6 +619,18 @@ def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet
     return EvaluationSet(f"{fit_set.name}[{cap}]", "fit", Subset(fit_set.dataset, indices), info=dict(fit_set.info))
 
 
+def cap_origin(kappa: Kappa, given: dict[str, Any], options: dict[str, Any], fit_set: EvaluationSet,
+               subset: EvaluationSet) -> str:
+    """Where a capped fit set's size comes from, for an error about it: the detector's default cap or the user's,
+    and the options that change it (``knn_imagenet`` keeps 1% by default: 1 of 96 images)."""
+    cap = {k: v for k, v in options.items() if k in ("fraction", "per_class")}
+    whose = "the cap given" if {"fraction", "per_class"} & set(given) else f"{kappa.name}'s default fit cap"
+    return (f"{whose} {cap} keeps {len(subset)} of the {len(fit_set)} images of the fit set {fit_set.name}; change it "
+            f"with --fit-arg {kappa.name}.fraction=F (0 < F <= 1; 1 keeps them all) or --fit-arg "
+            f"{kappa.name}.per_class=N (fit: {{{kappa.name}: {{per_class: N}}}} in YAML and Python), or fit on more "
+            "images")
+
+
 def check_head(head: tuple[Tensor, Tensor | None], data: dict[str, Tensor], *, model: str) -> None:
     """Refuse a head that does not map the pass's features to its logits (a model whose last ``Linear`` is not
     its classifier on those features): ReAct, ASH, DICE and ViM would score another network."""
@@ -517,7 +651,8 @@ def check_head(head: tuple[Tensor, Tensor | None], data: dict[str, Tensor], *, m
                          "detectors that read the head cannot score it")
 
 
-def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int, cap: dict[str, Any] | None = None) -> None:
+def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int, cap: dict[str, Any] | None = None,
+                     kappa: str | None = None) -> None:
     """Refuse a fit set whose labels are not the model's known classes ``0..K-1``, every class present."""
     labels = fit_set.labels()
     outside = sorted({int(v) for v in labels[(labels < 0) | (labels >= num_classes)].unique()})
@@ -525,7 +660,8 @@ def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int, ca
     absent = [c for c in range(num_classes) if c not in present]
     if absent and not outside and cap and {"fraction", "per_class"} & set(cap):
         raise ValueError(f"fit set {fit_set.name}: the cap {cap} keeps {len(labels)} images, too few for {model}'s "
-                         f"{num_classes} known classes ({absent[:10]} get none): raise it")
+                         f"{num_classes} known classes ({absent[:10]} get none): raise it"
+                         + (f" (--fit-arg {kappa}.fraction=F or --fit-arg {kappa}.per_class=N)" if kappa else ""))
     if outside or absent:
         raise ValueError(f"fit set {fit_set.name} ({len(labels)} images) is not {model}'s in-distribution training data: "
                          + (f"labels {outside} are not among its {num_classes} known classes; " if outside else "")
@@ -556,9 +692,12 @@ def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[Kappa])
 
 
 def check_detectors(kappas: Sequence[Kappa], pl_module: nn.Module, fit_set: EvaluationSet | None) -> None:
-    """Refuse, before any pass, a fitted κ the model or the data cannot serve: no fit set, no features, no head."""
+    """Refuse, before any pass, a κ the model or the data cannot serve: no fit set, no features, no head, a model
+    the κ cannot run (:attr:`metrics.kappa.Kappa.model_check`: MC dropout without dropout)."""
     name = getattr(pl_module, "display_name", type(pl_module).__name__)
     for kappa in kappas:
+        if kappa.model_check is not None:
+            kappa.model_check(pl_module)
         if not kappa.needs_fit and kappa.kind != "features":
             continue
         if kappa.fit_data and fit_set is None:

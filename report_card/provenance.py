@@ -70,4 +70,13 @@ def data_sets(log: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-__all__ = ["STALE_MARK", "data_sets", "mark_stale", "model_sha256", "versions"]
+def fit_overlap_notes(fits: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per fitted detector of the run whose fit set overlaps data it was evaluated on (allowed by
+    ``--allow-fit-overlap``; the fit log's ``overlaps``, :meth:`ScoringPasses.fitted`): ``model / κ: fit set
+    'fit' overlaps id_test: 40 of its 40 images are id_test images (allowed by --allow-fit-overlap)``."""
+    lines = {f"Warning: {fit['model']} / {fit['kappa']}: {overlap['note']}; its numbers are of images it was "
+             "fitted on.": None for fit in fits for overlap in fit.get("overlaps", [])}
+    return list(lines)
+
+
+__all__ = ["STALE_MARK", "data_sets", "fit_overlap_notes", "mark_stale", "model_sha256", "versions"]

@@ -134,6 +134,11 @@ def test_a_report_section_is_checked_by_its_command_s_own_parser() -> None:
     card = ReportCard.of(model=["m.ckpt"], kappa=["softmax", "energy"], kappa_args={"energy": {"temperature": 2}},
                          severity={"kappa": ["softmax"]}, fit={"energy": {"per_class": 3}})
     assert card.detector_options.only(["softmax"]) == {"kappa": ["softmax"], "kappa_args": {}, "fit_data": None,
-                                                       "fit": {}}
+                                                       "fit": {}, "allow_fit_overlap": False}
     assert card._evaluation("severity", "m.ckpt", ["softmax"], card.output_dir / "s").kappa_args == {}
     assert card._evaluation("severity", "m.ckpt", ["energy"], card.output_dir / "s").fit == {"energy": {"per_class": 3}}
+    # --allow-fit-overlap of the card reaches every section that fits detectors, a section's own wins
+    card = ReportCard.of(model=["m.ckpt"], kappa=["knn"], allow_fit_overlap=True, severity={},
+                         generated={"allow_fit_overlap": False})
+    assert card._evaluation("severity", "m.ckpt", ["knn"], card.output_dir / "s").allow_fit_overlap is True
+    assert card._evaluation("generated", "m.ckpt", ["knn"], card.output_dir / "g").allow_fit_overlap is False

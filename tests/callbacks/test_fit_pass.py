@@ -253,3 +253,276 @@ def test_the_fitted_state_is_written_and_a_large_bank_only_fingerprinted(tmp_pat
     assert record["shape"] == [30, 2] and name not in entries["knn"]["state_dict"]
     torch.testing.assert_close(entries["class_mean"]["state_dict"]["means"], mean.means)  # small: written whole
     assert entries["class_mean"]["state"] == mean.state_fingerprint()
+
+
+# -- no detector is fitted on the data it is tested on -----------------------------------------------------
+
+
+def test_a_fit_set_holding_evaluation_images_is_refused_before_any_pass_unless_allowed(monkeypatch):
+    import evaluation_engine.scoring as scoring
+    from datamodules.overlap import FitOverlapError
+
+    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    images = data.dataset.images
+    id_test = EvaluationSet("id_test", "id_test", TensorImageDataset(torch.rand(8, 1, 2, 2), torch.arange(8) % 3))
+    shared = [4, 11, 25]  # 3 of the 30 fit images are among the OOD set's 6, at its positions 5, 0, 2
+    ood_images = torch.rand(6, 1, 2, 2)
+    ood_images[[5, 0, 2]] = images[shared]
+    ood = EvaluationSet("ood", "ood", TensorImageDataset(ood_images, torch.full((6,), -2)))
+    compared = []
+    original = scoring.find_overlap
+    monkeypatch.setattr(scoring, "find_overlap", lambda *sets: compared.append(sets) or original(*sets))
+    passes = ScoringPasses()
+    with pytest.raises(FitOverlapError) as refused:
+        passes.check_fit_overlap(data, [id_test, ood, data])
+    message = str(refused.value)
+    assert "3 of its 30 images are images of ood (role ood, in memory (TensorImageDataset): 3 of its 6 images" in message
+    assert "fit[4] = ood[5] (same pixels); fit[11] = ood[0] (same pixels); fit[25] = ood[2] (same pixels)" in message
+    assert "id_test" not in message and "--allow-fit-overlap" in message and passes.passes == 0
+    assert len(compared) == 2  # id_test and ood; the fit set itself (role fit) is not compared with itself
+    # allowed: the overlap is kept (each pair compared once per run) and every fit on the set records it
+    with pytest.warns(RuntimeWarning, match="fit set 'fit' overlaps ood: 3 of its 30 images are ood images"):
+        (found,) = passes.check_fit_overlap(data, [id_test, ood], allow=True)
+    assert found.fit_indices.tolist() == shared and len(compared) == 2
+    detector = passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    assert passes.fits[-1]["overlaps"] == [{"set": "ood", "role": "ood", "images": 3, "of": 30, "set images": 6,
+                                            "note": "fit set 'fit' overlaps ood: 3 of its 30 images are ood images "
+                                                    "(allowed by --allow-fit-overlap)"}]
+    assert passes.fit_notes(detector) == passes.fits[-1]["overlaps"][0]["note"]
+    # a cap counts the shared images it keeps (compared with the cap's own choice of images)
+    capped = passes.fitted(trainer, model, CLASS_MEAN, {}, data, fit={"per_class": 4}, batch_size=8)
+    kept = fit_subset(data, {"per_class": 4}).dataset.indices
+    (entry,) = passes.fits[-1]["overlaps"]
+    assert (entry["images"], entry["of"]) == (len(set(kept) & set(shared)), 12)
+    assert passes.fit_notes(capped).startswith("fit set 'fit[per_class=4]' overlaps ood")
+    # a set of a later evaluation of the run (a report card's next section): the fit log is completed, and a
+    # table states the overlaps with its own sets only
+    later = EvaluationSet("near_ood", "near_ood", TensorImageDataset(images[[0, 1]], torch.full((2,), -2)))
+    with pytest.warns(RuntimeWarning, match="overlaps near_ood: 2 of its 30 images"):
+        passes.check_fit_overlap(data, [later], allow=True)
+    assert [(e["set"], e["images"]) for e in passes.fits[0]["overlaps"]] == [("ood", 3), ("near_ood", 2)]
+    assert passes.fit_notes(detector, [id_test, later]) == ("fit set 'fit' overlaps near_ood: 2 of its 30 images are "
+                                                            "near_ood images (allowed by --allow-fit-overlap)")
+    assert passes.fit_notes(detector, [id_test]) == ""
+    # the report card's notes: one line per fitted detector and overlapping set (report_card.provenance)
+    from report_card.provenance import fit_overlap_notes
+
+    assert fit_overlap_notes(passes.fits) == [
+        f"Warning: counting / class_mean: {entry['note']}; its numbers are of images it was fitted on."
+        for fit in passes.fits for entry in fit["overlaps"]] and len(fit_overlap_notes(passes.fits)) == 4
+    # a fit set that overlaps nothing: no note
+    clean = passes.fitted(trainer, model, CLASS_MEAN, {}, fit_set(30, 3, seed=1), batch_size=8)
+    assert passes.fit_notes(clean) == "" and passes.fits[-1]["overlaps"] == []
+
+
+def test_scores_checks_a_set_its_fitted_detector_was_not_checked_against():
+    from datamodules.overlap import FitOverlapError
+
+    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    passes = ScoringPasses()
+    passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    copied = EvaluationSet("id_test", "id_test", TensorImageDataset(data.dataset.images[:5], torch.arange(5) % 3))
+    with pytest.raises(FitOverlapError, match="5 of its 30 images are images of id_test"):
+        passes.scores(trainer, model, copied, CLASS_MEAN, {}, batch_size=8)
+    assert passes.passes == 1  # the fit pass only: the overlapping set was not scored
+    passes.scores(trainer, model, data, CLASS_MEAN, {}, batch_size=8)  # the fit set itself (role fit): no check
+
+
+def test_a_default_cap_too_small_for_the_detector_names_the_cap_and_the_option():
+    from metrics import KAPPAS
+
+    model, trainer = scoring_model(Headed()), fake_trainer(0, 1)
+    with pytest.raises(ValueError) as refused:  # knn_imagenet keeps 1% by default: 1 of 96 images for k = 10
+        ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), batch_size=8)
+    message = str(refused.value)
+    assert "knn_imagenet's default fit cap {'fraction': 0.01} keeps 1 of the 96 images of the fit set fit" in message
+    assert "--fit-arg knn_imagenet.fraction=F" in message and "--fit-arg knn_imagenet.per_class=N" in message
+    with pytest.raises(ValueError, match=r"the cap given \{'per_class': 2\} keeps 6 of the 96 images"):
+        ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), fit={"per_class": 2},
+                               batch_size=8)
+
+
+KNOWN, UNKNOWN = ["n01440764", "n01443537"], ["n01484850", "n01491361", "n01494475"]
+
+
+class Quadrants(torch.nn.Module):
+    """Features: the mean colour of each image quadrant (12 numbers); logits: a fixed linear head of them."""
+
+    def __init__(self, classes: int = 2) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(12, classes)
+        torch.nn.init.normal_(self.head.weight, generator=torch.Generator().manual_seed(0))
+
+    def features(self, images):
+        return torch.nn.functional.adaptive_avg_pool2d(images, 2).flatten(1)
+
+    def forward(self, images):
+        return self.head(self.features(images))
+
+
+def severity_command(root, out, fit_data, **options):
+    """`evaluate.py severity` from Python: a tiny model of the 2 known classes, KNN (k = 1) fitted on
+    ``fit_data``, the severity data of class folders (ID test: the known classes' val/ images)."""
+    from datamodules.severity import FolderSeverityData
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from evaluation_engine import TrainerOptions
+    from evaluation_methods import SeverityEvaluation
+    from lightning_modules.scoring import ScoringModel
+
+    scoring = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(12, 3)), name="tiny", classes=KNOWN)
+    data = FolderSeverityData(str(root), KNOWN, UNKNOWN, estimation=2, batch_size=16, num_workers=0)
+    evaluation = SeverityEvaluation.of(
+        model=scoring, data=data, num_levels=2, intervals={"resamples": 20}, kappa=["softmax", "knn"],
+        kappa_args={"knn": {"k": 1}}, fit_data=str(fit_data), output_dir=str(out), cache_dir=None, plots=False,
+        trainer=TrainerOptions(accelerator="cpu", devices=1, wandb_mode="disabled", progress_bar=False), **options)
+    return scoring, evaluation
+
+
+@pytest.fixture()
+def severity_tree(tmp_path):
+    from tests.conftest import make_imagenet_folder
+
+    return make_imagenet_folder(tmp_path / "ILSVRC2012", KNOWN + UNKNOWN, train=3, val=2)
+
+
+def test_allow_fit_overlap_is_an_option_of_every_command_that_fits_detectors():
+    import evaluate
+
+    for command in ("severity", "generated", "evg", "report"):
+        sections = ["--severity", "{}"] if command == "report" else []
+        assert evaluate.parse([command, "--model", "m.ckpt", "--allow-fit-overlap", *sections])[1].allow_fit_overlap
+        assert not evaluate.parse([command, "--model", "m.ckpt", *sections])[1].allow_fit_overlap
+
+
+def test_severity_refuses_a_copy_or_links_of_its_id_test_images_as_fit_data_before_any_pass(severity_tree, tmp_path):
+    """The issue's two cases through the command: --fit-data a copy of the ID test folders, and a folder of
+    symlinks to them. KNN with k = 1 would find every ID test image as its own neighbour."""
+    import os
+    import shutil
+
+    from datamodules.overlap import FitOverlapError
+
+    shutil.copytree(severity_tree / "val" / KNOWN[0], tmp_path / "copy" / KNOWN[0])
+    shutil.copytree(severity_tree / "val" / KNOWN[1], tmp_path / "copy" / KNOWN[1])
+    (tmp_path / "links").mkdir()
+    for wnid in KNOWN:
+        os.symlink(severity_tree / "val" / wnid, tmp_path / "links" / wnid)
+    first = sorted(os.listdir(severity_tree / "val" / KNOWN[0]))[0]
+    for folder, how in (("copy", "same bytes"), ("links", "same file")):
+        scoring, evaluation = severity_command(severity_tree, tmp_path / f"out-{folder}", tmp_path / folder)
+        with pytest.raises(FitOverlapError) as refused:
+            evaluation.run()
+        message = str(refused.value)
+        assert f"the fit set 'fit' ({tmp_path / folder}, 4 images)" in message
+        assert (f"4 of its 4 images are images of id_test (role id_test, {severity_tree}: 4 of its 4 images; "
+                f"{how}: 4)") in message
+        assert f"{tmp_path / folder / KNOWN[0] / first} = {severity_tree / 'val' / KNOWN[0] / first} ({how})" in message
+        assert "ood_estimation" not in message and "ood_test" not in message  # the pool's images are other files
+        assert "--allow-fit-overlap" in message and scoring.forward_calls == 0  # before any pass, the width probe too
+        assert not list((tmp_path / f"out-{folder}").glob("*.csv"))
+
+
+def test_severity_with_an_allowed_overlap_says_so_in_every_table_and_a_training_split_runs_without_note(
+        severity_tree, tmp_path):
+    import csv
+    import shutil
+
+    shutil.copytree(severity_tree / "val" / KNOWN[0], tmp_path / "fit" / KNOWN[0])  # 2 of the 4 ID test images
+    shutil.copytree(severity_tree / "train" / KNOWN[1], tmp_path / "fit" / KNOWN[1])  # and 3 training images
+    _, evaluation = severity_command(severity_tree, tmp_path / "out", tmp_path / "fit", allow_fit_overlap=True)
+    with pytest.warns(RuntimeWarning, match="fit set 'fit' overlaps id_test: 2 of its 5 images are id_test images"):
+        result = evaluation.run()
+    note = "fit set 'fit' overlaps id_test: 2 of its 5 images are id_test images (allowed by --allow-fit-overlap)"
+    assert {row["fit overlap"] for row in result["knn"]} == {note} and all("fit overlap" not in r for r in result["softmax"])
+    for name in ("severity.csv", "tiny_knn_n2.csv", "levels_tiny_knn.csv", "summary.csv"):
+        with open(tmp_path / "out" / name) as handle:
+            rows = list(csv.DictReader(handle))
+        assert {r["fit overlap"] for r in rows if r.get("confidence function", "knn") == "knn"} == {note}, name
+    assert f"Warning: {note}" in (tmp_path / "out" / "summary.md").read_text()
+    (entry,) = torch.load(tmp_path / "out" / "fitted_detectors.pt", weights_only=False).values()
+    assert [(o["set"], o["images"], o["of"]) for o in entry["overlaps"]] == [("id_test", 2, 5)]
+    # the training split of the known classes: the same run, no note, no column
+    for wnid in KNOWN:
+        shutil.copytree(severity_tree / "train" / wnid, tmp_path / "train" / wnid)
+    _, evaluation = severity_command(severity_tree, tmp_path / "train-out", tmp_path / "train")
+    clean = evaluation.run()
+    assert all("fit overlap" not in row for rows in clean.values() for row in rows)
+    with open(tmp_path / "train-out" / "severity.csv") as handle:
+        assert "fit overlap" not in handle.readline()
+
+
+def tensor_set(name, role, images, labels):
+    return EvaluationSet(name, role, TensorImageDataset(images, labels))
+
+
+def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one_in_its_tables(tmp_path):
+    import csv
+
+    import pytorch_lightning as pl
+
+    from callbacks.evg import EvGReport
+    from datamodules.evg import ChainBatches, EvGData
+    from datamodules.overlap import FitOverlapError
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from evaluation_engine.run import launch_loader
+    from lightning_modules.evg import Detector, EvGSearch, build_variation
+    from lightning_modules.scoring import ScoringModel
+
+    generator = torch.Generator().manual_seed(0)
+    ood = torch.rand(6, 3, 8, 8, generator=generator)
+    data = EvGData(id_val=TensorImageDataset(torch.rand(6, 3, 8, 8, generator=generator), torch.arange(6) % 2),
+                   id_test=TensorImageDataset(torch.rand(6, 3, 8, 8, generator=generator), torch.arange(6) % 2),
+                   ood=TensorImageDataset(ood, torch.full((6,), -2)), classes=KNOWN, batch_size=4)
+    train = torch.cat([torch.rand(8, 3, 8, 8, generator=generator), ood[[1, 4]]])  # two OOD (seed) images
+    fit = tensor_set("fit", "fit", train, torch.arange(10) % 2)
+
+    def run(out, **options):
+        model = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(8, 3)), name="tiny", classes=KNOWN)
+        detectors = {d.name: d for d in (Detector(model, "knn", kappa_args={"k": 1}), Detector(model, "softmax"))}
+        indices = data.seed_indices(4, 0)
+        seeds = data.seed_images(indices, None)
+        module = EvGSearch(detectors, {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},
+                           {"mh": {}}, seeds, steps=3, seed=0)
+        report = EvGReport(data, chains=4, output_dir=out, plots=False, seed_indices=indices, fit_set=fit, **options)
+        trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[report], inference_mode=False,
+                             enable_progress_bar=False, enable_model_summary=False)
+        trainer.test(module, dataloaders=launch_loader(), verbose=False)
+        module.fit_standardisation({name: scores["id_val"] for name, scores in report.scores.items()})
+        trainer.predict(module, dataloaders=ChainBatches(4, 4).loader(1), return_predictions=False)
+        return report, model
+
+    with pytest.raises(FitOverlapError, match=r"2 of its 10 images are images of ood \(role ood, in memory"):
+        run(tmp_path / "refused")
+    note = "fit set 'fit' overlaps ood: 2 of its 10 images are ood images (allowed by --allow-fit-overlap)"
+    with pytest.warns(RuntimeWarning, match="overlaps ood"):
+        report, _ = run(tmp_path / "allowed", allow_fit_overlap=True)
+    with open(tmp_path / "allowed" / "results.csv") as handle:
+        rows = {row["detector"]: row["fit overlap"] for row in csv.DictReader(handle)}
+    assert rows == {"tiny/knn": note, "tiny/softmax": ""}
+    assert f"Warning: {note}" in (tmp_path / "allowed" / "results.md").read_text()
+    assert f"Warning: {note}" in (tmp_path / "allowed" / "transfer_colour_mh.md").read_text()
+
+
+def test_generated_refuses_a_fit_set_holding_images_of_a_generated_set(tmp_path):
+    from callbacks.generated import GeneratedBenchmark
+    from datamodules.generated import GeneratedBenchmarkData
+    from datamodules.overlap import FitOverlapError
+    from datamodules.transforms import ModelInput, TensorPipeline
+    from lightning_modules.scoring import ScoringModel
+    from tests.datamodules.test_generated import uint8_images, write_set
+
+    near = uint8_images(5, channels=3, size=8, seed=1)
+    data = GeneratedBenchmarkData(TensorImageDataset(uint8_images(4, channels=3, size=8), torch.tensor([0, 1, 0, 1])),
+                                  near_ood=[write_set(tmp_path / "near", near, kind="near_ood")], classes=KNOWN)
+    # the fit images: 6 others and 3 of the generated near-OOD images, stored as float (the same pixels)
+    fit = tensor_set("fit", "fit", torch.cat([uint8_images(6, channels=3, size=8, seed=2).float() / 255,
+                                              near[[0, 2, 4]].float() / 255]), torch.arange(9) % 2)
+    model = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(8, 3)), name="tiny", classes=KNOWN)
+    benchmark = GeneratedBenchmark(data, ["knn"], models=[model], fit_set=fit, output_dir=tmp_path / "out")
+    with pytest.raises(FitOverlapError, match=r"3 of its 9 images are images of near_ood:near \(role near_ood"):
+        benchmark.setup(None, model, "test")
+    assert benchmark.passes.passes == 0
+    GeneratedBenchmark(data, ["softmax"], models=[model], fit_set=fit).setup(None, model, "test")  # nothing fitted
+    allowed = GeneratedBenchmark(data, ["knn"], models=[model], fit_set=fit, allow_fit_overlap=True)
+    with pytest.warns(RuntimeWarning, match="3 of its 9 images are near_ood:near images"):
+        allowed.setup(None, model, "test")
