@@ -35,6 +35,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
 from datamodules.images import UnreadableImageError
+from evaluation_engine.run import wandb_env_mode
 from lightning_modules.checkpoint import load_module, read_checkpoint
 from lightning_modules.ensemble_quality import (
     QUALITY_FILE,
@@ -57,6 +58,21 @@ def _loggers(trainer_config: Any) -> list[Any]:
     return list(logger) if isinstance(logger, list) else [logger]
 
 
+def follow_wandb_environment(loggers: list[Any], command_line: list[str]) -> None:
+    """A W&B logger's ``offline: true`` from a config (the project's default, configs/trainer/default.yaml)
+    gives way to the mode the environment sets (``WANDB_MODE`` ``disabled`` or ``online``, W&B's own values), as
+    ``evaluate.py``'s default does: Lightning's ``WandbLogger(offline=True)`` would overwrite ``WANDB_MODE`` with
+    ``dryrun``. ``offline`` given on the command line still wins."""
+    mode = wandb_env_mode()
+    if mode in (None, "offline") or any(arg.lstrip("-").startswith("trainer.logger") and "offline" in arg
+                                        for arg in command_line):
+        return
+    for logger in loggers:
+        init_args = logger.get("init_args")
+        if logger.get("class_path", "").endswith("WandbLogger") and init_args is not None and init_args.get("offline"):
+            init_args["offline"] = False  # wandb.init then reads WANDB_MODE itself
+
+
 def checkpoint_logger_version(path: str) -> Any:
     """The logger version (W&B run id, CSV version) recorded in a checkpoint, or ``None``."""
     return read_checkpoint(path).get("logger_version")
@@ -64,6 +80,7 @@ def checkpoint_logger_version(path: str) -> Any:
 
 class OpenSetCLI(LightningCLI):
     member_dir: Path | None = None  # set by `train.py ensemble`: this run's checkpoints go there
+    command_line: list[str] = []  # the arguments given (main's args, else sys.argv's)
 
     def before_fit(self) -> None:
         folder = self.config[self.subcommand].get("checkpoint_dir")
@@ -84,6 +101,8 @@ class OpenSetCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.get("trainer") is not None:
+            follow_wandb_environment(_loggers(config.trainer), self.command_line)
         ckpt_path = config.get("ckpt_path")
         if self.subcommand != "fit" or not ckpt_path or ckpt_path in ("last", "best", "hpc", "registry"):
             return
@@ -100,6 +119,7 @@ class OpenSetCLI(LightningCLI):
 
 def main(args: list[str] | None = None, *, member_dir: Path | None = None) -> OpenSetCLI:
     OpenSetCLI.member_dir = member_dir
+    OpenSetCLI.command_line = [str(a) for a in args] if isinstance(args, list) else sys.argv[1:] if args is None else []
     return OpenSetCLI(
         pl.LightningModule,
         pl.LightningDataModule,

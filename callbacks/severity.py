@@ -62,12 +62,14 @@ from evaluation_engine.outputs import (
 )
 from evaluation_engine.plots import plot_severity
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     ScoringPasses,
     check_detectors,
     check_fit_options,
     command_fit_set,
     default_fit_set,
     model_input_of,
+    overlap_columns,
     write_fitted,
 )
 from lightning_modules.checkpoint import check_classes
@@ -82,6 +84,7 @@ from metrics import (
     severity_table,
 )
 from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
+from metrics.severity import PAPER_LEVELS, resolve_num_levels
 from openset_common import digest, known_columns
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
@@ -113,7 +116,8 @@ class SeverityAUROC(pl.Callback):
         kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
         every_n_epochs: evaluate after every n-th validation epoch (0: never during training).
         on_test: evaluate at ``trainer.test``.
-        num_levels: severity levels (11 in the paper).
+        num_levels: severity levels (default: the paper's 11, fewer with a warning where the data have fewer
+            windows ``M - G + 1``; more than that is refused).
         batch_size, num_workers: of the callback's own passes (default: the severity data's).
         cache_dir: cache the passes on disk (for fixed models; useless while weights change).
         output_dir: where files go (default: next to the checkpoint at test, the checkpoint folder's
@@ -127,6 +131,9 @@ class SeverityAUROC(pl.Callback):
         train_fit: the cap during training (``every_n_epochs``): the detectors are refitted at every evaluation
             epoch on the weights of that epoch, one more pass over ``per_class`` images of each class (default
             100) -- the cost of a fitted κ during training.
+        allow_fit_overlap: run even when the fit set holds images of the severity data (the ID test images, the
+            pool's): refused otherwise, before any pass (:meth:`ScoringPasses.check_fit_overlap`); allowed, every
+            table of a fitted κ says so in its ``fit overlap`` column.
     """
 
     def __init__(
@@ -137,7 +144,7 @@ class SeverityAUROC(pl.Callback):
         kappa_args: dict[str, dict[str, Any]] | None = None,
         every_n_epochs: int = 1,
         on_test: bool = True,
-        num_levels: int = 11,
+        num_levels: int | None = None,
         batch_size: int | None = None,
         num_workers: int | None = None,
         cache_dir: str | None = None,
@@ -148,8 +155,10 @@ class SeverityAUROC(pl.Callback):
         fit_set: EvaluationSet | None = None,
         fit: dict[str, dict[str, Any]] | None = None,
         train_fit: dict[str, Any] | None = None,
+        allow_fit_overlap: bool = False,
     ) -> None:
         super().__init__()
+        self.allow_fit_overlap = allow_fit_overlap
         self.intervals = Intervals.of(intervals)
         self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
         if not self.kappas:
@@ -169,13 +178,14 @@ class SeverityAUROC(pl.Callback):
         self.detectors: dict[str, Any] = {}  # κ name -> the fitted detector of the last evaluation
         if every_n_epochs < 0:
             raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
-        if num_levels < 2:
+        if num_levels is not None and num_levels < 2:
             raise ValueError(f"num_levels must be at least 2, got {num_levels}")
         self.data = data
         self.data_args = dict(data_args or {})
         self.every_n_epochs = every_n_epochs
         self.on_test = on_test
         self.num_levels = num_levels
+        self.levels = num_levels or PAPER_LEVELS  # the data's number: set by check()
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.passes = passes if passes is not None else ScoringPasses(cache_dir)
@@ -224,7 +234,11 @@ class SeverityAUROC(pl.Callback):
         classes = getattr(pl_module, "classes", None)
         check_classes(classes, self.data.classes, model=model_name(pl_module),
                       data=f"the severity data's ID classes ({type(self.data).__name__})")
+        self.levels = resolve_num_levels(self.num_levels, len(self.data.ood_classes), self.data.group_size,
+                                         data=type(self.data).__name__)
         check_detectors(self.kappas, pl_module, self.fit_set)
+        if any(k.fit_data for k in self.kappas):  # no detector is fitted on the data it is tested on
+            self.passes.check_fit_overlap(self.fit_set, self.data, allow=self.allow_fit_overlap)
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.every_n_epochs == 0 or (trainer.current_epoch + 1) % self.every_n_epochs:
@@ -322,19 +336,25 @@ class SeverityAUROC(pl.Callback):
         for kappa in self.kappas:
             scores = {split: kappa_scores(kappa, outputs[split], background=background,
                                           parameters=self.kappa_parameters[kappa.name],
-                                          detector=self.detectors.get(kappa.name)) for split in SEVERITY_SETS}
+                                          detector=self.detectors.get(kappa.name), data=split)
+                      for split in SEVERITY_SETS}
             class_scores = class_mean_scores(scores["ood_estimation"], estimation_classes, len(data.ood_classes))
-            groups, level_scores = severity_levels(class_scores, data.group_size, self.num_levels)
+            groups, level_scores = severity_levels(class_scores, data.group_size, self.levels)
             tables[kappa.name] = severity_table(
                 id_scores=scores["id_test"], id_correct=id_correct, ood_scores=scores["ood_test"],
                 ood_classes=test_classes, groups=groups, model_name=name, kappa_name=kappa.name,
             )
+            note = self.passes.fit_notes(self.detectors.get(kappa.name), data)  # an allowed overlap of its fit set
+            if note:
+                for row in tables[kappa.name]:
+                    row[FIT_OVERLAP] = note
             if stage == "test":
                 self._intervals(kappa.name, tables[kappa.name], scores, test_classes, groups)
             levels[kappa.name] = [
                 {"severity level": level, "level score": float(level_scores[level]), "class index": int(c),
                  "class": data.ood_class_name(int(c)), "class score": float(class_scores[c]),
-                 "seen in training": data.ood_class_role(int(c))}
+                 "seen in training": data.ood_class_role(int(c)),
+                 **({FIT_OVERLAP: tables[kappa.name][0][FIT_OVERLAP]} if FIT_OVERLAP in tables[kappa.name][0] else {})}
                 for level, group in enumerate(groups) for c in group
             ]
         self.tables = tables
@@ -385,7 +405,8 @@ class SeverityAUROC(pl.Callback):
         aurocs = [row["ood-auroc"] for row in rows]
         summary = {"model name": rows[0]["model name"], "confidence function": kappa_name,
                    "mean auroc": sum(aurocs) / len(aurocs), "hardest auroc": aurocs[-1], "levels": len(rows),
-                   "empty resamples": int(torch.isnan(mean).sum())}
+                   "empty resamples": int(torch.isnan(mean).sum()),
+                   **({FIT_OVERLAP: rows[0][FIT_OVERLAP]} if FIT_OVERLAP in rows[0] else {})}
         with_bounds(summary, "mean auroc", options.bounds(mean))
         with_bounds(summary, "hardest auroc", options.bounds(per_level[-1]))
         self.summary = [r for r in self.summary if r["confidence function"] != kappa_name] + [summary]
@@ -405,10 +426,11 @@ class SeverityAUROC(pl.Callback):
                            reduce_fx="max")
         if stage == "val" and trainer.is_global_zero:
             self.history += [{"epoch": trainer.current_epoch, "confidence function": name,
-                              "severity level": row["severity level"], "ood-auroc": row["ood-auroc"]}
+                              "severity level": row["severity level"], "ood-auroc": row["ood-auroc"],
+                              **({FIT_OVERLAP: row[FIT_OVERLAP]} if FIT_OVERLAP in row else {})}
                              for name, rows in tables.items() for row in rows]
         all_rows = [row for rows in tables.values() for row in rows]
-        log_table(trainer, metric_key(stage, "severity", "table"), all_rows, TABLE_COLUMNS)
+        log_table(trainer, metric_key(stage, "severity", "table"), all_rows, overlap_columns(TABLE_COLUMNS, all_rows))
         if stage != "val":
             return
         for logger in wandb_loggers(trainer):
@@ -416,7 +438,7 @@ class SeverityAUROC(pl.Callback):
 
             for name in tables:
                 runs = self._runs(name)
-                chart = wandb.plot.line_series(xs=list(range(self.num_levels)),
+                chart = wandb.plot.line_series(xs=list(range(self.levels)),
                                                ys=[[r["ood-auroc"] for r in rows] for rows in runs.values()],
                                                keys=list(runs), title=f"OOD AUROC by severity level ({name})",
                                                xname="severity level")
@@ -430,7 +452,7 @@ class SeverityAUROC(pl.Callback):
 
     def _write_history(self, trainer: pl.Trainer, tables: dict[str, list[dict]]) -> None:
         out = self.output_dir / "val" if self.output_dir is not None else training_report_dir(trainer, "severity-val")
-        write_csv(out / "history.csv", self.history, HISTORY_COLUMNS)
+        write_csv(out / "history.csv", self.history, overlap_columns(HISTORY_COLUMNS, self.history))
         if self.plots:
             for name in tables:
                 plot_severity(self._runs(name), out / f"auroc_by_level_{slug(name)}.png",
@@ -442,12 +464,15 @@ class SeverityAUROC(pl.Callback):
         out = self.output_dir if self.output_dir is not None else default_report_dir(trainer, "severity")
         for kappa_name, rows in tables.items():
             stem = slug(f"{name}_{kappa_name}")
-            write_csv(out / f"{stem}_n{self.num_levels}.csv", rows, INTERVAL_TABLE_COLUMNS)
-            write_csv(out / f"levels_{stem}.csv", levels[kappa_name], LEVEL_COLUMNS)
-        write_csv(out / "severity.csv", [row for rows in tables.values() for row in rows], INTERVAL_TABLE_COLUMNS)
-        write_tables(out, "summary", self.summary, SUMMARY_COLUMNS, preamble=(
-            f"Mean OOD AUROC over the {self.num_levels} severity levels and the hardest level's, with "
-            f"{self.intervals.describe()}; resampling unit: {CLASS_UNIT}."))
+            write_csv(out / f"{stem}_n{self.levels}.csv", rows, overlap_columns(INTERVAL_TABLE_COLUMNS, rows))
+            write_csv(out / f"levels_{stem}.csv", levels[kappa_name], overlap_columns(LEVEL_COLUMNS, levels[kappa_name]))
+        all_rows = [row for rows in tables.values() for row in rows]
+        write_csv(out / "severity.csv", all_rows, overlap_columns(INTERVAL_TABLE_COLUMNS, all_rows))
+        notes = list(dict.fromkeys(row[FIT_OVERLAP] for row in self.summary if row.get(FIT_OVERLAP)))
+        write_tables(out, "summary", self.summary, overlap_columns(SUMMARY_COLUMNS, self.summary), preamble=(
+            f"Mean OOD AUROC over the {self.levels} severity levels and the hardest level's, with "
+            f"{self.intervals.describe()}; resampling unit: {CLASS_UNIT}."
+            + "".join(f" Warning: {note}: its detectors scored images they were fitted on." for note in notes)))
         # the units the replicates resample: the ID test images and the pool's classes (their identity, for the card)
         self.units = digest({"id_test": self.data["id_test"].fingerprint(),
                              "ood_test": self.data["ood_test"].fingerprint()})

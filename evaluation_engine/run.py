@@ -18,6 +18,9 @@ their flat names, as the command line does; the constructor takes the groups the
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +33,26 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from openset_common import dataclass_of
 
+WANDB_MODES = ("offline", "online", "disabled")
+# W&B's spellings of its modes in WANDB_MODE (wandb.sdk's settings): dryrun is offline, run and shared online
+WANDB_ENV_MODES = {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online",
+                   "shared": "online", "disabled": "disabled"}
+
+
+def wandb_env_mode() -> Literal["offline", "online", "disabled"] | None:
+    """The W&B mode the environment asks for (``WANDB_MODE``, in W&B's own values), or ``None`` where it is unset.
+
+    Raises:
+        ValueError: ``WANDB_MODE`` holds a value W&B does not know, naming it and the values it takes.
+    """
+    value = os.environ.get("WANDB_MODE", "").strip()
+    if not value:
+        return None
+    if value.lower() not in WANDB_ENV_MODES:
+        raise ValueError(f"the environment's WANDB_MODE={value!r} is not a W&B mode (one of "
+                         f"{sorted(WANDB_ENV_MODES)}); set it to one of them, or give --wandb-mode")
+    return WANDB_ENV_MODES[value.lower()]  # type: ignore[return-value]
+
 
 @dataclass
 class TrainerOptions:
@@ -40,7 +63,9 @@ class TrainerOptions:
             ``strategy ddp``, ``precision bf16-mixed`` on GPUs).
         progress_bar: show Lightning's progress bar.
         wandb_mode: ``offline`` (runs in ``<log_dir>/wandb``, ``wandb sync`` uploads them), ``online`` or
-            ``disabled``.
+            ``disabled``; default: the environment's ``WANDB_MODE`` where it is set (W&B's own values, ``dryrun``
+            read as ``offline`` and ``run`` as ``online``), else ``offline`` (:func:`wandb_env_mode`). An option
+            given wins over the environment.
         wandb_project: the W&B project.
         wandb_id: log into this W&B run (default: the checkpoint's own run, where there is one).
         log_dir: where W&B writes its run folders.
@@ -57,13 +82,17 @@ class TrainerOptions:
     num_nodes: int = 1
     precision: str = "32-true"
     progress_bar: bool = True
-    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_mode: Literal["offline", "online", "disabled"] | None = None
     wandb_project: str = "openset-bench"
     wandb_id: str | None = None
     log_dir: str = "runs"
     decode: Literal["cpu", "device"] = "cpu"
 
     def __post_init__(self) -> None:
+        if self.wandb_mode is None:  # not given: the user's environment, else the project's default
+            self.wandb_mode = wandb_env_mode() or "offline"
+        elif self.wandb_mode not in WANDB_MODES:
+            raise ValueError(f"wandb_mode must be one of {list(WANDB_MODES)}, got {self.wandb_mode!r}")
         if isinstance(self.devices, str) and self.devices.isdigit():
             self.devices = int(self.devices)
         if self.num_nodes < 1:
@@ -106,9 +135,34 @@ def make_logger(options: TrainerOptions, *, name: str, version: Any = None) -> L
     if options.wandb_mode == "disabled":
         return False
     version = options.wandb_id or version
+    # an ``online`` option wins over another WANDB_MODE of the environment, which wandb.init would read (offline:
+    # Lightning sets WANDB_MODE itself)
+    mode = {"mode": "online"} if options.wandb_mode == "online" and wandb_env_mode() not in (None, "online") else {}
     return WandbLogger(project=options.wandb_project, name=name, save_dir=options.log_dir,
                        offline=options.wandb_mode == "offline", id=version if isinstance(version, str) else None,
-                       resume="allow")
+                       resume="allow", **mode)
+
+
+@contextlib.contextmanager
+def evaluation_logger(options: TrainerOptions, *, name: str, version: Any = None) -> Iterator[Logger | bool]:
+    """:func:`make_logger`'s logger for one evaluation. The W&B run it starts is finished when the block ends, so
+    the next evaluation of the process (the next command from Python, the report card's own W&B run) gets a run
+    of its own instead of writing into this one (Lightning's logger reuses any run still open); a run that was
+    open before the block (the user's own) is left open."""
+    logger = make_logger(options, name=name, version=version)
+    before = _open_wandb_run() if isinstance(logger, WandbLogger) else None
+    try:
+        yield logger
+    finally:
+        run = getattr(logger, "_experiment", None)  # None: the run never started (another rank, nothing logged)
+        if run is not None and run is not before and callable(getattr(run, "finish", None)):
+            run.finish()
+
+
+def _open_wandb_run() -> Any:
+    import wandb
+
+    return wandb.run
 
 
 def make_trainer(options: TrainerOptions, *, logger: Logger | bool, callbacks: list[pl.Callback],

@@ -18,7 +18,7 @@ from evaluation_engine.run import (
     DATA_OVERRIDES_RENAMED,
     Evaluation,
     TrainerOptions,
-    make_logger,
+    evaluation_logger,
     make_trainer,
 )
 from evaluation_methods.registry import (
@@ -88,9 +88,10 @@ class OSCREvaluation(Evaluation):
                          else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
         evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
                                        conventions=self.conventions, intervals=self.intervals)
-        logger = make_logger(self.options, name=f"oscr-{Path(self.model).stem}", version=checkpoint.get("logger_version"))
-        trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
-        trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
+        with evaluation_logger(self.options, name=f"oscr-{Path(self.model).stem}",
+                               version=checkpoint.get("logger_version")) as logger:
+            trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
+            trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
         if not (trainer.is_global_zero and evaluation.report_path is not None):
             return None
         folder = evaluation.report_path

@@ -21,8 +21,9 @@ from evaluation_engine.outputs import (
     slug,
 )
 from evaluation_engine.plots import plot_severity
-from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from evaluation_engine.run import Evaluation, TrainerOptions, evaluation_logger, launch_loader, make_trainer
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     command_fit_set,
 )
 from evaluation_methods.registry import (
@@ -56,7 +57,8 @@ class SeverityEvaluation(Evaluation):
     Args:
         model: ``timm:<name>``, ``torchvision:<name>``, a checkpoint of ``train.py`` or ``ensemble:<members>``
             (from Python also a :class:`lightning_modules.ScoringModel`).
-        num_levels: severity levels (11 in the paper).
+        num_levels: severity levels (default: the paper's 11, fewer with a warning where the data have fewer
+            windows M - G + 1; more than that is refused).
         intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
         model_options: ``model_args``, ``pretrained_file``, ``random_weights`` (:class:`ModelOptions`).
         data_options: ``data`` -- ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a
@@ -64,7 +66,8 @@ class SeverityEvaluation(Evaluation):
             path; default: the checkpoint's own datamodule's, else ``imagenet`` (from Python also a
             :class:`SeverityData`) --, ``data_args`` (``id_root``, ``pool_root``, ``pool_file``, ``estimation``,
             ...), ``batch_size`` and ``num_workers`` of the passes (default: the data's) (:class:`DataOptions`).
-        detector_options: ``kappa``, ``kappa_args``, ``fit_data``, ``fit`` (:class:`DetectorOptions`).
+        detector_options: ``kappa``, ``kappa_args``, ``fit_data``, ``fit``, ``allow_fit_overlap``
+            (:class:`DetectorOptions`).
         output_options: ``output_dir`` (default: ``runs/severity/<model>``), ``cache_dir`` (default
             ``runs/cache``), ``plots`` (:class:`OutputOptions`).
     """
@@ -74,7 +77,7 @@ class SeverityEvaluation(Evaluation):
 
     option_defaults = {"cache_dir": "runs/cache"}
 
-    def __init__(self, model: str, num_levels: int = 11, intervals: Intervals | None = None, *,
+    def __init__(self, model: str, num_levels: int | None = None, intervals: Intervals | None = None, *,
                  model_options: ModelOptions | None = None, data_options: DataOptions | None = None,
                  detector_options: DetectorOptions | None = None, output_options: OutputOptions | None = None,
                  trainer: TrainerOptions | None = None) -> None:
@@ -96,12 +99,12 @@ class SeverityEvaluation(Evaluation):
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  fit_set=command_fit_set(scoring, self.fit_data, [get_kappa(k) for k in self.kappa]),
-                                 fit=self.fit)
+                                 fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
         data.setup()  # every class folder and the pool file, before the trainer starts
         severity.check(scoring)
-        logger = make_logger(self.options, name=f"severity-{scoring.display_name}")
-        trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
-        trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
+        with evaluation_logger(self.options, name=f"severity-{scoring.display_name}") as logger:
+            trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
+            trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
         if trainer.is_global_zero:
             print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, the rest from "
                   f"{'the cache ' + str(self.cache_dir) if self.cache_dir else 'memory'})")
@@ -201,7 +204,8 @@ class SeverityMethod(Method):
                                 "hardest level": column_cell(rows[-1], "ood-auroc"),
                                 "easiest level": column_cell(rows[0], "ood-auroc"),
                                 **{f"hardest {k}": v for k, v in detection_cells(rows[-1]).items()},
-                                "empty resamples": int(torch.isnan(replicates).sum()) if replicates is not None else ""})
+                                "empty resamples": int(torch.isnan(replicates).sum()) if replicates is not None else "",
+                                FIT_OVERLAP: rows[0].get(FIT_OVERLAP, "")})
                 levels.append({"model": model, "κ": kappa, **{
                     f"level {r['severity level']}": column_cell(r, "ood-auroc") for r in rows}})
                 lines[f"{model} / {kappa}"] = rows
@@ -220,7 +224,8 @@ class SeverityMethod(Method):
             "in every level and row of a resample). Empty resamples: those in which every class of some level drew "
             "0 (no AUROC there), left out of the mean's interval."),
             [Table("summary", ["model", "κ", "mean AUROC", "hardest level", "easiest level",
-                               *[f"hardest {h}" for h in DETECTION_HEADERS], "empty resamples"], summary),
+                               *[f"hardest {h}" for h in DETECTION_HEADERS], "empty resamples",
+                               *([FIT_OVERLAP] if any(r[FIT_OVERLAP] for r in summary) else [])], summary),
              Table("AUROC per level", level_columns, levels)], figures)
 
     def notes(self, results: Any, models: Any) -> list[str]:

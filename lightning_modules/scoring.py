@@ -33,11 +33,12 @@ from datamodules.transforms import ModelInput
 from lightning_modules.checkpoint import (
     CheckpointError,
     datamodule_from_checkpoint,
+    import_class,
     load_module,
     read_checkpoint,
 )
 from lightning_modules.nets.backbones import OpenSetNetwork, build_classifier
-from lightning_modules.nets.ensemble import DeepEnsemble
+from lightning_modules.nets.ensemble import CLASS_ARGUMENTS, TRANSFORM_ARGUMENTS, DeepEnsemble
 from lightning_modules.open_set_classifier import OpenSetClassifier
 from openset_common import tensors_fingerprint
 
@@ -72,10 +73,63 @@ def checkpoint_input(checkpoint: dict[str, Any], path: str | Path) -> tuple[Mode
     return model_input(), list(classes) if classes is not None else None
 
 
+# what a checkpoint's hyper-parameters say of its network, its training objective and its training data
+ARCHITECTURE_ARGUMENTS = ("backbone", "backbone_args", "in_channels", "deep_feature_dim")
+LOSS_ARGUMENTS = ("loss", "negative_weight")
+DATA_ARGUMENTS = (*CLASS_ARGUMENTS, "negative", "unknown", "train_negatives", *TRANSFORM_ARGUMENTS)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, (tuple, list)) else value
+
+
+def _class_path(recorded: str | None) -> str | None:
+    """A recorded class path as the class's own module path (one class recorded under its public path, or under a
+    module path of before a move, reads alike); as recorded where it does not import."""
+    if recorded is None:
+        return None
+    try:
+        found = import_class(recorded)
+    except (ImportError, AttributeError, ValueError):
+        return recorded
+    return f"{found.__module__}.{found.__qualname__}"
+
+
+def checkpoint_recipe(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint of ``train.py`` says of the recipe that trained it, read from its stored
+    hyper-parameters (nothing run): its module's class path, its network (``backbone`` and its arguments), its
+    training loss, its classes (the known classes in label order) and its data (the datamodule's class and the
+    arguments that decide the classes, the negatives and the input). Paths, batch size, workers and the seeds
+    are left out: runs of one recipe may differ in them."""
+    model = checkpoint.get("hyper_parameters", {}) or {}
+    data = checkpoint.get("datamodule_hyper_parameters", {}) or {}
+    classes = checkpoint.get("classes")
+    return {
+        "model class": _class_path(checkpoint.get("model_class")),
+        "architecture": {k: _plain(model.get(k)) for k in ARCHITECTURE_ARGUMENTS},
+        "loss": {k: model.get(k) for k in LOSS_ARGUMENTS if k in model},
+        "classes": list(classes) if classes is not None else {"num_classes": model.get("num_classes")},
+        "data": {"datamodule": _class_path(checkpoint.get("datamodule_class")),
+                 **{k: _plain(data.get(k)) for k in DATA_ARGUMENTS if k in data}},
+    }
+
+
 def load_scoring_network(
     model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
 ) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None]:
     """``(network, model input, display name, background_class, classes)`` for a model name or checkpoint."""
+    network, model_input, name, background, classes, _ = load_scoring_recipe(
+        model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args)
+    return network, model_input, name, background, classes
+
+
+def load_scoring_recipe(
+    model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
+) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None, dict[str, Any]]:
+    """:func:`load_scoring_network` and the model's recipe: ``kind`` (``checkpoint``, ``ensemble``, ``timm``,
+    ``torchvision``) and what the spec says of its architecture, classes and data (a checkpoint's:
+    :func:`checkpoint_recipe`; an ensemble's: its number of members and its first member's recipe, the members
+    agree on it; a timm/torchvision model's: its name and head), from the checkpoints already read to build it."""
     if model.startswith("ensemble:"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to {model}")
@@ -87,7 +141,8 @@ def load_scoring_network(
             name = f"ensemble{ensemble.num_members}-{Path(spec).parent.name or Path(spec).stem}"  # stay apart)
         else:
             name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
-        return ensemble, model_input, name, ensemble.background, classes
+        recipe = {"kind": "ensemble", "members": ensemble.num_members, **checkpoint_recipe(checkpoint)}
+        return ensemble, model_input, name, ensemble.background, classes, recipe
     if model.endswith(".ckpt"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
@@ -95,11 +150,15 @@ def load_scoring_network(
         module = load_module(model, checkpoint, expected=OpenSetClassifier,
                              hint="scoring needs a classifier of train.py (an OpenSetClassifier checkpoint)")
         model_input, classes = checkpoint_input(checkpoint, model)
-        return module, model_input, checkpoint_display_name(Path(model)), bool(module.background_class), classes
+        return (module, model_input, checkpoint_display_name(Path(model)), bool(module.background_class), classes,
+                {"kind": "checkpoint", **checkpoint_recipe(checkpoint)})
     network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file,
                                           model_args=model_args)
-    return network, ModelInput.from_transform(transform, channels=3), model.partition(":")[2], False, \
-        imagenet_classes(head_width(network))
+    kind, _, name = model.partition(":")
+    recipe = {"kind": kind, "architecture": {"name": name, **dict(model_args or {})},
+              "classes": {"num_classes": head_width(network)}}
+    return network, ModelInput.from_transform(transform, channels=3), name, False, \
+        imagenet_classes(head_width(network)), recipe
 
 
 def weights_fingerprint(network: nn.Module) -> str:
@@ -192,6 +251,9 @@ class ScoringModel(pl.LightningModule):
         name: how tables call the model (default: from the spec).
         classes: the classes of its logits, in order (default: from the spec; ``None``: unknown).
         background: the last logit of a module is a background class.
+
+    It keeps ``recipe``, what its spec says of its kind, architecture, classes and data
+    (:func:`load_scoring_recipe`): the report card compares the seeds of one model with it before any pass.
     """
 
     def __init__(
@@ -216,9 +278,12 @@ class ScoringModel(pl.LightningModule):
             self.background_class = background or bool(getattr(model, "background_class", False))
             self.classes = list(classes) if classes is not None else None
             self.spec = f"module:{type(model).__name__}"
+            self.recipe: dict[str, Any] = {"kind": "module",
+                                           "model class": f"{type(model).__module__}.{type(model).__qualname__}"}
         elif isinstance(model, str):
-            self.network, found_input, found_name, self.background_class, found_classes = load_scoring_network(
-                model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args)
+            self.network, found_input, found_name, self.background_class, found_classes, self.recipe = \
+                load_scoring_recipe(model, pretrained=pretrained, pretrained_file=pretrained_file,
+                                    model_args=model_args)
             self.model_input = model_input or found_input
             self.display_name = name or found_name
             self.classes = list(classes) if classes is not None else found_classes

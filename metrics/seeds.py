@@ -20,7 +20,9 @@ approximation ``t_ν`` with ``ν = Var² / ((s²/S)² / (S - 1))``, the usual ch
 (0.927-0.941 where the shared variance is 0.3-1 times the seeds' part, 0.90-0.93 in the coverage study):
 its ``ν`` grows when ``s²`` is small by chance. The convolution covers 0.95-0.976 over the same range (exact
 when either part is 0). This is the construction of a two-stage sample with the test set as a common second
-stage; its coverage is measured in ``benchmarks/interval_coverage.py``.
+stage; its coverage is measured in ``benchmarks/interval_coverage.py``. With two seeds the t has 1 degree of
+freedom (its 97.5% quantile is 12.7, 4.3 with three seeds) and ``s`` is one difference: the interval is valid
+but uninformative (on a proportion it often covers all of [0, 1]); the report card warns and says so.
 
 For comparisons on the leaderboard, the seed mean gets replicates that carry both sources: the seed mean of
 the replicates (the test sampling, paired with every other row measured on the same units) plus a seeded

@@ -11,6 +11,7 @@ test images of its G classes.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -57,6 +58,62 @@ def level_starts(num_windows: int, num_levels: int = 11) -> list[int]:
     return starts
 
 
+def check_num_levels(num_levels: int, num_classes: int, group_size: int, *, data: str = "the severity data") -> int:
+    """Refuse more severity levels than the data have distinct windows: the sorted OOD classes give
+    ``W = M - G + 1`` sliding windows of ``G`` classes, and more levels than windows only repeat windows (each
+    repeat costs its AUROC, its intervals and its rows, and tells nothing new). Returns ``W``.
+
+    Args:
+        num_levels: ``L``, the levels asked for.
+        num_classes: ``M``, the OOD pool's classes.
+        group_size: ``G``, the classes per level (the ID classes).
+        data: what the error calls the data.
+
+    Raises:
+        ValueError: ``M < G`` (no window at all) or ``L > W``, naming ``L``, ``M``, ``G`` and ``W`` and the option.
+    """
+    windows = num_classes - group_size + 1
+    if windows < 1:
+        raise ValueError(f"severity levels need at least as many OOD classes as the group size: M = {num_classes} < "
+                         f"G = {group_size} ({data}: M OOD pool classes, G ID classes)")
+    if num_levels > windows:
+        raise ValueError(f"num_levels = {num_levels} asks for more severity levels than {data} has distinct ones: "
+                         f"M − G + 1 = {num_classes} − {group_size} + 1 = {windows} windows ({num_classes} OOD pool "
+                         f"classes, groups of G = {group_size} ID classes), so {num_levels - windows} "
+                         f"level{'s' if num_levels - windows > 1 else ''} would repeat a window; give num_levels "
+                         f"(--num-levels) {windows} or fewer")
+    return windows
+
+
+PAPER_LEVELS = 11  # Galil et al.'s q = 0, 0.1, ..., 1
+
+
+def resolve_num_levels(num_levels: int | None, num_classes: int, group_size: int, *,
+                       data: str = "the severity data") -> int:
+    """The number of severity levels ``L`` of a benchmark: ``num_levels`` when given (refused when the data have
+    fewer windows, :func:`check_num_levels`); else the paper's :data:`PAPER_LEVELS`, capped at the data's
+    ``W = M - G + 1`` windows with a warning that names both (a small pool: 5 OOD classes against 3 ID classes
+    give 3 distinct levels, not 11 of which 8 repeat).
+
+    Raises:
+        ValueError: ``num_levels`` given and above ``W``, or fewer than 2 windows (a pool of ``M <= G`` classes
+            has a single group: no severity levels to tell apart), naming ``M``, ``G`` and ``W``.
+    """
+    if num_levels is not None:
+        check_num_levels(num_levels, num_classes, group_size, data=data)
+        return num_levels
+    windows = check_num_levels(1, num_classes, group_size, data=data)
+    if windows < 2:
+        raise ValueError(f"{data} has {num_classes} OOD pool classes and G = {group_size} ID classes: M − G + 1 = "
+                         f"{windows} window, a single group of OOD classes and no severity levels to tell apart; "
+                         f"severity levels need at least G + 1 = {group_size + 1} OOD classes")
+    if windows < PAPER_LEVELS:
+        warnings.warn(f"{data} has M − G + 1 = {num_classes} − {group_size} + 1 = {windows} distinct windows, fewer "
+                      f"than the paper's {PAPER_LEVELS} severity levels: {windows} levels (give --num-levels to "
+                      "choose fewer)", UserWarning, stacklevel=2)
+    return min(PAPER_LEVELS, windows)
+
+
 def class_mean_scores(scores: Tensor, classes: Tensor, num_classes: int | None = None) -> Tensor:
     """Mean score per class (float64): ``(N,)`` scores and class ids ``0..M-1`` -> ``(M,)``.
 
@@ -94,16 +151,14 @@ def severity_levels(class_scores: Tensor, group_size: int, num_levels: int = 11)
         Sorting is stable, so tied classes keep their index order.
 
     Raises:
-        ValueError: if ``M < G``.
+        ValueError: if ``M < G``, or ``num_levels > M - G + 1`` (more levels than distinct windows:
+            :func:`check_num_levels`).
     """
     scores = check_scores(class_scores, name="class_scores").double()
     num_classes = scores.numel()
     if group_size < 1:
         raise ValueError(f"group_size must be positive, got {group_size}")
-    if num_classes < group_size:
-        raise ValueError(
-            f"severity levels need at least as many OOD classes as the group size: M = {num_classes} < G = {group_size}"
-        )
+    check_num_levels(num_levels, num_classes, group_size, data="the class scores")
     sorted_scores, order = torch.sort(scores, stable=True)
     # Sliding-window means of width G from a cumulative sum: window j covers sorted classes j .. j+G-1.
     cumulative = torch.cat([sorted_scores.new_zeros(1), torch.cumsum(sorted_scores, dim=0)])

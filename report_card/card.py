@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from evaluation_engine.options import (
     check_options,
     compose,
     flat_options,
+    option_groups,
 )
 from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.run import Evaluation, TrainerOptions
@@ -70,8 +72,9 @@ from report_card.leaderboard import (
     compare_column,
     leaderboard_text,
     seeds_section,
+    two_seeds_note,
 )
-from report_card.provenance import data_sets, mark_stale, model_sha256, versions
+from report_card.provenance import data_sets, fit_overlap_notes, mark_stale, model_sha256, versions
 from report_card.publish import log_card
 
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
@@ -91,6 +94,11 @@ class ModelSeeds:
     sections and in the "training seeds" table. In YAML: ``model: [{name: eos, seeds: [a.ckpt, b.ckpt,
     c.ckpt]}]``.
 
+    The seeds must be runs of one recipe: the same kind (checkpoints of ``train.py``, or ensembles, not both),
+    module class, architecture, loss, classes and data, as their specs say (:func:`seed_differences`); the card
+    refuses others before any pass, naming the differing seeds and what differs. Two seeds are allowed with a
+    warning: their interval's t on 1 degree of freedom makes it uninformative.
+
     Attributes:
         name: the model's name on the card.
         seeds: at least two model specs (checkpoints of ``train.py``, ``timm:``, ``ensemble:``), one per seed.
@@ -102,11 +110,15 @@ class ModelSeeds:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"a model of several seeds needs a name, got {self.name!r}")
-        if isinstance(self.seeds, str) or not all(isinstance(s, str) for s in self.seeds):
-            raise ValueError(f"model {self.name}: seeds must be a list of model specs, got {self.seeds!r}")
+        if isinstance(self.seeds, str) or not isinstance(self.seeds, Sequence) or \
+                not all(isinstance(s, str) for s in self.seeds):
+            raise TypeError(f"model {self.name}: seeds must be a list of model specs (str), got {self.seeds!r}")
         if len(set(self.seeds)) < 2:
             raise ValueError(f"model {self.name}: a mean over seeds needs at least two different runs, got "
                              f"{list(self.seeds)}")
+        # the kind is in the spec itself: refused before anything is read
+        check_seed_recipes(self.name, list(dict.fromkeys(self.seeds)),
+                           [{"kind": spec_kind(s)} for s in dict.fromkeys(self.seeds)])
 
 
 class ReportCard(Evaluation):
@@ -149,6 +161,13 @@ class ReportCard(Evaluation):
                  *, detector_options: DetectorOptions | None = None, model_options: ModelOptions | None = None,
                  output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None,
                  **sections: dict[str, Any] | None) -> None:
+        check_model_type(model)
+        if title is not None and not isinstance(title, str):
+            raise TypeError(f"report: title must be a str, got {title!r} ({type(title).__name__})")
+        detector_options, model_options, output_options = (
+            _checked_group(type(self), name, group) for name, group in (
+                ("detector_options", detector_options), ("model_options", model_options),
+                ("output_options", output_options)))
         super().__init__(trainer=trainer, detector_options=detector_options, model_options=model_options,
                          output_options=output_options)
         if not model:
@@ -167,6 +186,9 @@ class ReportCard(Evaluation):
         self.output_dir = Path(self.output_dir)
         self.intervals = Intervals.of(intervals)
         self.title = title
+        for group, seeds in self.groups.items():
+            if len(seeds) == 2:
+                warnings.warn(f"model {group!r}: {two_seeds_note(self.intervals.level)}", UserWarning, stacklevel=2)
         self.passes: ScoringPasses | None = None
         self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
         self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
@@ -186,6 +208,19 @@ class ReportCard(Evaluation):
                                      f"(it needs {kind}; the models: {self.model})")
         for name in self.sections:
             methods()[name].check(self.model)
+        # a model no κ pairs with would get no leaderboard row (a model of several seeds: its seeds are of one kind)
+        every = [*self.kappa, *(k for o in self.section_options.values() if "kappa" in o
+                                for k in ([o["kappa"]] if isinstance(o["kappa"], str) else o["kappa"]))]
+        grouped = {spec: group for group, specs in self.groups.items() for spec in specs}
+        for spec in dict.fromkeys(self.model):
+            ensemble = spec.startswith("ensemble:")
+            if not any(pairs_with(get_kappa(name), ensemble=ensemble) for name in every):
+                which = f"model {grouped[spec]!r} (its seeds: {self.groups[grouped[spec]]})" if spec in grouped \
+                    else f"model {spec}"
+                needs = ("an ensemble needs an ensemble κ such as ensemble_mi" if ensemble else
+                         "a single model needs a single-model κ such as softmax")
+                raise ValueError(f"no confidence function of the report pairs with {which}: it would get no "
+                                 f"leaderboard row (the report's κ: {list(dict.fromkeys(every))}; {needs})")
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -250,6 +285,8 @@ class ReportCard(Evaluation):
         clash = sorted(set(self.groups) & set(names.values()))
         if clash:
             raise ValueError(f"the models of several seeds {clash} are named like another model of the report")
+        for group, specs in self.groups.items():  # what the checkpoints already read say, before any pass
+            check_seed_recipes(group, specs, [models[spec].recipe for spec in specs])
         self.passes = ScoringPasses(self.cache_dir, decode=self.options.decode)
         # every section's evaluation built first: options and output folders checked before anything runs
         plan: list[tuple[str, Run, Evaluation, Path]] = []
@@ -277,7 +314,7 @@ class ReportCard(Evaluation):
         from report_card.page import write_page
 
         paths = write_page(card, self.output_dir)
-        log_card(card, self.options)
+        log_card(card, self.options, folder=self.output_dir)
         print(f"\nReport card written to {paths['html']} ({self._pass_summary()})")
         print(leaderboard_text(card))
         self.card = card
@@ -315,8 +352,19 @@ class ReportCard(Evaluation):
                 cells.setdefault(row, {})[estimate.key] = (estimate.value, estimate.low, estimate.high,
                                                            estimate.replicates, estimate.units)
             sections.append(method.section(results, context).as_dict())
+        problems: dict[str, list[str]] = {}
         if self.groups:
-            sections.append(seeds_section(cells, rows_order, self.members, self.intervals))
+            sections.append(seeds_section(cells, rows_order, self.members, self.intervals, problems=problems))
+            lost = [group for group in self.groups if not any(m == group for m, _ in rows_order)]
+            if lost:
+                raise ValueError("; ".join(
+                    f"model {group!r} of several seeds gets no leaderboard row: none of its numbers could be "
+                    f"combined over its seeds ({'; '.join(problems.get(group) or ['no section measured it'])})"
+                    for group in lost) + ". The card was not written (the sections' own tables are in their "
+                    "folders)")
+            for group, lines in problems.items():
+                warnings.warn(f"model {group!r}: numbers not combined over its seeds, left out of the leaderboard: "
+                              + "; ".join(lines), UserWarning, stacklevel=2)
         for section in sections:  # the page and the JSON name images relative to the report folder
             for image in section["images"]:
                 image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
@@ -326,6 +374,12 @@ class ReportCard(Evaluation):
         for column in columns:
             entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
             compare_column(entries, column, self.intervals, unit=by_slug[column.method].unit)
+        if not any(row["cells"] for row in rows):
+            given = {key: sum(len(result.estimates) for result in results.values()) for key, results in found.items()}
+            raise ValueError(
+                f"the report card would have an empty leaderboard: the sections gave no headline number for any "
+                f"(model, κ) row (numbers per section: {given}; rows: {[f'{m} / {k}' for m, k in rows_order]}). "
+                "The card was not written (the sections' own tables are in their folders)")
         shown = [m.display_name for m in models if not any(m.display_name in v for v in self.members.values())]
         return {
             "title": self.title or "OOD report card: " + ", ".join([*self.groups, *shown]),
@@ -343,7 +397,11 @@ class ReportCard(Evaluation):
             "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_slug[c.method].group,
                                          "method_title": by_slug[c.method].name} for c in columns], "rows": rows},
             "sections": sections,
-            "notes": self._notes(found, models),
+            "notes": self._notes(found, models) + [
+                f"{group}: {two_seeds_note(self.intervals.level)}." for group, seeds in self.groups.items()
+                if len(seeds) == 2] + [
+                f"{group}: not combined over its seeds (left out of the leaderboard): {'; '.join(lines)}."
+                for group, lines in problems.items()],
         }
 
     def _notes(self, found: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
@@ -358,16 +416,147 @@ class ReportCard(Evaluation):
                  f"Passes: {self._pass_summary()}."]
         for key, results in found.items():
             notes += methods()[key].notes(results, models)
+        notes += fit_overlap_notes(self.passes.fits if self.passes is not None else [])
         return notes
 
 def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",), *,
            trainer: TrainerOptions | None = None, **options: Any) -> list[dict[str, Any]]:
     """The report card from Python: the leaderboard rows the page shows (``{"model", "kappa", "cells": {column:
     {"value", "low", "high", "best", "significant", "share_first", "unit"}}}``); the files are written as by
-    ``evaluate.py report``. ``options`` are :class:`ReportCard`'s (``severity={...}``, ``output_dir=...``)."""
+    ``evaluate.py report``. ``options`` are :class:`ReportCard`'s (``severity={...}``, ``output_dir=...``).
+
+    Raises:
+        TypeError: an argument of another type than it takes (``report(42)``, ``report([m], 5)``,
+            ``output_dir=123``), naming the argument, the value and the type expected, before anything runs.
+    """
+    check_model_type(model)
+    check_kappa_type(kappa)
     single = isinstance(model, (str, ModelSeeds, Mapping))
     return ReportCard.of(model=[model] if single else list(model), kappa=[kappa] if isinstance(kappa, str) else list(kappa),
                          trainer=TrainerOptions.of(trainer), **options).run()
+
+
+# -- the types of the entry points ---------------------------------------------------------------------------
+
+
+def check_model_type(model: Any) -> None:
+    """Refuse a ``model`` that is neither a spec, a model of several seeds, nor a list of them (``TypeError``)."""
+    one = (str, ModelSeeds, Mapping)
+    if isinstance(model, one) or hasattr(model, "as_dict"):
+        return
+    if isinstance(model, Sequence):
+        wrong = [m for m in model if not (isinstance(m, one) or hasattr(m, "as_dict"))]
+        if not wrong:
+            return
+        raise TypeError(f"report: each model must be a model spec (str: a checkpoint of train.py, timm:NAME, "
+                        f"ensemble:FILE) or a model of several seeds ({{name, seeds}} or ModelSeeds), got "
+                        f"{wrong[0]!r} ({type(wrong[0]).__name__}) in {model!r}")
+    raise TypeError(f"report: model must be a model spec (str: a checkpoint of train.py, timm:NAME, "
+                    f"ensemble:FILE), a model of several seeds ({{name, seeds}} or ModelSeeds), or a list of them, "
+                    f"got {model!r} ({type(model).__name__})")
+
+
+def check_kappa_type(kappa: Any) -> None:
+    """Refuse a ``kappa`` that is neither a confidence function's name nor a list of names (``TypeError``)."""
+    if isinstance(kappa, str) or (isinstance(kappa, Sequence) and all(isinstance(k, str) for k in kappa)):
+        return
+    raise TypeError(f"report: kappa must be a confidence function's name (str) or a list of names (list[str]), got "
+                    f"{kappa!r} ({type(kappa).__name__})")
+
+
+def _type_text(hint: Any) -> str:
+    """``str | None``, ``bool``, ``dict[str, Any] | None``: a type as it is written."""
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "").replace("NoneType", "None")
+
+
+def _checked_group(cls: type, parameter: str, group: Any) -> Any:
+    """An option group given as a mapping (``.of``'s flat names gathered, or from Python) with each field the
+    command reads checked by its type (the command's own parser): a wrong type is a ``TypeError`` naming the
+    option, the value and the type expected. Paths (``os.PathLike``) are taken as their strings. Unknown
+    names, groups given whole and ``None`` are left to the group's own checks."""
+    if not isinstance(group, Mapping):
+        return group
+    known = flat_options(cls)
+    if parameter not in option_groups(cls):
+        return group
+    checked = {name: os.fspath(value) if isinstance(value, os.PathLike) else value for name, value in group.items()}
+    if "kappa" in checked:
+        check_kappa_type(checked["kappa"])
+    typed = {name: value for name, value in checked.items()
+             if name != "kappa" and known.get(name, (None,))[0] == parameter}
+    try:
+        parsed = check_options(cls, typed, what="report")  # one parser for the group; one per option on error
+    except ValueError:
+        for name, value in typed.items():
+            try:
+                check_options(cls, {name: value}, what="report")
+            except ValueError:
+                raise TypeError(f"report: {name} must be {_type_text(known[name][1])}, got {value!r} "
+                                f"({type(value).__name__})") from None
+        raise
+    # "no" read as the command line reads it, never a true string
+    checked.update({name: value for name, value in parsed.items() if isinstance(value, bool)})
+    return checked
+
+
+# -- the seeds of one recipe ----------------------------------------------------------------------------------
+
+
+def spec_kind(spec: str) -> str:
+    """The kind of model a spec names: ``ensemble``, ``timm``, ``torchvision``, else ``checkpoint`` (of
+    ``train.py``), as :attr:`lightning_modules.scoring.ScoringModel.recipe` calls them."""
+    prefix, colon, _ = spec.partition(":")
+    return prefix if colon and prefix in ("ensemble", "timm", "torchvision") else "checkpoint"
+
+
+def _shown(value: Any) -> str:
+    """A recipe's value for an error message: a long list by its first entries and its length."""
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(repr(v) for v in value[:4])}, … ({len(value)} in all)]"
+    return repr(value)
+
+
+def seed_differences(seeds: Sequence[str], recipes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What differs between the seeds' recipes (:attr:`lightning_modules.scoring.ScoringModel.recipe`): one line
+    per differing aspect (kind, members, model class, architecture, loss, classes, data), the seeds grouped by
+    their value of it (of a mapping, only the keys that differ); empty when they are one recipe."""
+    lines = []
+    for aspect in dict.fromkeys(a for recipe in recipes for a in recipe):
+        values = [recipe.get(aspect) for recipe in recipes]
+        if all(v == values[0] for v in values):
+            continue
+        if all(isinstance(v, Mapping) for v in values):  # only the keys that differ
+            keys = [k for k in dict.fromkeys(k for v in values for k in v)
+                    if any(v.get(k) != values[0].get(k) for v in values)]
+            values = [{k: v.get(k) for k in keys} for v in values]
+        by_value: list[tuple[Any, list[int]]] = []
+        for index, value in enumerate(values):
+            same = next((entry for entry in by_value if entry[0] == value), None)
+            if same is None:
+                by_value.append((value, [index]))
+            else:
+                same[1].append(index)
+        lines.append(f"{aspect}: " + "; ".join(
+            f"{'seeds' if len(indices) > 1 else 'seed'} "
+            + ", ".join(f"{i + 1} ({seeds[i]})" for i in indices) + f": {_shown(value)}"
+            for value, indices in by_value))
+    return lines
+
+
+def check_seed_recipes(name: str, seeds: Sequence[str], recipes: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse the seeds of a model of several seeds that are not runs of one recipe (:func:`seed_differences`):
+    their mean would average different models into one row.
+
+    Raises:
+        ValueError: naming the model, every differing aspect and the seeds with each value.
+    """
+    lines = seed_differences(seeds, recipes)
+    if lines:
+        raise ValueError(
+            f"model {name!r} of several seeds: its seeds are not runs of one recipe, so their mean would average "
+            f"different models into one row. They differ in\n  " + "\n  ".join(lines) + "\nGive as seeds runs of one "
+            "recipe (one kind: checkpoints of train.py or ensembles; the same model class, architecture, loss, "
+            "classes and data) that differ in their training seed; report other recipes as models of their own.")
 
 
 # -- the models ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from scipy.stats import t as student_t
 
 from evaluation_engine.intervals import Intervals
 from evaluation_methods.registry import Headline, cell, headlines
@@ -60,25 +61,57 @@ def _units(entry: tuple) -> str:
     return entry[4] if len(entry) > 4 else ""
 
 
+TWO_SEEDS_NOTE = ("2 seeds: the seeds' part of the interval is a Student t on 1 degree of freedom (its {level} "
+                  "quantile is {quantile:.1f}; {three:.1f} with 3 seeds), scaled by the spread of two numbers: the "
+                  "interval is uninformative (it often spans all of [0, 1]); a third seed makes it usable")
+
+
+def two_seeds_note(level: float) -> str:
+    """Why the interval of a mean over two seeds says little, with the t quantiles at ``level``."""
+    tail = (1 + level) / 2
+    return TWO_SEEDS_NOTE.format(level=f"{level:.0%}", quantile=float(student_t.ppf(tail, 1)),
+                                 three=float(student_t.ppf(tail, 2)))
+
+
+def _not_combined(names: Sequence[str], entries: Sequence[Any]) -> str | None:
+    """Why the seeds' numbers of one (κ, metric) cannot be combined, or ``None`` when they can."""
+    lacking = [name for name, e in zip(names, entries, strict=True) if e is None or e[0] is None]
+    if lacking:
+        return f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no value"
+    if any(e[3] is None for e in entries) or len({e[3].numel() for e in entries}) != 1:
+        return "the seeds have no bootstrap replicates over the same resamples"
+    if len({_units(e) for e in entries}) != 1:
+        return ("the seeds were measured on different data (units: "
+                + "; ".join(f"{name}: {_units(e) or '?'}" for name, e in zip(names, entries, strict=True)) + ")")
+    complete = int(torch.stack([e[3] for e in entries]).isfinite().all(dim=0).sum())
+    if complete < 2:
+        return f"only {complete} resample(s) in which every seed has a value (2 needed)"
+    return None
+
+
 def seeds_section(cells: dict[tuple[str, str], dict[str, tuple]], rows_order: list[tuple[str, str]],
-                  members: Mapping[str, Sequence[str]], intervals: Intervals) -> dict[str, Any]:
+                  members: Mapping[str, Sequence[str]], intervals: Intervals, *,
+                  problems: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Each model of several seeds: its members' headline numbers combined into one row (:func:`metrics.seed_mean`)
-    in ``cells`` (the members' own rows leave the leaderboard), and the table of every seed's number."""
+    in ``cells`` (the members' own rows leave the leaderboard), and the table of every seed's number.
+
+    ``problems`` gets, per model of several seeds, a line for each (κ, metric) some seed measured but that could
+    not be combined and why (a seed without a value, seeds measured on different data, too few resamples)."""
     table = []
     members_of = {name: group for group, names in members.items() for name in names}
     for group, names in members.items():
         for kappa in dict.fromkeys(k for m, k in rows_order if m in names):
             for headline in headlines():
                 entries = [cells.get((name, kappa), {}).get(headline.key) for name in names]
-                if any(e is None or e[0] is None for e in entries):
+                if all(e is None or e[0] is None for e in entries):
+                    continue  # no seed measured it: nothing to combine, nothing lost
+                why = _not_combined(names, entries)
+                if why is not None:
+                    if problems is not None:
+                        problems.setdefault(group, []).append(f"{kappa} / {headline.title}: {why}")
                     continue
                 row = {"model": group, "κ": kappa, "metric": headline.title,
                        **{f"seed {i + 1}": e[0] for i, e in enumerate(entries)}}
-                usable = (all(e[3] is not None for e in entries) and len({e[3].numel() for e in entries}) == 1
-                          and len({e[4] for e in entries}) == 1
-                          and int(torch.stack([e[3] for e in entries]).isfinite().all(dim=0).sum()) >= 2)
-                if not usable:
-                    continue
                 estimates = torch.tensor([e[0] for e in entries], dtype=torch.float64)
                 replicates = torch.stack([e[3].double() for e in entries])
                 combined = seed_mean(estimates, replicates, intervals.level)
@@ -92,7 +125,8 @@ def seeds_section(cells: dict[tuple[str, str], dict[str, tuple]], rows_order: li
                     combined.value, low, high, seed_mean_replicates(estimates, replicates, seed=stream),
                     entries[0][4])
                 table.append({**row, "mean": cell(combined.value, low, high), "between-seed sd": combined.std,
-                              "shared test variance": combined.shared, "dof": combined.dof})
+                              "shared test variance": combined.shared, "dof": combined.dof,
+                              "note": "uninformative: t on 1 degree of freedom" if combined.seeds == 2 else ""})
             if (group, kappa) not in rows_order and (group, kappa) in cells:
                 first = next(i for i, (m, k) in enumerate(rows_order) if m in names and k == kappa)
                 rows_order.insert(first, (group, kappa))
@@ -105,10 +139,13 @@ def seeds_section(cells: dict[tuple[str, str], dict[str, tuple]], rows_order: li
         "over the same resamples); the interval's half-width is the quantile of a Student t on S − 1 degrees "
         "of freedom (the seeds' part, estimated from S numbers) plus a normal (the shared test sampling), a "
         "one-way random-effects model (metrics.seed_mean; Satterthwaite's t under-covers with three seeds). "
-        "Each seed's own numbers are in the method sections."),
+        "Each seed's own numbers are in the method sections."
+        + ("".join(f"\n\n{group}: " + two_seeds_note(intervals.level) + "." for group, names in members.items()
+                   if len(names) == 2))),
         "tables": [{"title": "every seed", "columns": ["model", "κ", "metric", *[f"seed {i + 1}" for i in
                                                                                 range(seeds)],
-                                                      "mean", "between-seed sd", "shared test variance", "dof"],
+                                                      "mean", "between-seed sd", "shared test variance", "dof",
+                                                      "note"],
                     "rows": table}], "images": []}
 
 
@@ -130,4 +167,5 @@ def leaderboard_text(card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COMPARISON_METHOD", "SIGNIFICANT_TEXT", "compare_column", "leaderboard_text", "seeds_section"]
+__all__ = ["COMPARISON_METHOD", "SIGNIFICANT_TEXT", "compare_column", "leaderboard_text", "seeds_section",
+           "two_seeds_note"]

@@ -3,38 +3,57 @@ sections' tables and images, in one run."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from evaluation_engine.outputs import slug
-from evaluation_engine.run import TrainerOptions, make_logger
+from evaluation_engine.run import TrainerOptions, evaluation_logger
+from report_card.page import image_path
 
 
-def log_card(card: dict[str, Any], options: TrainerOptions) -> None:
-    """The card's leaderboard, tables and images to one W&B run (nothing where W&B is disabled)."""
+def log_card(card: dict[str, Any], options: TrainerOptions, *, folder: str | Path) -> None:
+    """The card's leaderboard, tables and images to one W&B run (nothing where W&B is disabled).
+
+    Args:
+        card: the report (:mod:`report_card.page`'s schema).
+        options: the W&B mode, project and folder.
+        folder: the card's output folder, which the images' relative paths are relative to (as on the page,
+            whatever the current folder); an image missing there is left out with a warning naming it.
+    """
     from pytorch_lightning.loggers import WandbLogger
 
-    logger = make_logger(options, name="report-card")
-    if not isinstance(logger, WandbLogger):
-        return
-    columns = ["model", "kappa"] + [f"{c['key']}{suffix}" for c in card["leaderboard"]["columns"]
-                                    for suffix in ("", " low", " high", " share_first")]
-    data = []
-    for row in card["leaderboard"]["rows"]:
-        values: list[Any] = [row["model"], row["kappa"]]
-        for column in card["leaderboard"]["columns"]:
-            found = row["cells"].get(column["key"]) or {}
-            values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
-        data.append(values)
-    logger.log_table(key="report/leaderboard", columns=columns, data=data)
-    for section in card["sections"]:
-        for table in section["tables"]:
-            logger.log_table(key=f"report/{section['method']}/{slug(table['title'])}", columns=table["columns"],
-                             data=[[flat(row.get(c)) for c in table["columns"]] for row in table["rows"]])
-        for image in section["images"]:
-            if Path(image["path"]).is_file():
-                logger.log_image(key=f"report/{section['method']}/{slug(image['title'])}", images=[image["path"]])
-    logger.experiment.finish()
+    with evaluation_logger(options, name="report-card") as logger:  # the card's own run, finished at the end
+        if not isinstance(logger, WandbLogger):
+            return
+        columns = ["model", "kappa"] + [f"{c['key']}{suffix}" for c in card["leaderboard"]["columns"]
+                                        for suffix in ("", " low", " high", " share_first")]
+        data = []
+        for row in card["leaderboard"]["rows"]:
+            values: list[Any] = [row["model"], row["kappa"]]
+            for column in card["leaderboard"]["columns"]:
+                found = row["cells"].get(column["key"]) or {}
+                values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
+            data.append(values)
+        logger.log_table(key="report/leaderboard", columns=columns, data=data)
+        keys: set[str] = set()
+        for section in card["sections"]:
+            for table in section["tables"]:
+                logger.log_table(key=f"report/{section['method']}/{slug(table['title'])}", columns=table["columns"],
+                                 data=[[flat(row.get(c)) for c in table["columns"]] for row in table["rows"]])
+            for image in section["images"]:
+                file = image_path(image["path"], folder)
+                if file.is_file():
+                    key = base = f"report/{section['method']}/{slug(image['title'])}"
+                    copy = 1
+                    while key in keys:  # two images of one title stay two images
+                        copy += 1
+                        key = f"{base}_{copy}"
+                    keys.add(key)
+                    logger.log_image(key=key, images=[str(file)])
+                else:
+                    warnings.warn(f"the card's image {image['title']!r} ({file}) does not exist: not logged to W&B",
+                                  UserWarning, stacklevel=2)
 
 
 def flat(value: Any) -> Any:

@@ -334,3 +334,62 @@ def test_each_commands_own_spellings_are_declared_on_its_class() -> None:
         assert evaluate.normalise("generated", ["--image-size", "64", "--kappa", "softmax"]) == [
             "--kappa", '["softmax"]']
     assert evaluate.normalise("evg", ["--image-size", "64"]) == ["--image_size", "64"]
+
+
+@pytest.mark.parametrize(("environment", "expected"), [("disabled", "disabled"), ("offline", "offline"),
+                                                       ("dryrun", "offline"), ("online", "online"), ("run", "online"),
+                                                       (None, "offline")])
+def test_the_wandb_mode_follows_the_environment_unless_given(monkeypatch, environment, expected):
+    from evaluation_engine.run import TrainerOptions, make_logger
+
+    if environment is None:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_MODE", environment)
+    assert TrainerOptions().wandb_mode == expected
+    _, evaluation = evaluate.parse(["severity", "--model", "timm:x"])
+    assert evaluation.options.wandb_mode == expected
+    # an option given wins over the environment, on the command line and from Python
+    _, evaluation = evaluate.parse(["severity", "--model", "timm:x", "--wandb-mode", "offline"])
+    assert evaluation.options.wandb_mode == "offline" == TrainerOptions(wandb_mode="offline").wandb_mode
+    if expected == "disabled":
+        assert make_logger(TrainerOptions(), name="x") is False
+        online = make_logger(TrainerOptions(wandb_mode="online"), name="x")
+        assert online._wandb_init["mode"] == "online"  # wandb.init would read WANDB_MODE=disabled otherwise
+
+
+def test_a_wandb_mode_w_and_b_does_not_know_is_named(monkeypatch):
+    from evaluation_engine.run import TrainerOptions
+
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    with pytest.raises(ValueError, match=r"the environment's WANDB_MODE='ofline' is not a W&B mode .*'dryrun'"):
+        TrainerOptions()
+    assert TrainerOptions(wandb_mode="disabled").wandb_mode == "disabled"  # not read where the option is given
+    with pytest.raises(ValueError, match=r"wandb_mode must be one of \['offline', 'online', 'disabled'\], got 'on'"):
+        TrainerOptions(wandb_mode="on")
+
+
+def test_each_evaluation_finishes_the_wandb_run_it_started_and_leaves_the_users_open(tmp_path, monkeypatch):
+    """Lightning's logger writes into any W&B run still open in the process: an evaluation that left its run open
+    made the next command from Python (and the card's own run) log into it."""
+    import wandb
+
+    from evaluation_engine.run import TrainerOptions, evaluation_logger
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # Lightning's offline logger sets it to dryrun: restored after
+    options = TrainerOptions(wandb_mode="offline", log_dir=str(tmp_path), wandb_project="runs")
+    ids = []
+    for name in ("first", "second"):
+        with evaluation_logger(options, name=name) as logger:
+            logger.log_metrics({"x": 1.0})
+            ids.append(logger.experiment.id)
+        assert wandb.run is None
+    assert ids[0] != ids[1] and len(list(tmp_path.glob("wandb/offline-run-*"))) == 2
+    mine = wandb.init(mode="offline", dir=str(tmp_path), project="mine")
+    try:
+        with evaluation_logger(options, name="third") as logger:
+            logger.log_metrics({"x": 2.0})
+        assert wandb.run is mine  # the user's run stays open
+    finally:
+        mine.finish()

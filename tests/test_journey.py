@@ -69,7 +69,7 @@ SHRINK = {
     "folders-train": CLASSIFIER,
 }
 TIMM_FAMILIES = {"resnet": "timm:resnet10t", "convnext": "timm:convnext_atto", "mobilenetv3": "timm:mobilenetv3_small_050"}
-ANIMALS = ["bat", "cat", "dog", "fox", "owl", "yak"]
+ANIMALS = ["bat", "cat", "dog", "emu", "fox", "owl", "yak"]
 
 
 def journey_commands() -> dict[str, str]:
@@ -215,11 +215,13 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
     mine = commands["oscr"].replace("runs/p1-eos", "runs/mine-eos")
     run(world, mine, EVALUATE)
     report = json.loads((work / "runs/mine-eos/checkpoints/best-oscr/metrics.json").read_text())
-    # known: cat, dog; negatives: fox, owl; unknowns: bat, yak; two val/ images each
-    assert report["counts"] == {"known": 4, "negatives": 4, "unknowns": 4, "skipped_images": 0}
+    # known: cat, dog; negatives: fox, owl; unknowns: bat, emu, yak; two val/ images each
+    assert report["counts"] == {"known": 4, "negatives": 4, "unknowns": 6, "skipped_images": 0}
     assert_finite(list(report["scalars"].values()), "oscr of class folders")
     run(world, commands["severity"].replace("runs/p1-eos", "runs/mine-eos"), [*EVALUATE, "--data-arg", "estimation=3"])
     assert_finite(numbers(work / "runs/mine-eos/severity/severity.csv", ("ood-auroc",)), "severity of class folders")
+    # 3 unknown classes against 2 known ones: M - G + 1 = 2 windows, so 2 levels, not 11 of which 9 repeat
+    assert len(rows_of(work / "runs/mine-eos/severity/mine-eos-best_softmax_n2.csv")) == 2
     refused = subprocess.run([sys.executable, "evaluate.py", "generated", "--model", "runs/mine-eos/checkpoints/best.ckpt",
                               "--near-ood", "data/p1-near-ood", "--output-dir", "runs/mine-refused", *EVALUATE],
                              cwd=work, env=child_env(WANDB_MODE="offline"), capture_output=True, text=True, timeout=600)

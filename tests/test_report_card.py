@@ -20,9 +20,19 @@ import evaluate
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import read_replicates
+from evaluation_engine.run import Evaluation, TrainerOptions
 from evaluation_methods.generated import set_differences
-from evaluation_methods.registry import Headline, headlines
+from evaluation_methods.registry import (
+    Estimate,
+    Headline,
+    Method,
+    MethodResult,
+    headlines,
+    register,
+    unregister,
+)
 from evaluation_methods.severity import SeverityEvaluation
+from lightning_modules.scoring import checkpoint_display_name
 from metrics import worse_than_best
 from report_card.card import ReportCard
 from report_card.leaderboard import compare_column
@@ -378,3 +388,325 @@ def test_several_seeds_make_one_row_with_the_seed_mean_interval(demo_checkpoint:
     assert {(r["κ"], r["metric"]) for r in table} >= {("softmax", "mean AUROC"), ("energy", "hardest level")}
     assert all(len([k for k in r if k.startswith("seed ")]) == 3 for r in table)
     assert [m["seed of"] for m in card.card["models"]] == ["eos"] * 3
+
+
+# -- seeds of one recipe, a leaderboard that is never empty, two seeds --------------------------------------------
+
+
+def recipe_variant(demo_checkpoint: Path, folder: Path, *, model: dict | None = None, known: tuple | None = None) -> str:
+    """A checkpoint of train.py's layout like the demo's, with other model hyper-parameters (a fresh network of
+    them, untrained) or other known classes: the same file, as train.py writes it, of another recipe."""
+    from datamodules.fashion_mnist import CLASS_NAMES
+    from lightning_modules import OpenSetClassifier
+
+    checkpoint = torch.load(demo_checkpoint, map_location="cpu", weights_only=False)
+    checkpoint["hyper_parameters"] = {**checkpoint["hyper_parameters"], **(model or {})}
+    checkpoint["state_dict"] = OpenSetClassifier(**checkpoint["hyper_parameters"]).state_dict()
+    if known is not None:
+        data = checkpoint["datamodule_hyper_parameters"]
+        others = [c for c in range(10) if c not in known]
+        data.update(known=known, negative=tuple(others[:3]), unknown=tuple(others[3:]))
+        checkpoint["classes"] = [CLASS_NAMES[c] for c in sorted(known)]
+    path = folder / "checkpoints" / "best.ckpt"
+    path.parent.mkdir(parents=True)
+    torch.save(checkpoint, path)
+    return str(path)
+
+
+def test_seeds_of_other_recipes_are_refused_before_any_pass(demo_checkpoint: Path, tmp_path: Path) -> None:
+    from lightning_modules.scoring import ScoringModel
+    from report_card.card import ModelSeeds
+
+    # the kind is in the specs: refused as the card is built, before a file is read
+    with pytest.raises(ValueError, match=r"model 'eos' of several seeds: its seeds are not runs of one recipe.*\n"
+                                         r"  kind: seed 1 \(a.ckpt\): 'checkpoint'; seed 2 \(ensemble:m.txt\): 'ensemble'"):
+        ReportCard([{"name": "eos", "seeds": ["a.ckpt", "ensemble:m.txt"]}], severity={})
+    with pytest.raises(ValueError, match=r"kind: seeds 1 \(a.ckpt\), 3 \(b.ckpt\): 'checkpoint'; seed 2 \(timm:resnet18\)"):
+        ModelSeeds("eos", ["a.ckpt", "timm:resnet18", "b.ckpt"])
+    # the rest is what each checkpoint records: its architecture, loss, classes and data
+    copy = tmp_path / "copy" / "checkpoints" / "best.ckpt"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(demo_checkpoint.read_bytes())  # another run of the same recipe
+    wider = recipe_variant(demo_checkpoint, tmp_path / "wider", model={"deep_feature_dim": 8})
+    softmax = recipe_variant(demo_checkpoint, tmp_path / "softmax", model={"loss": "softmax"})
+    other = recipe_variant(demo_checkpoint, tmp_path / "other", known=(0, 1, 2, 4))
+    assert ScoringModel(str(copy)).recipe == ScoringModel(str(demo_checkpoint)).recipe
+    seeds = [str(demo_checkpoint), wider, str(copy), softmax, other]
+    card = ReportCard.of(model=[{"name": "eos", "seeds": seeds}], severity={"data": "fashion"},
+                         output_dir=str(tmp_path / "card"), cache_dir=None, trainer={"wandb_mode": "disabled"})
+    with pytest.raises(ValueError, match="its seeds are not runs of one recipe") as raised:
+        card.run()
+    lines = str(raised.value).splitlines()
+    same = f"seeds 1 ({demo_checkpoint}), 3 ({copy}), 4 ({softmax}), 5 ({other})"
+    assert f"  architecture: {same}: {{'deep_feature_dim': None}}; seed 2 ({wider}): {{'deep_feature_dim': 8}}" in lines
+    assert f"  loss: seeds 1 ({demo_checkpoint}), 2 ({wider}), 3 ({copy}), 5 ({other}): {{'loss': 'eos'}}; " \
+           f"seed 4 ({softmax}): {{'loss': 'softmax'}}" in lines
+    classes = next(line for line in lines if line.startswith("  classes: "))
+    assert f"seed 5 ({other}): ['T-shirt/top', 'Trouser', 'Pullover', 'Coat']" in classes
+    data = next(line for line in lines if line.startswith("  data: "))
+    assert f"seed 5 ({other}): {{'known': [0, 1, 2, 4], 'negative': [3, 5, 6], 'unknown': [7, 8, 9]}}" in data
+    assert card.passes is None and not (tmp_path / "card").exists()  # no pass ran, nothing was written
+    # ensembles as seeds: their members' recipe and their number of members
+    from report_card.card import seed_differences
+
+    pair, triple = f"ensemble:{demo_checkpoint},{copy}", f"ensemble:{demo_checkpoint},{copy},{copy}"
+    recipes = [ScoringModel(spec).recipe for spec in (pair, triple, f"ensemble:{wider},{wider}")]
+    assert seed_differences(["a", "b", "c"], recipes) == [
+        "members: seeds 1 (a), 3 (c): 2; seed 2 (b): 3",
+        "architecture: seeds 1 (a), 2 (b): {'deep_feature_dim': None}; seed 3 (c): {'deep_feature_dim': 8}"]
+
+
+def test_a_model_no_kappa_pairs_with_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match=r"no confidence function of the report pairs with model ensemble:m.txt: it "
+                                         r"would get no leaderboard row .*'softmax'.*an ensemble needs an ensemble κ"):
+        ReportCard(["x.ckpt", "ensemble:m.txt"], severity={}, detector_options={"kappa": ["softmax"]})
+    with pytest.raises(ValueError, match=r"pairs with model 'ens' \(its seeds: \['ensemble:a.txt', 'ensemble:b.txt', "
+                                         r"'ensemble:c.txt'\]\)"):
+        ReportCard(["x.ckpt", {"name": "ens", "seeds": ["ensemble:a.txt", "ensemble:b.txt", "ensemble:c.txt"]}],
+                   severity={}, detector_options={"kappa": ["softmax"]})
+    # a section's own κ gives the ensemble its rows
+    ReportCard(["x.ckpt", "ensemble:m.txt"], severity={"kappa": ["softmax", "ensemble_mi"]})
+
+
+PROBE: dict[tuple[str, str], tuple[float | None, torch.Tensor | None, str]] = {}
+
+
+class Probe(Evaluation):
+    """``evaluate.py probe``: a method whose numbers the test sets (:data:`PROBE`: (model, κ) -> value, replicates,
+    units); a card of it runs no pass."""
+
+    command = "probe"
+
+    def __init__(self, model: list[str], kappa: list[str] = ("softmax",), output_dir: str | None = None, *,
+                 trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer)
+        self.model, self.kappa, self.output_dir = list(model), list(kappa), output_dir
+
+    def run(self) -> MethodResult:
+        estimates = []
+        for spec in self.model:
+            name = checkpoint_display_name(Path(spec))
+            for kappa in self.kappa:
+                value, replicates, units = PROBE[(name, kappa)]
+                estimates.append(Estimate(name, kappa, "probe_score", value, None, None, replicates, units))
+        return MethodResult("probe", {}, folder=self.output_dir, estimates=estimates)
+
+
+class ProbeMethod(Method):
+    key, slug, evaluation = "probe", "probe", Probe
+    title, name, group = "Probe", "Probe", "Probe"
+    unit = "hand-made replicates"
+    headlines = (Headline("probe_score", "probe score", "probe", True, "a number the test sets"),)
+
+
+@pytest.fixture
+def probe_method():
+    register(ProbeMethod)
+    PROBE.clear()
+    yield
+    unregister("probe")
+    PROBE.clear()
+
+
+def constant(value: float, resamples: int = 50) -> torch.Tensor:
+    return torch.full((resamples,), value, dtype=torch.float64)
+
+
+@pytest.mark.usefixtures("probe_method")
+def test_two_seeds_warn_and_the_page_says_their_interval_is_uninformative(demo_checkpoint: Path, tmp_path: Path,
+                                                                          capsys) -> None:
+    from scipy.stats import t as student_t
+
+    second = tmp_path / "seed1" / "checkpoints" / "best.ckpt"
+    second.parent.mkdir(parents=True)
+    second.write_bytes(demo_checkpoint.read_bytes())
+    # softmax: far apart; energy: close; max_logit: measured on other data by the second seed (not combined)
+    PROBE.update({("demo-best", "softmax"): (0.5, constant(0.5), "u"), ("seed1-best", "softmax"): (0.8, constant(0.8), "u"),
+                  ("demo-best", "energy"): (0.5, constant(0.5), "u"), ("seed1-best", "energy"): (0.51, constant(0.51), "u"),
+                  ("demo-best", "max_logit"): (0.5, constant(0.5), "u"),
+                  ("seed1-best", "max_logit"): (0.6, constant(0.6), "v")})
+    with pytest.warns(UserWarning, match=r"model 'eos': 2 seeds: .* t on 1 degree of freedom \(its 95% quantile is "
+                                         r"12.7; 4.3 with 3 seeds\)"):
+        card = ReportCard.of(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(second)]}],
+                             kappa=["softmax", "energy", "max_logit"], probe={}, output_dir=str(tmp_path / "card"),
+                             cache_dir=None, trainer={"wandb_mode": "disabled"})
+    with pytest.warns(UserWarning, match=r"model 'eos': numbers not combined over its seeds, left out of the "
+                                         r"leaderboard: max_logit / probe score: the seeds were measured on different "
+                                         r"data \(units: demo-best: u; seed1-best: v\)"):
+        rows = card.run()
+    by_kappa = {row["kappa"]: row["cells"]["probe_score"] for row in rows}
+    assert [row["model"] for row in rows] == ["eos", "eos"] and list(by_kappa) == ["softmax", "energy"]
+    # no shared test sampling (constant replicates): the half-width is t_{0.975, 1} · s / √2, s = |a − b| / √2
+    quantile = float(student_t.ppf(0.975, 1))
+    assert (by_kappa["softmax"]["low"], by_kappa["softmax"]["high"]) == (0.0, 1.0)  # 0.65 ± 1.91, clipped
+    assert by_kappa["softmax"]["value"] == pytest.approx(0.65)
+    assert (by_kappa["energy"]["low"], by_kappa["energy"]["high"]) == pytest.approx(
+        (0.505 - quantile * 0.005, 0.505 + quantile * 0.005), abs=1e-9)
+    page = (tmp_path / "card" / "index.html").read_text()
+    assert page.count("2 seeds: the seeds&#x27; part of the interval is a Student t on 1 degree of freedom") == 2
+    assert page.count("<td>uninformative: t on 1 degree of freedom</td>") == 2  # the seeds table, both rows
+    assert "eos: not combined over its seeds (left out of the leaderboard): max_logit / probe score" in page
+    assert "Report card written" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("probe_method")
+def test_a_card_without_a_leaderboard_row_is_an_error_that_says_why(demo_checkpoint: Path, tmp_path: Path,
+                                                                     capsys) -> None:
+    second, third = (tmp_path / name / "checkpoints" / "best.ckpt" for name in ("seed1", "seed2"))
+    for copy in (second, third):
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(demo_checkpoint.read_bytes())
+    seeds = [{"name": "eos", "seeds": [str(demo_checkpoint), str(second), str(third)]}]
+    options = {"probe": {}, "cache_dir": None, "trainer": {"wandb_mode": "disabled"}}
+    # the seeds measured on other data: no number of the model can be combined, and it was its only row
+    PROBE.update({("demo-best", "softmax"): (0.5, constant(0.5), "u"), ("seed1-best", "softmax"): (0.6, constant(0.6), "v"),
+                  ("seed2-best", "softmax"): (0.7, constant(0.7), "u")})
+    card = ReportCard.of(model=seeds, output_dir=str(tmp_path / "a"), **options)
+    with pytest.raises(ValueError, match=r"model 'eos' of several seeds gets no leaderboard row: none of its numbers "
+                                         r"could be combined over its seeds \(softmax / probe score: the seeds were "
+                                         r"measured on different data \(units: demo-best: u; seed1-best: v; "
+                                         r"seed2-best: u\)\)\. The "
+                                         r"card was not written"):
+        card.run()
+    assert not (tmp_path / "a" / "index.html").exists()
+    # one seed without a value
+    PROBE[("seed1-best", "softmax")] = (None, None, "u")
+    with pytest.raises(ValueError, match=r"softmax / probe score: seed1-best has no value"):
+        ReportCard.of(model=seeds, output_dir=str(tmp_path / "b"), **options).run()
+    # a single model without a number: an empty leaderboard
+    with pytest.raises(ValueError, match=r"the report card would have an empty leaderboard: the sections gave no "
+                                         r"headline number .*\{'probe': 1\}; rows: \['seed1-best / softmax'\]"):
+        ReportCard.of(model=[str(second)], output_dir=str(tmp_path / "c"), **options).run()
+    assert not (tmp_path / "c" / "index.html").exists()
+    assert "Report card written" not in capsys.readouterr().out
+
+
+def test_severity_levels_beyond_the_windows_are_refused_in_the_card_before_any_pass(demo_checkpoint: Path,
+                                                                                     tmp_path: Path) -> None:
+    from datamodules.severity import FashionSeverityData
+
+    data = FashionSeverityData(estimation=20, test=10)
+    data.setup()
+    pool, group = len(data.ood_classes), len(data.classes)
+    card = ReportCard.of(model=[str(demo_checkpoint)], severity={"data": "fashion", "num_levels": pool - group + 2,
+                                                                 "data_args": {"estimation": 20, "test": 10}},
+                         output_dir=str(tmp_path / "card"), cache_dir=None, trainer={"wandb_mode": "disabled"})
+    with pytest.raises(ValueError, match=rf"num_levels = {pool - group + 2} asks for more severity levels than "
+                                         rf"FashionSeverityData has distinct ones: M − G \+ 1 = {pool} − {group} \+ 1 = "
+                                         rf"{pool - group + 1} windows"):
+        card.run()
+    assert card.passes.log == []  # refused before the severity section's passes
+
+
+def test_the_python_entry_checks_its_arguments_types(tmp_path: Path) -> None:
+    from report_card.card import ModelSeeds, report
+
+    with pytest.raises(TypeError, match=r"report: model must be a model spec .*got 42 \(int\)"):
+        report(42, severity={})
+    with pytest.raises(TypeError, match=r"report: kappa must be a confidence function's name \(str\) or a list of "
+                                        r"names \(list\[str\]\), got 5 \(int\)"):
+        report(["x.ckpt"], 5, severity={})
+    with pytest.raises(TypeError, match=r"report: output_dir must be str \| None, got 123 \(int\)"):
+        report(["x.ckpt"], severity={}, output_dir=123)
+    with pytest.raises(TypeError, match=r"report: plots must be bool, got 5 \(int\)"):
+        ReportCard.of(model="x.ckpt", severity={}, plots=5)
+    assert ReportCard.of(model="x.ckpt", severity={}, plots="no").plots is False  # as --plots no reads
+    with pytest.raises(TypeError, match=r"report: title must be a str, got 3 \(int\)"):
+        ReportCard("x.ckpt", title=3, severity={})
+    with pytest.raises(TypeError, match=r"model eos: seeds must be a list of model specs \(str\), got \['a.ckpt', 2\]"):
+        ModelSeeds("eos", ["a.ckpt", 2])
+    with pytest.raises(TypeError, match=r"report: each model must be a model spec .*got 7 \(int\) in \['x.ckpt', 7\]"):
+        ReportCard(["x.ckpt", 7], severity={})
+    # paths are taken as their strings
+    card = ReportCard.of(model="x.ckpt", severity={}, output_dir=tmp_path / "card", cache_dir=tmp_path / "cache")
+    assert card.output_dir == tmp_path / "card" and card.cache_dir == str(tmp_path / "cache")
+
+
+def card_with_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, Path]:
+    """A card whose images are named relative to its folder, one outside it (EvG's own folder), as the card names
+    them; the current folder is another one, where neither path resolves."""
+    from PIL import Image
+
+    folder = tmp_path / "card"
+    for relative, colour in (("open_set/demo-best/oscr_curves.png", (255, 0, 0)),
+                             ("../evg/transfer_affine_mh.png", (0, 0, 255))):
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 6), colour).save(folder / relative)
+    card = {"title": "t", "leaderboard": {"columns": [], "rows": []}, "notes": [], "sections": [
+        {"method": "open_set", "title": "OSCR", "text": "", "tables": [], "images": [
+            {"title": "OSCR curves: demo-best", "path": "open_set/demo-best/oscr_curves.png", "caption": ""}]},
+        {"method": "evg", "title": "EvG", "text": "", "tables": [{"title": "worst", "columns": ["a"], "rows": [{"a": 1}]}],
+         "images": [{"title": "transfer affine mh", "path": "../evg/transfer_affine_mh.png", "caption": ""}]}]}
+    elsewhere = tmp_path / "elsewhere" / "deeper"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    return card, folder
+
+
+def page_images(card: dict, folder: Path) -> list[bytes]:
+    """The images the page shows: its inlined data."""
+    import base64
+    import re
+
+    from report_card.page import render_html
+
+    page = render_html(card, folder)
+    return [base64.b64decode(uri) for uri in re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)]
+
+
+def test_every_image_the_page_shows_is_logged_to_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytorch_lightning.loggers import WandbLogger
+
+    from report_card import publish
+
+    card, folder = card_with_images(tmp_path, monkeypatch)
+    logged: dict[str, bytes] = {}
+
+    class Recorder(WandbLogger):  # W&B's logger without a run: what log_card hands it
+        def log_table(self, **kwargs) -> None:
+            pass
+
+        def log_image(self, key: str, images: list, **kwargs) -> None:
+            logged[key] = Path(images[0]).read_bytes()
+
+        @property
+        def experiment(self):
+            return type("Run", (), {"finish": lambda self: None})()
+
+    import evaluation_engine.run
+
+    monkeypatch.setattr(evaluation_engine.run, "make_logger", lambda options, name, version=None: Recorder(project="card"))
+    publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=folder)
+    assert list(logged) == ["report/open_set/OSCR_curves_demo-best", "report/evg/transfer_affine_mh"]
+    assert list(logged.values()) == page_images(card, folder) and len(logged) == 2
+    # an image missing on disk is named, not skipped without a word
+    (folder / "open_set/demo-best/oscr_curves.png").unlink()
+    with pytest.warns(UserWarning, match=r"the card's image 'OSCR curves: demo-best' \(.*card/open_set/demo-best/"
+                                         r"oscr_curves.png\) does not exist: not logged to W&B"):
+        publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=folder)
+
+
+@pytest.mark.slow
+def test_the_wandb_run_holds_every_image_the_page_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through a real offline W&B run, read back from its files."""
+    import hashlib
+    import io
+
+    from PIL import Image
+
+    from report_card.publish import log_card
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # Lightning's offline logger sets it to dryrun: restored after
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    card, folder = card_with_images(tmp_path, monkeypatch)
+    log_card(card, TrainerOptions(wandb_mode="offline", log_dir=str(tmp_path / "logs"), wandb_project="card"),
+             folder=folder)
+
+    def pixels(data: bytes) -> str:
+        return hashlib.sha256(Image.open(io.BytesIO(data)).convert("RGB").tobytes()).hexdigest()
+
+    runs = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    logged = sorted(pixels(p.read_bytes()) for p in runs[0].glob("files/media/images/**/*.png"))
+    shown = sorted(pixels(data) for data in page_images(card, folder))
+    assert len(shown) == 2 and logged == shown

@@ -247,6 +247,26 @@ def test_resume_continues_the_same_run(tmp_path, monkeypatch):
     assert len(runs) == 2 and all(r.endswith(run_id) for r in runs)
 
 
+def test_the_environments_wandb_mode_decides_over_a_configs_offline(tmp_path, monkeypatch):
+    """WANDB_MODE=disabled (or online) in the environment wins over the configs' ``offline: true`` (Lightning's
+    offline logger would set WANDB_MODE to dryrun); ``offline`` given on the command line wins over both."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pl.Trainer, "fit", lambda self, *args, **kwargs: None)  # the logger as built, no run
+    base = ["fit", "--config", str(CONFIGS / "demo/fashion_mnist_eos.yaml")]
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert train.main(base).trainer.logger._offline is False  # wandb.init reads WANDB_MODE=disabled itself
+    assert train.main([*base, "--trainer.logger.init_args.offline=true"]).trainer.logger._offline is True
+    for environment, offline in (("online", False), ("run", False), ("offline", True), ("dryrun", True)):
+        monkeypatch.setenv("WANDB_MODE", environment)
+        loggers = [{"class_path": "pytorch_lightning.loggers.WandbLogger", "init_args": {"offline": True}}]
+        train.follow_wandb_environment(loggers, [])
+        assert loggers[0]["init_args"]["offline"] is offline, environment
+    monkeypatch.delenv("WANDB_MODE")
+    loggers = [{"class_path": "pytorch_lightning.loggers.WandbLogger", "init_args": {"offline": True}}]
+    train.follow_wandb_environment(loggers, [])
+    assert loggers[0]["init_args"]["offline"] is True  # no environment: the config's
+
+
 class BatchCounter(pl.Callback):
     def __init__(self) -> None:
         self.batches = 0

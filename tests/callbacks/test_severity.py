@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 import torch
 from sklearn.metrics import roc_auc_score
 
+import evaluate
 from callbacks import SeverityAUROC
 from datamodules import FashionMNISTOpenSetDataModule
 from datamodules.severity import FashionSeverityData
@@ -157,6 +158,25 @@ def test_a_model_of_other_classes_or_another_width_is_refused(demo_checkpoint, t
     with pytest.raises(ValueError, match="outputs 4 logits but the severity data has 3 ID classes"):
         run_severity(unnamed, ["softmax"], tmp_path, data=three_known)
     assert unnamed.forward_calls == 1
+
+
+def test_more_levels_than_windows_are_refused_before_any_pass(demo_checkpoint, tmp_path):
+    # the demo's pool: 6 unknown Fashion classes and 10 digits (M = 16), G = 4 ID classes: 13 distinct windows
+    data = small_data()
+    data.setup()
+    windows = len(data.ood_classes) - len(data.classes) + 1
+    scoring = ScoringModel(str(demo_checkpoint))
+    with pytest.raises(ValueError, match=rf"num_levels = {windows + 1} asks for more severity levels than "
+                                         rf"FashionSeverityData has distinct ones: M − G \+ 1 = 16 − 4 \+ 1 = 13 windows .* "
+                                         rf"1 level would repeat a window; give num_levels \(--num-levels\) 13 or fewer"):
+        run_severity(scoring, ["softmax"], tmp_path, data=data, num_levels=windows + 1)
+    assert scoring.forward_calls == 0 and not (tmp_path / "cache").exists()  # no pass, not even the width check
+    # the command refuses it as well, before its passes
+    with pytest.raises(SystemExit, match=r"num_levels = 1000 asks for more severity levels .* 13 windows"):
+        evaluate.main(["severity", "--model", str(demo_checkpoint), "--data", "fashion", "--num-levels", "1000",
+                       "--data-arg", "estimation=20", "--data-arg", "test=10", "--cache-dir", str(tmp_path / "cache"),
+                       "--output-dir", str(tmp_path / "out"), "--wandb-mode", "disabled"])
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -334,3 +354,13 @@ def test_intervals_resample_the_pool_classes_by_identity(demo_checkpoint, tmp_pa
             tuple(np.quantile(mean[~torch.isnan(mean)].numpy(), [0.025, 0.975])), abs=1e-12)
     # the levels of the two κ differ, and both were read from the one class draw above
     assert any(not torch.equal(a, b) for a, b in zip(groups_of["softmax"], groups_of["entropy"], strict=True))
+
+
+def test_mc_dropout_on_a_checkpoint_without_dropout_is_refused_before_any_pass(demo_checkpoint, tmp_path):
+    """MC dropout on the demo checkpoint (no dropout layer): refused when the benchmark starts, before the logits
+    passes of the other κ, with the advice for a checkpoint (not --model-arg, which checkpoints refuse)."""
+    scoring = ScoringModel(str(demo_checkpoint))
+    with pytest.raises(ValueError, match=r"has no dropout with p > 0, so MC dropout would equal the plain entropy: a "
+                                         r"checkpoint's network is the one it trained"):
+        run_severity(scoring, ["softmax", "mc_dropout"], tmp_path)
+    assert scoring.forward_calls == 0 and not (tmp_path / "cache").exists()

@@ -31,6 +31,10 @@ def test_any_number_of_levels_against_exact_fractions(num_levels):
     rng = np.random.default_rng(num_levels)
     for num_classes, group_size in [(num_levels + 9, 10), (100, 1), (150, 51), (200, 200), (61, 3), (2 * num_levels, 2)]:
         scores = torch.from_numpy(rng.random(num_classes))
+        if num_levels > num_classes - group_size + 1:  # more levels than windows: refused (they would repeat)
+            with pytest.raises(ValueError, match=f"num_levels = {num_levels} .* {num_classes - group_size + 1} windows"):
+                severity_levels(scores, group_size, num_levels)
+            continue
         groups, level_scores = severity_levels(scores, group_size, num_levels)
         ref_groups, ref_scores = severity_reference_exact(scores.tolist(), group_size, num_levels)
         assert groups.shape == (num_levels, group_size)
@@ -71,9 +75,15 @@ def test_levels_get_harder_and_hand_computed_case():
 
 
 def test_edge_cases():
-    groups, level_scores = severity_levels(torch.tensor([0.3, 0.1, 0.2]), 3)  # M = G: one window
-    assert groups.tolist() == [[1, 2, 0]] * 11
-    assert torch.allclose(level_scores, torch.full((11,), 0.2, dtype=torch.float64))
+    # M - G + 1 = L windows: every level its own window, each one class further
+    scores = torch.tensor([0.3, 0.1, 0.2, 0.05, 0.9], dtype=torch.float64)
+    groups, level_scores = severity_levels(scores, 3, 3)
+    assert groups.tolist() == [[3, 1, 2], [1, 2, 0], [2, 0, 4]]
+    assert level_scores.tolist() == pytest.approx([0.35 / 3, 0.6 / 3, 1.4 / 3], abs=1e-12)
+    # M = G: one window; more levels than windows would repeat it, and are refused naming M, G and the windows
+    with pytest.raises(ValueError, match=r"num_levels = 11 .* M − G \+ 1 = 3 − 3 \+ 1 = 1 windows .* 10 levels would "
+                                         r"repeat a window; give num_levels \(--num-levels\) 1 or fewer"):
+        severity_levels(torch.tensor([0.3, 0.1, 0.2]), 3)
     with pytest.raises(ValueError, match="M = 2 < G = 3"):
         severity_levels(torch.tensor([0.3, 0.1]), 3)
     with pytest.raises(ValueError, match="NaN"):
@@ -110,3 +120,20 @@ def test_table_against_sklearn():
     assert rows[0]["id_avg_conf"] == pytest.approx(id_scores.mean())
     assert rows[3]["model name - confidence function"] == "m-softmax"
     assert rows[0]["ood-auroc"] >= rows[-1]["ood-auroc"]  # harder levels: lower AUROC here by construction
+
+
+def test_the_default_number_of_levels_is_the_papers_capped_at_the_windows():
+    from metrics.severity import PAPER_LEVELS, resolve_num_levels
+
+    assert PAPER_LEVELS == 11 and resolve_num_levels(None, 1000 + 10, 1000) == 11  # 11 windows: no warning
+    with pytest.warns(UserWarning, match=r"the pool has M − G \+ 1 = 5 − 3 \+ 1 = 3 distinct windows, fewer than "
+                                         r"the paper's 11 severity levels: 3 levels"):
+        assert resolve_num_levels(None, 5, 3, data="the pool") == 3
+    # a number given is the user's: refused above the windows, never capped
+    assert resolve_num_levels(3, 5, 3) == 3
+    with pytest.raises(ValueError, match=r"num_levels = 4 asks for more severity levels .* 3 windows"):
+        resolve_num_levels(4, 5, 3)
+    # a single window (a pool of G classes) has no levels to tell apart
+    with pytest.raises(ValueError, match=r"the pool has 3 OOD pool classes and G = 3 ID classes: M − G \+ 1 = 1 "
+                                         r"window, .* at least G \+ 1 = 4 OOD classes"):
+        resolve_num_levels(None, 3, 3, data="the pool")
