@@ -202,16 +202,49 @@ class EvaluationData:
                 for s in self.sets.values()]
 
 
+CLASS_FOLDER_STAND_IN = "_"
+"""What stands for each character a folder name cannot hold (``/``, NUL) in a class's folder (:func:`class_folder`)."""
+
+
+def class_folder(name: str) -> str:
+    """The folder of class ``name`` wherever a model's classes are read as class folders (``--fit-data``, real
+    shifted sets): the name with each character a file name cannot hold, ``/`` and NUL, replaced by ``_``
+    (the demo's ``T-shirt/top`` is ``T-shirt_top``); a wnid or any other name is its own folder.
+
+    Raises:
+        ValueError: a name no folder can have (empty, ``.`` or ``..``).
+    """
+    folder = name.replace("/", CLASS_FOLDER_STAND_IN).replace("\0", CLASS_FOLDER_STAND_IN)
+    if folder in ("", ".", ".."):
+        raise ValueError(f"class {name!r} has no folder name: a class read from class folders needs a name other than "
+                         "'', '.' and '..'")
+    return folder
+
+
+def class_folders(classes: Sequence[str], *, what: str) -> list[str]:
+    """:func:`class_folder` of every class, in order; two classes with one folder (``a/b`` and ``a_b``) are refused,
+    naming both and ``what`` reads them."""
+    folders = [class_folder(name) for name in classes]
+    seen: dict[str, str] = {}
+    for name, folder in zip(classes, folders, strict=True):
+        if folder in seen:
+            raise ValueError(f"{what}: the classes {seen[folder]!r} and {name!r} would both be the folder {folder!r} "
+                             f"(a class's folder is its name with '/' replaced by {CLASS_FOLDER_STAND_IN!r})")
+        seen[folder] = name
+    return folders
+
+
 def fit_folder_set(root: str, classes: Sequence[str] | None, *, name: str = "fit",
                    on_bad_image: str = "fail") -> EvaluationSet:
-    """A user's in-distribution training images as the fit set of fitted detectors: ``<root>/<class>/*``, one
+    """A user's in-distribution training images as the fit set of fitted detectors: ``<root>/<folder>/*``, one
     folder per class of the model (an ImageNet ``train/`` folder for a timm model), labelled in the model's
-    class order.
+    class order. A class's folder is :func:`class_folder` of its name: the name itself, with ``/`` replaced by
+    ``_`` (the demo's ``T-shirt/top`` is ``<root>/T-shirt_top/``).
 
     Raises:
         FileNotFoundError: ``root`` is not a folder.
         ValueError: the model's classes are unknown, or the class folders are not exactly the model's (both
-            lists named), or a class folder holds no image.
+            lists named, with the rule), or a class folder holds no image.
     """
     folder = Path(root)
     if not is_folder(folder):
@@ -220,19 +253,26 @@ def fit_folder_set(root: str, classes: Sequence[str] | None, *, name: str = "fit
     if not classes:
         raise ValueError(f"fit data {root}: the model does not say which classes it predicts, so its class folders "
                          "cannot be matched")
+    folders = class_folders(classes, what=f"fit data {root}")
     found = subfolders(folder)
-    missing, other = [c for c in classes if c not in set(found)], [c for c in found if c not in set(classes)]
+    missing = [(c, f) for c, f in zip(classes, folders, strict=True) if f not in set(found)]
+    other = [f for f in found if f not in set(folders)]
     if missing or other:
+        more = " ..." if len(missing) > 10 else ""
+        renamed = [c for c, f in missing[:10] if c != f]
+        of = f"; the folders of {[c for c, _ in missing[:10]]}{more}" if renamed else ""
         raise ValueError(f"fit data {root}: its class folders are not the model's classes: "
-                         + (f"missing {missing[:10]}{' ...' if len(missing) > 10 else ''} ({len(missing)}); " if missing else "")
+                         + (f"missing {[f for _, f in missing[:10]]}{more} ({len(missing)}{of}); " if missing else "")
                          + (f"not among the model's {other[:10]}{' ...' if len(other) > 10 else ''} ({len(other)}); " if other else "")
-                         + f"the model's classes: {list(classes)[:10]}{' ...' if len(classes) > 10 else ''}")
+                         + f"the model's classes: {list(classes)[:10]}{' ...' if len(classes) > 10 else ''}. A class's "
+                         f"folder is its name with '/' replaced by {CLASS_FOLDER_STAND_IN!r} (class_folder), e.g. "
+                         f"{folder / folders[0]}")
     rows: list[tuple[str, int]] = []
-    for label, wnid in enumerate(classes):
-        files = image_files(folder / wnid)
+    for label, class_name in enumerate(folders):
+        files = image_files(folder / class_name)
         if not files:
-            raise ValueError(f"fit data {root}: class folder {wnid} holds no image")
-        rows += [(str(Path(wnid, f)), label) for f in files]
+            raise ValueError(f"fit data {root}: class folder {class_name} holds no image")
+        rows += [(str(Path(class_name, f)), label) for f in files]
     dataset = ImageFileDataset(str(folder), rows, on_bad_image=on_bad_image)  # type: ignore[arg-type]
     return EvaluationSet(name, "fit", dataset, info={"root": str(folder), "classes": list(classes)})
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from datamodules.evaluation import EvaluationData, EvaluationSet
+from datamodules.evaluation import EvaluationData, EvaluationSet, class_folder
 from datamodules.images import (
     IMAGE_EXTENSIONS,
     BadImagePolicy,
@@ -201,8 +201,9 @@ def real_shift_set(folder: str | Path, classes: Sequence[str], *, on_bad_image: 
     """A real shifted set laid out as class folders, ``<folder>/<class>/...`` (ImageNet-R, one corruption and
     severity of ImageNet-C / CIFAR-10-C), labelled with the known classes.
 
-    A class folder is the class whose name or wnid it is, compared exactly or, failing that, ignoring case and
-    every character but letters and digits (``T-shirt_top`` is ``T-shirt/top``). Images may lie in sub-folders
+    A class folder is the class whose name or wnid it is, compared exactly (as the name or as its
+    :func:`datamodules.evaluation.class_folder`, ``/`` replaced by ``_``) or, failing that, ignoring case and every
+    character but letters and digits (``T-shirt_top`` and ``tshirt-top`` are ``T-shirt/top``). Images may lie in sub-folders
     of a class folder; files of other suffixes and hidden files are left out.
 
     Args:
@@ -221,6 +222,8 @@ def real_shift_set(folder: str | Path, classes: Sequence[str], *, on_bad_image: 
     if not is_folder(root):
         raise FileNotFoundError(f"real shifted set {root}: no such folder (expected {root}/<class name or wnid>/*)")
     exact = {name: i for i, name in enumerate(classes)}
+    for i, name in enumerate(classes):
+        exact.setdefault(class_folder(name), i)  # the folder rule of every model's class folders
     loose: dict[str, int] = {}
     for i, name in enumerate(classes):
         loose.setdefault(_folder_key(name), i)

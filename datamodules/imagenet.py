@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from datamodules.images import BadImagePolicy, ImageFileDataset, is_folder, subfolders
+from datamodules.images import BadImagePolicy, ImageFileDataset, image_files, is_folder, subfolders
 from datamodules.open_set import OpenSetDataModule, TrainNegatives
 from datamodules.protocols import (
     SPLITS,
@@ -34,6 +34,7 @@ from datamodules.protocols import (
     csv_path,
     file_prefix,
     imagenet_protocol,
+    protocol_rows,
     read_protocol_csv,
     write_protocol_csvs,
 )
@@ -134,6 +135,13 @@ class FolderProtocolDataModule(OpenSetDataModule):
         if not missing:
             return
         existing = [split for split in SPLITS if split not in missing]
+        if existing and missing != ["test"] and self._written_by_this_rule(existing):
+            # the files of this root by the split rule, a part of them written (each file atomically) by another
+            # process of this run that prepares its data at the same time (every process of a torchrun launch of
+            # an evaluation does): all three written again, the existing ones with the rows they hold
+            write_protocol_csvs(self.root, self.protocol_number, self.protocol_dir, protocol=self.protocol,
+                                splits=SPLITS)
+            return
         if existing and missing != ["test"]:
             missing_names = ", ".join(str(self.csv_file(split)) for split in missing)
             existing_names = ", ".join(str(self.csv_file(split)) for split in existing)
@@ -145,6 +153,15 @@ class FolderProtocolDataModule(OpenSetDataModule):
                 f"three from {self.root}, or supply the missing file(s)"
             )
         write_protocol_csvs(self.root, self.protocol_number, self.protocol_dir, protocol=self.protocol, splits=missing)
+
+    def _written_by_this_rule(self, splits: list[str]) -> bool:
+        """Whether the existing protocol files of ``splits`` hold exactly the rows the split rule gives for this
+        root (then the missing ones can be written next to them: they are the same split's)."""
+        try:
+            rows = protocol_rows(self.root, self.protocol, splits=SPLITS)
+            return all(self._read(split) == rows[split] for split in splits)
+        except (OSError, ValueError):  # folders or files the caller's own error (or setup's) names
+            return False
 
     def _read(self, split: str) -> list[tuple[str, int]]:
         return read_protocol_csv(self.csv_file(split), self.num_classes, protocol=self.protocol, split=split)
@@ -314,3 +331,25 @@ class ClassFolderDataModule(FolderProtocolDataModule):
                          mean=mean, std=std, on_bad_image=on_bad_image, verify_images=verify_images,
                          pin_memory=pin_memory)
         self.save_hyperparameters()
+
+    def check_folders(self, rows_by_split: dict[str, list[tuple[str, int]]]) -> None:
+        """The class folders the rows refer to (:meth:`FolderProtocolDataModule.check_folders`), and every image
+        they list under ``root``: protocol files written from other class folders (in training, say, with the
+        default ``protocol_dir``) are named before any image is read, not at a file missing hours later."""
+        super().check_folders(rows_by_split)
+        listed: dict[str, set[str]] = {}
+        absent: list[str] = []
+        for rows in rows_by_split.values():
+            for relative, _ in rows:
+                folder, _, file = relative.rpartition("/")
+                if folder not in listed:
+                    listed[folder] = set(image_files(Path(self.root) / folder, warn=False))
+                if file not in listed[folder]:
+                    absent.append(relative)
+        if absent:
+            files = ", ".join(str(self.csv_file(split)) for split in rows_by_split if split in SPLITS)
+            raise FileNotFoundError(
+                f"{len(absent)} images the protocol files list are not under {self.root} ({', '.join(absent[:3])}"
+                f"{', ...' if len(absent) > 3 else ''}): {files or self.protocol_dir} were written from other class "
+                f"folders than these. Give a protocol_dir of their own (--data-arg protocol_dir=<a new folder>: this "
+                f"root's files are written there, by the protocols' split rule) or remove those files")

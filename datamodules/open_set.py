@@ -95,6 +95,7 @@ class OpenSetDataModule(pl.LightningDataModule):
         self.pin_memory = pin_memory
         self.train_set = self.val_set = self.test_set = None
         self._train_labels: list[int] | None = None
+        self._prepared = False  # prepare_data has run for evaluation_set
 
     @property
     def num_classes(self) -> int:
@@ -121,10 +122,16 @@ class OpenSetDataModule(pl.LightningDataModule):
         """The ``"train"``, ``"val"`` or ``"test"`` images of this datamodule as an evaluation set: raw images
         (no augmentation, no target transform: the scoring model applies its own transform) with their labels;
         ``known_only`` keeps the known classes (the fit set of fitted detectors: ``("train", role="fit",
-        known_only=True)``)."""
+        known_only=True)``).
+
+        A split not set up yet is prepared as a Trainer prepares it in training, ``prepare_data`` then ``setup``:
+        so an evaluation writes what training would (the protocol files of class folders never trained on)."""
         split = check_choice("split", split, ("train", "val", "test"))
         dataset = getattr(self, f"{split}_set")
         if dataset is None:
+            if not getattr(self, "_prepared", False):  # once, as a Trainer does (verify_images decodes every image of the protocol)
+                self.prepare_data()
+                self._prepared = True
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
             dataset = getattr(self, f"{split}_set")
         dataset = raw(dataset, what=f"the {split} set of {type(self).__name__}")

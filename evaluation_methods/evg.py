@@ -20,8 +20,9 @@ from datamodules.transforms import TensorPipeline
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir, slug
-from evaluation_engine.run import Evaluation, TrainerOptions, launch_loader, make_logger, make_trainer
+from evaluation_engine.run import Evaluation, TrainerOptions, evaluation_logger, launch_loader, make_trainer
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     check_detectors,
     default_fit_set,
     detector_pairs,
@@ -41,6 +42,7 @@ from evaluation_methods.registry import (
 from lightning_modules.checkpoint import check_classes
 from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
 from lightning_modules.evg.detector import VariedImages
+from lightning_modules.evg.variations import variation_options
 from lightning_modules.scoring import ScoringModel
 from metrics import get_kappa
 
@@ -120,7 +122,7 @@ class EvGEvaluation(Evaluation):
             checkpoint model's; ``data_args``; ``batch_size`` (256) and ``num_workers`` (0) of the passes over the
             fixed sets (:class:`DataOptions`).
         detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
-            ``fit`` (:class:`DetectorOptions`).
+            ``fit``, ``allow_fit_overlap`` (:class:`DetectorOptions`).
         output_options: ``output_dir`` (default ``runs/evg``): tables, figures and chain results; ``cache_dir``
             (default: ``<output_dir>/cache``); ``plots`` (:class:`OutputOptions`).
     """
@@ -156,6 +158,11 @@ class EvGEvaluation(Evaluation):
             raise ValueError(f"unknown samplers {unknown}; choose from {sorted(SAMPLERS)}")
         self.model, self.ood, self.image_size = list(model), ood, image_size
         self.variation, self.variation_args, self.gan = list(variation), dict(variation_args or {}), gan
+        unknown = sorted(set(self.variation_args) - set(self.variation))
+        if unknown:
+            raise ValueError(f"variation_args for {unknown}, which are not among the variations {self.variation}")
+        for name, options in self.variation_args.items():
+            variation_options(name, options)  # by name and type, before any model is built or any pass runs
         self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
         self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
         self.seed, self.trace_every = seed, trace_every
@@ -238,9 +245,6 @@ class EvGEvaluation(Evaluation):
         generator = self.gan if self.gan and "gan" in self.variation else None  # a checkpoint or pkg.mod:factory
         variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
                                             generator=generator) for name in self.variation}
-        unknown = sorted(set(self.variation_args) - set(variations))
-        if unknown:
-            raise ValueError(f"variation_args for {unknown}, which are not among the variations {self.variation}")
         module = EvGSearch(detectors, variations, {s: self.sampler_args.get(s, {}) for s in self.sampler}, seeds,
                            steps=self.steps, seed=self.seed, trace_every=self.trace_every)
         check_output_dir(self.output_dir)
@@ -250,22 +254,23 @@ class EvGEvaluation(Evaluation):
                            precision=self.options.precision,
                            passes=self.scoring_passes(Path(self.output_dir) / "cache" if self.cache_dir is None
                                                       else self.cache_dir),
-                           intervals=self.intervals, fit_set=fit_set, fit=self.fit)
-        logger = make_logger(self.options, name="evg")
-        # inference mode off: model-based κ such as ODIN take input gradients inside the detector
-        trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
-        trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
-        module.fit_standardisation({name: scores[self.standardise_on] for name, scores in report.scores.items()})
-        batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
-        report.check_batches(module, batches.all_bounds)
-        skipped = [b for b in batches.all_bounds if b not in batches.bounds]
-        if skipped and trainer.is_global_zero:
-            print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
-        if batches.bounds:
-            trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
-        elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
-            print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
-            report.write(trainer, module)
+                           intervals=self.intervals, fit_set=fit_set, fit=self.fit,
+                           allow_fit_overlap=self.allow_fit_overlap)
+        with evaluation_logger(self.options, name="evg") as logger:
+            # inference mode off: model-based κ such as ODIN take input gradients inside the detector
+            trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
+            trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
+            module.fit_standardisation({name: scores[self.standardise_on] for name, scores in report.scores.items()})
+            batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
+            report.check_batches(module, batches.all_bounds)
+            skipped = [b for b in batches.all_bounds if b not in batches.bounds]
+            if skipped and trainer.is_global_zero:
+                print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
+            if batches.bounds:
+                trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
+            elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
+                print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
+                report.write(trainer, module)
         if not trainer.is_global_zero:  # the report (its rows, replicates, figures) is global rank zero's
             return None
         result = MethodResult("evg", {"rows": report.rows, "transfer": report.transfer,
@@ -352,7 +357,9 @@ class EvGMethod(Method):
                   "sampler": row["sampler"] + (f" ({row['eV1 of']})" if row.get("eV1 of") else ""),
                   "chains": row["chains"], "clean AUROC": column_cell(row, "clean auroc"),
                   "worst-case AUROC": column_cell(row, "worst-case auroc"), "MinRank": column_cell(row, "min rank"),
-                  "clean MinRank": row["clean min rank"]} for row in result["rows"]]
+                  "clean MinRank": row["clean min rank"],
+                  **({FIT_OVERLAP: row.get(FIT_OVERLAP, "")} if any(r.get(FIT_OVERLAP) for r in result["rows"])
+                     else {})} for row in result["rows"]]
         return Section(self.slug, self.title, (
             "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
             "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "

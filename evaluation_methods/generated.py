@@ -44,14 +44,16 @@ from evaluation_engine.run import (
     DATA_OVERRIDES_RENAMED,
     Evaluation,
     TrainerOptions,
+    evaluation_logger,
     launch_loader,
-    make_logger,
     make_trainer,
 )
 from evaluation_engine.scoring import (
+    FIT_OVERLAP,
     TransformedSet,
     default_fit_set,
     detector_pairs,
+    overlap_columns,
 )
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
@@ -260,7 +262,7 @@ class GeneratedEvaluation(Evaluation):
             datamodule class path; default: the first checkpoint model's datamodule; ``data_args``;
             ``batch_size`` (256) and ``num_workers`` (0) of the passes (:class:`DataOptions`).
         detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
-            ``fit`` (:class:`DetectorOptions`).
+            ``fit``, ``allow_fit_overlap`` (:class:`DetectorOptions`).
         output_options: ``output_dir`` (default ``runs/generated``): the tables and grids; ``cache_dir`` (default
             none); ``plots`` (:class:`OutputOptions`).
     """
@@ -320,13 +322,14 @@ class GeneratedEvaluation(Evaluation):
                                        reference_seed=self.reference_seed, label_filter=self.label_filter,
                                        output_dir=self.output_dir, plots=self.plots,
                                        passes=self.scoring_passes(self.cache_dir),
-                                       intervals=self.intervals, fit_set=self._fit_set, fit=self.fit)
-        logger = make_logger(self.options, name="generated-benchmark")
-        trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
-        trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
+                                       intervals=self.intervals, fit_set=self._fit_set, fit=self.fit,
+                                       allow_fit_overlap=self.allow_fit_overlap)
+        with evaluation_logger(self.options, name="generated-benchmark") as logger:
+            trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
+            trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
         if trainer.is_global_zero:
             print(f"\nGenerated benchmark written to {self.output_dir}")
-            print(markdown_table(benchmark.detectors, DETECTOR_COLUMNS))
+            print(markdown_table(benchmark.detectors, overlap_columns(DETECTOR_COLUMNS, benchmark.detectors)))
             if benchmark.sets:
                 print((Path(self.output_dir) / "sets.md").read_text())
         result = MethodResult("generated", {"detectors": benchmark.detectors, "sets": benchmark.sets,
@@ -428,7 +431,8 @@ class GeneratedMethod(Method):
         table = [{"model": row["model"], "κ": row["confidence function"], "set": row["set"], "kind": row["kind"],
                   "images": row["images"], "AUROC": column_cell(row, "auroc"), "accuracy": column_cell(row, "accuracy"),
                   "ECE": column_cell(row, "ece"), **detection_cells(row),
-                  "shares generator ensemble": row.get("shares generator ensemble", "")} for row in rows]
+                  "shares generator ensemble": row.get("shares generator ensemble", ""),
+                  FIT_OVERLAP: row.get(FIT_OVERLAP, "")} for row in rows]
         sets = [{k: v for k, v in r.items() if k in ("set", "kind", "images", "mean MI", "mean LPIPS to nearest ID",
                                                        "keeps ensemble label", "mode")} for r in result.get("sets", [])]
         text = ("Detectors on the generated near-OOD and shifted sets next to the real ones: the AUROC of ID test "
@@ -438,7 +442,8 @@ class GeneratedMethod(Method):
                 f"resampling unit {self.unit}. A detector sharing the generators' training ensemble "
                 "reports the generator's own objective back (flagged).")
         tables = [Table("detectors", ["model", "κ", "set", "kind", "images", "AUROC", *DETECTION_HEADERS,
-                                      "accuracy", "ECE", "shares generator ensemble"], table)]
+                                      "accuracy", "ECE", "shares generator ensemble",
+                                      *overlap_columns((), table)], table)]
         differences = set_differences(rows, result.replicates, context.intervals.level)
         if differences:
             tables.append(Table("differences between sets of one kind (paired; each pair's interval on its own, "

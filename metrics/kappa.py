@@ -77,6 +77,8 @@ class Kappa:
             ``(background=..., **parameters) -> Detector`` for ``pood:`` names).
         open_parameters: the parameters are the detector's free keyword arguments (``pood:`` names), not a
             signature with defaults.
+        model_check: for a model-based κ, ``(model) -> None`` raising when the model cannot serve it (MC dropout:
+            no dropout), run before any pass (:func:`evaluation_engine.scoring.check_detectors`).
     """
 
     name: str
@@ -86,6 +88,7 @@ class Kappa:
     checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = ()
     detector: Any = None
     open_parameters: bool = False
+    model_check: Callable[[nn.Module], None] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         if self.fn is None:
@@ -268,6 +271,38 @@ def dropout_modules(model: nn.Module) -> list[nn.Module]:
     return layers + functional
 
 
+def no_dropout_message(model: nn.Module) -> str:
+    """Why MC dropout cannot score ``model`` and what would, for its kind: the evaluation commands' models carry
+    their spec (``timm:<name>``, ``torchvision:<name>``, a ``.ckpt`` of ``train.py``, ``module:<class>``)."""
+    spec = str(getattr(model, "spec", ""))
+    network = getattr(model, "network", model)
+    name = f"{spec} ({type(network).__name__})" if spec else type(network).__name__
+    retrain = ("train.py with a timm backbone created with dropout (--model.init_args.backbone timm:<name> "
+               "--model.init_args.backbone_args '{drop_rate: 0.2}'; timm applies it in the pooled features)")
+    if spec.endswith(".ckpt"):
+        advice = (f"a checkpoint's network is the one it trained, and it has no dropout layer (--model-arg applies to "
+                  f"timm/torchvision models only): MC dropout needs a network trained with dropout, e.g. retrain with "
+                  f"{retrain}, or evaluate a timm model created with it (--model timm:<name> --model-arg drop_rate=0.2)")
+    elif spec.startswith("timm:"):
+        advice = ("create it with dropout in its head: evaluate.py --model-arg drop_rate=0.2 (timm's drop_rate, "
+                  "applied to the pooled features)")
+    elif spec.startswith("torchvision:"):
+        advice = ("a torchvision builder that takes a dropout argument takes it as --model-arg (e.g. vit_b_16: "
+                  "--model-arg dropout=0.1); one that does not (the ResNets) has no dropout to switch on: take the "
+                  "timm model of the same name with dropout (--model timm:<name> --model-arg drop_rate=0.2)")
+    else:
+        advice = ("give it nn.Dropout layers with p > 0 (or a drop_rate > 0 applied functionally, timm's convention), "
+                  "or evaluate a timm model created with dropout (--model timm:<name> --model-arg drop_rate=0.2)")
+    return f"{name} has no dropout with p > 0, so MC dropout would equal the plain entropy: {advice}"
+
+
+def check_dropout(model: nn.Module) -> None:
+    """Refuse a model MC dropout cannot score (no dropout with ``p > 0``), with the advice for its kind
+    (:func:`no_dropout_message`): MC dropout's ``model_check``, run before any pass."""
+    if not dropout_modules(model):
+        raise ValueError(no_dropout_message(model))
+
+
 def mc_dropout(model: nn.Module, images: Tensor, passes: int = 30, background: bool = False) -> Tensor:
     """Negative entropy of the mean softmax over ``passes`` forward passes with dropout active.
 
@@ -279,10 +314,7 @@ def mc_dropout(model: nn.Module, images: Tensor, passes: int = 30, background: b
         raise ValueError(f"passes must be positive, got {passes}")
     layers = dropout_modules(model)
     if not layers:
-        raise ValueError(
-            f"{type(model).__name__} has no dropout with p > 0: MC dropout would equal the plain entropy "
-            "(create timm models with drop_rate > 0, e.g. evaluate.py --model-arg drop_rate=0.2)"
-        )
+        raise ValueError(no_dropout_message(model))
     modes = [layer.training for layer in layers]
     try:
         for layer in layers:
@@ -340,7 +372,8 @@ KAPPAS: dict[str, Kappa] = {
     "odin": Kappa("odin", odin, "model", checks=(("temperature", lambda t: t > 0, "positive"),
                                                  ("epsilon", lambda e: e >= 0, "non-negative"))),
     "mc_dropout": Kappa("mc_dropout", mc_dropout, "model",
-                        checks=(("passes", lambda n: isinstance(n, int) and n >= 1, "a positive integer"),)),
+                        checks=(("passes", lambda n: isinstance(n, int) and n >= 1, "a positive integer"),),
+                        model_check=check_dropout),
     "ensemble_mi": Kappa("ensemble_mi", ensemble_mi, "ensemble"),
     "ensemble_softmax": Kappa("ensemble_softmax", ensemble_softmax, "ensemble"),
     "ensemble_entropy": Kappa("ensemble_entropy", ensemble_entropy, "ensemble"),
@@ -402,8 +435,33 @@ def pairs_with(kappa: Kappa, *, ensemble: bool) -> bool:
     return (kappa.kind == "ensemble") == ensemble
 
 
+def describe_arguments(parameters: dict[str, Any]) -> str:
+    """A κ's resolved arguments as an error names them: ``t=0, k=50`` (sorted), or ``no arguments``."""
+    return ", ".join(f"{name}={value!r}" for name, value in sorted(parameters.items())) or "no arguments"
+
+
+def check_finite_scores(scores: Tensor, kappa: Kappa, *, parameters: dict[str, Any], data: str | None = None) -> None:
+    """Refuse NaN or infinite scores of a κ, naming the κ, its arguments, the set (where known) and how many
+    rows: a detector's non-finite output is an error at its source, not a NaN in a metric's input later.
+
+    Raises:
+        ValueError: some rows are not finite (the first row indices given).
+    """
+    if not scores.is_floating_point() or scores.numel() == 0:
+        return
+    low, high = torch.aminmax(scores.detach())
+    if bool(torch.isfinite(low) & torch.isfinite(high)):  # NaN makes both NaN; an infinity is one of them
+        return
+    rows = (~torch.isfinite(scores.detach())).reshape(scores.shape[0], -1).any(dim=1).nonzero().flatten()
+    where = f" of {data}" if data else ""
+    raise ValueError(f"confidence function {kappa.name!r} ({describe_arguments(parameters)}) gave NaN or infinite "
+                     f"scores for {rows.numel()} of {scores.shape[0]} images{where} (first rows: {rows[:5].tolist()}): "
+                     f"a detector's scores must be finite; check its arguments (--kappa-arg {kappa.name}.NAME=VALUE) "
+                     "and the model's outputs")
+
+
 def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, parameters: dict[str, Any],
-                 detector: Detector | None = None) -> Tensor:
+                 detector: Detector | None = None, data: str | None = None, finite: bool = True) -> Tensor:
     """κ of every sample from one pass's outputs -- the one κ dispatch of every method (severity, the
     generated benchmarks, EvG's detector energies).
 
@@ -414,17 +472,24 @@ def kappa_scores(kappa: Kappa, outputs: dict[str, Tensor], *, background: bool, 
         parameters: the κ's resolved parameters (:meth:`Kappa.parameters`).
         detector: the κ's detector for this model, fitted (required for a κ that needs fitting:
             :meth:`evaluation_engine.scoring.ScoringPasses.fitted` makes it); default: :meth:`Kappa.build`.
+        data: the set the outputs are of (its name), for the error of non-finite scores.
+        finite: refuse NaN or infinite scores (:func:`check_finite_scores`); ``False`` only where a NaN score
+            has a meaning of its own (EvG's search: a rejected proposal).
     """
     if kappa.kind == "model":
-        return outputs[f"scores/{kappa.name}"]
-    if kappa.kind == "features" and "features" not in outputs:
-        raise ValueError(f"confidence function {kappa.name!r} needs the model's features; the pass has none")
-    if detector is None:
-        if kappa.needs_fit:
-            raise ValueError(f"confidence function {kappa.name!r} must be fitted on in-distribution training outputs "
-                             "first (ScoringPasses.fitted), none was given")
-        detector = kappa.build(background=background, **parameters)
-    if kappa.detector is not None and outputs["logits"].ndim != 2:
-        raise ValueError(f"detector {kappa.name!r} scores one model; for an ensemble use ensemble_mi, "
-                         "ensemble_softmax or ensemble_entropy")
-    return detector.score(outputs)
+        scores = outputs[f"scores/{kappa.name}"]
+    else:
+        if kappa.kind == "features" and "features" not in outputs:
+            raise ValueError(f"confidence function {kappa.name!r} needs the model's features; the pass has none")
+        if detector is None:
+            if kappa.needs_fit:
+                raise ValueError(f"confidence function {kappa.name!r} must be fitted on in-distribution training "
+                                 "outputs first (ScoringPasses.fitted), none was given")
+            detector = kappa.build(background=background, **parameters)
+        if kappa.detector is not None and outputs["logits"].ndim != 2:
+            raise ValueError(f"detector {kappa.name!r} scores one model; for an ensemble use ensemble_mi, "
+                             "ensemble_softmax or ensemble_entropy")
+        scores = detector.score(outputs)
+    if finite:
+        check_finite_scores(scores, kappa, parameters=parameters, data=data)
+    return scores

@@ -17,6 +17,7 @@ from benchmarks import (
     data_throughput,
     ensemble_training,
     evg_sampler,
+    fit_overlap,
     generators_benchmark,
     gpu_throughput,
     interval_coverage,
@@ -118,6 +119,22 @@ def test_interval_coverage_tiny_runs_every_study() -> None:
         assert result[name], name
 
 
+def test_fit_overlap_tiny_finds_the_copies_and_the_links_and_nothing_in_the_training_split() -> None:
+    result = fit_overlap.main(["--tiny"])
+
+    cases, val = result["cases"], 20 * 2  # 20 classes, 2 validation files each (8 training files)
+    disjoint = cases["train/ vs val/ (nothing shared)"]
+    assert (disjoint["images"], disjoint["count"], disjoint["wholes"]) == (20 * 10, 0, 0)
+    copy = cases["a copy of val/ vs val/"]
+    assert (copy["count"], copy["hows"]["same bytes"], copy["heads"], copy["wholes"]) == (val, val, 2 * val, 2 * val)
+    links = cases["links to val/ vs val/"]
+    assert (links["count"], links["hows"]["same file"], links["heads"], links["wholes"]) == (val, val, 0, 0)
+    (fashion,) = [r for name, r in cases.items() if name.startswith("Fashion-MNIST")]
+    assert (fashion["images"], fashion["count"]) == (1200, 0)  # the demo's splits share no image
+    estimate = result["estimate"]
+    assert 0 < estimate["share_fit"] < estimate["share_val"] < 1 and estimate["check_s"] > estimate["fingerprint_s"] > 0
+
+
 def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:
     row = report_card.main(["--tiny"])
     # one model, OSCR (not a scoring pass) and severity: its ID test, estimation and test sets, once each
@@ -128,7 +145,7 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
                                     gpu_throughput, evg_sampler, report_card, intervals_benchmark,
-                                    ensemble_training, interval_coverage, data_throughput])
+                                    ensemble_training, interval_coverage, data_throughput, fit_overlap])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])
@@ -269,7 +286,8 @@ def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp
     body = data_throughput.main(["--tiny", "--work-dir", str(tmp_path)])
     passes = [line for line in body.splitlines() if line.startswith("| ") and "| 60 | 2 |" in line]
     assert [line.split(" | ")[0][2:] for line in passes] == ["folders (ImageFileDataset)", "litdata shards (ImageFileDataset)",
-                                                          "webdataset tars (WebDataset)"]
+                                                          "webdataset tars (WebDataset)",
+                                                          "litdata shards, reads unchecked (only to measure the check)"]
     index = [line.split(" | ")[0][2:] for line in body.splitlines() if line.startswith("| ") and "| 120 |" in line]
     assert index[:4] == ["folders: list the class folders, stat every file",
                         "litdata shards: the pool's rows (the set's listing: one digest, the recorded fingerprint)",
@@ -279,4 +297,6 @@ def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp
     assert [line.split(" | ")[0][2:] for line in where] == [
         "read the bytes of a file", "read the bytes from the shard set (litdata)", "decode (PIL, RGB)",
         "the model transform (grey, 28 x 28, tensor)"]
+    checks = body.split("| checking an image's bytes (one process) |")[1].split("\n\n")[0].splitlines()[2:]
+    assert [line.split(" | ")[0][2:] for line in checks[:4]] == list(data_throughput.DIGESTS)  # the candidates
     assert "30 class folders x 4 JPEG files" in body and list(tmp_path.iterdir()) == []

@@ -78,13 +78,22 @@ def check_oscr(one: Path, two: Path, out: str) -> None:
 
 def check_severity(one: Path, two: Path, out: str) -> None:
     assert "4 model passes" in out  # estimation, test, ID images, and the fit pass of the fitted detectors
+    # the tables hold every κ's mean scores (per level, per pool class: levels_*.csv) and AUROCs: the scores of
+    # the fitted detectors as well, to the last digit
     for name in ("severity.csv", "demo-best_softmax_n11.csv", "levels_demo-best_entropy.csv",
-                 "demo-best_mahalanobis_n11.csv", "levels_demo-best_knn.csv"):
+                 "demo-best_mahalanobis_n11.csv", "levels_demo-best_mahalanobis.csv", "levels_demo-best_knn.csv",
+                 "demo-best_vim_n11.csv", "levels_demo-best_vim.csv"):
         assert (two / name).read_text() == (one / name).read_text(), name
-    # the fitted detectors: fitted on the same gathered fit outputs, the same state on 2 processes as on 1
+    # the fitted detectors: fitted on the same gathered fit outputs, the same state on 2 processes as on 1 (the
+    # 1-process run on 2 threads, each of the 2 processes on 1: MKL's eigh and Cholesky run on one thread), so the
+    # same state fingerprint, which keys EvG's chains, and the same cache keys
     first, second = (torch.load(p / "fitted_detectors.pt", weights_only=False) for p in (one, two))
-    assert sorted(e["kappa"] for e in first.values()) == ["knn", "mahalanobis"]
+    assert sorted(e["kappa"] for e in first.values()) == ["knn", "mahalanobis", "vim"]
+    assert first.keys() == second.keys()
     assert {k: e["state"] for k, e in first.items()} == {k: e["state"] for k, e in second.items()}
+    for key, entry in first.items():
+        state, other = entry["state_dict"], second[key]["state_dict"]
+        assert state.keys() == other.keys() and all(torch.equal(state[n], other[n]) for n in state), entry["kappa"]
     assert all(e["samples"] == 80 for e in first.values())  # 20 training images of each of the 4 known classes
     # the 2-process cache holds each sample once, in dataset order
     tensors = torch.load(next((two.parent / "cache-two").glob("demo-best-id_test-*.pt")), weights_only=True)["tensors"]
@@ -150,6 +159,11 @@ ONE_IMAGE = "1"
 # repeated on the 2-process run's cache (the same per-sample outputs), whose tables must then be the 2-process
 # tables exactly; the two runs' own passes are compared to float32 tolerance (their check).
 REPLAYED = {"generated"}
+# The 1-process run of these scenarios on 2 intra-op threads, as a user's 1-process run takes the machine's cores
+# while Lightning gives each of N processes 1/N of them (here 1): what runs on every thread (the convolutions of one
+# image, the fitted detectors' matrix products) must not depend on the count, and the factorisations whose last
+# bits do (MKL's eigh, Cholesky) run on one thread (metrics.detectors.base.thread_independent).
+ONE_PROCESS_THREADS = {"severity": 2}
 
 
 def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> list[list[str]]:
@@ -160,8 +174,9 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
                  f"batch_size={ONE_IMAGE}"]]
     if name == "severity":
         return [["severity", "--model", checkpoint, "--data", "fashion", "--data-arg", "estimation=20", "--data-arg",
-                 "test=10", "--kappa", "softmax", "entropy", "mahalanobis", "knn", "--kappa-arg", "knn.k=3",
-                 "--fit-arg", "mahalanobis.per_class=20", "--fit-arg", "knn.per_class=20", "--cache-dir", str(cache),
+                 "test=10", "--kappa", "softmax", "entropy", "mahalanobis", "knn", "vim", "--kappa-arg", "knn.k=3",
+                 "--fit-arg", "mahalanobis.per_class=20", "--fit-arg", "knn.per_class=20", "--fit-arg",
+                 "vim.per_class=20", "--cache-dir", str(cache),
                  "--output-dir", str(out), "--batch-size", ONE_IMAGE]]
     if name == "generate":
         near = str(artefacts["generators"]["near_ood"])
@@ -198,7 +213,12 @@ def test_two_processes_equal_one_process(name: str, artefacts: dict, tmp_path: P
     output = ""
     for one, two in zip(scenario_arguments(name, artefacts, tmp_path / "one", tmp_path / "cache-one"),
                         scenario_arguments(name, artefacts, tmp_path / "two", tmp_path / "cache-two"), strict=True):
-        evaluate.main([*one, *QUIET, "--devices", "1"])
+        threads = torch.get_num_threads()
+        torch.set_num_threads(ONE_PROCESS_THREADS.get(name, threads))
+        try:
+            evaluate.main([*one, *QUIET, "--devices", "1"])
+        finally:
+            torch.set_num_threads(threads)
         output += run_two_processes(two, cwd=tmp_path)
     if name in REPLAYED:  # the 1-process run once more, on the per-sample outputs the 2 processes computed
         for again in scenario_arguments(name, artefacts, tmp_path / "replay", tmp_path / "cache-two"):

@@ -227,3 +227,47 @@ def test_a_plug_in_that_does_not_import_is_named_and_raised_again(tmp_path: Path
     for _ in range(2):  # not a half-filled registry taken as whole on the second call
         with pytest.raises(ImportError, match=r"the evaluation method 'broken' of entry point 'no_such_module:Method'"):
             registry.methods()
+
+
+def install_plug_in(folder: Path, monkeypatch: pytest.MonkeyPatch, *, module: str, source: str, value: str) -> None:
+    """A package ``<module>-plugin`` 0.3 installed in ``folder``: its module and an entry point ``plug = <value>``."""
+    (folder / f"{module}.py").write_text(source)
+    info = folder / f"{module}_plugin-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}-plugin\nVersion: 0.3\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\nplug = {value}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setattr(registry, "_LOADED", False)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+@pytest.mark.parametrize(("value", "loaded"), [
+    ("not_a_method:make_method", "a function (not_a_method.make_method)"),
+    ("not_a_method:Plain", "the class not_a_method.Plain"),
+])
+def test_a_plug_in_that_is_not_a_method_names_its_entry_point_and_package(tmp_path: Path, monkeypatch, value: str,
+                                                                           loaded: str) -> None:
+    """An entry point that loads a function or a class that is not a :class:`Method`: a TypeError naming the entry
+    point, its group and the package that declares it, and what it loaded -- not register()'s bare complaint."""
+    install_plug_in(tmp_path, monkeypatch, module="not_a_method", value=value,
+                    source="def make_method():\n    return None\n\n\nclass Plain:\n    key = 'plain'\n")
+    expected = (f"the evaluation method 'plug' of entry point '{value}' (openset_bench.methods, package "
+                f"not_a_method-plugin 0.3) loads {loaded}, not a method: it must name a subclass (or an instance) "
+                "of evaluation_methods.registry.Method")
+    for _ in range(2):  # raised again on the next call, never a half-filled registry taken as whole
+        with pytest.raises(TypeError) as raised:
+            registry.methods()
+        assert str(raised.value) == expected
+
+
+def test_a_plug_in_method_that_register_refuses_names_its_entry_point(tmp_path: Path, monkeypatch) -> None:
+    """A Method subclass whose registration fails (here: a key another method has) is named by its entry point and
+    package, with register()'s reason after it."""
+    source = ("from evaluation_methods.open_set import OpenSetMethod\n\n\n"
+              "class Again(OpenSetMethod):\n    pass\n")
+    install_plug_in(tmp_path, monkeypatch, module="clashing_method", value="clashing_method:Again", source=source)
+    with pytest.raises(ValueError) as raised:
+        registry.methods()
+    assert str(raised.value).startswith("the evaluation method 'plug' of entry point 'clashing_method:Again' "
+                                        "(openset_bench.methods, package clashing_method-plugin 0.3): method Again: ")
+    assert "already registered by OpenSetMethod" in str(raised.value)

@@ -131,8 +131,9 @@ class Detector(nn.Module):
                 outputs = forward_outputs(self.model, inputs, features=self.kappa.kind == "features")
         if self.kappa.needs_fit and self.fitted is None:
             raise RuntimeError(f"{self.name}: its detector {self.kappa.name!r} is not fitted (use() a fitted one first)")
+        # finite=False: a NaN κ is a rejected proposal of the search (standardised_energy refuses infinities)
         return kappa_scores(self.kappa, outputs, background=self.background, parameters=self.kappa_args,
-                            detector=self.fitted).detach().float()
+                            detector=self.fitted, finite=False).detach().float()
 
     @property
     def standardised(self) -> bool:

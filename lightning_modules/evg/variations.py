@@ -62,6 +62,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from openset_common import typed_arguments
+
 LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 KORNIA_LUMA = (0.299, 0.587, 0.114)  # kornia's rgb_to_grayscale weights
 
@@ -647,6 +649,25 @@ VARIATIONS: dict[str, type[nn.Module]] = {
 """Variation names: the kinds (``affine`` and ``colour`` at the size default preset) and the authors' presets."""
 
 
+def variation_options(name: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options of variation model ``name`` (``--variation-arg NAME.OPTION=VALUE``), checked by name and type
+    against its class's signature, as κ and data arguments are (:func:`openset_common.typed_arguments`): an
+    unknown option is refused, naming it and listing the options the model takes. Returns them as parsed
+    (lists as the tuples the bounds are). A ``generator`` (the ``gan`` variation's module or path) is passed as
+    given.
+
+    Raises:
+        ValueError: an unknown variation model, or an option it does not take or of the wrong type.
+    """
+    if name not in VARIATIONS:
+        raise ValueError(f"unknown variation model {name!r}; choose from {sorted(VARIATIONS)}")
+    options = dict(options or {})
+    kind = VARIATIONS[name]
+    # a module or a path, which jsonargparse cannot type: LatentVariation checks it itself
+    generator = {"generator": options.pop("generator")} if kind is LatentVariation and "generator" in options else {}
+    return {**typed_arguments(kind, options, what=f"variation model {name!r}"), **generator}
+
+
 def build_variation(name: str, options: dict | None = None, *, seed_shape: tuple[int, int, int],
                     generator: nn.Module | str | None = None) -> nn.Module:
     """A variation model of :data:`VARIATIONS` by name, for seed images of ``seed_shape`` ``(C, H, W)``.
@@ -665,9 +686,7 @@ def build_variation(name: str, options: dict | None = None, *, seed_shape: tuple
     Raises:
         ValueError: an unknown name or option, a preset of the other kind, or ``gan`` without a generator.
     """
-    if name not in VARIATIONS:
-        raise ValueError(f"unknown variation model {name!r}; choose from {sorted(VARIATIONS)}")
-    options = dict(options or {})
+    options = variation_options(name, options)
     kind = VARIATIONS[name]
     if name in AFFINE_PRESETS or name in COLOUR_PRESETS:
         if options.get("preset", name) != name:

@@ -28,9 +28,11 @@ style, on top of the 10⁻⁶). A background-class model's features are those of
 statistics use the K known classes of the fit targets.
 
 Scoring whitens with the Cholesky factor ``L`` of ``S`` (``S = L Lᵀ``): ``z = L⁻¹(x - m)``, ``w_c = L⁻¹(μ_c -
-m)``, ``min_c d_c = |z|² + min_c (|w_c|² - 2 z·w_c)``: one triangular solve (``N·D²`` flops, half a product)
-and one ``(N × D)(D × K)`` product per chunk, in float64, centred at the overall mean ``m`` so the terms stay
-small.
+m)``, ``min_c d_c = |z|² + min_c (|w_c|² - 2 z·w_c)``: ``L⁻¹`` once per fitted state (a triangular solve
+against the identity, ``D³/3`` flops on one thread), then per chunk the products ``(x - m) L⁻ᵀ`` and ``(N × D)(D × K)``, in
+float64, centred at the overall mean ``m`` so the terms stay small. The factorisations run on one thread and
+everything ``N``-sized is a matrix product, so the fitted state and the scores do not depend on the process's
+number of threads (:func:`metrics.detectors.base.thread_independent`): 2 processes give what 1 gives.
 
 Memory: fit ``O(D² + K·D + chunk·D)``; score ``O(D² + K·D + chunk·(D + K))`` (chunk =
 :data:`metrics.detectors.base.CHUNK_ROWS` rows).
@@ -51,6 +53,7 @@ from metrics.detectors.base import (
     class_counts,
     row_chunks,
     streamed_moments,
+    thread_independent,
 )
 
 RIDGE = 1e-6
@@ -71,18 +74,27 @@ def _cholesky(scatter: Tensor, *, samples: int, rank_loss: int, classes: int, sh
     matrix = scatter + RIDGE * eye
     if shrinkage:
         matrix = matrix + (shrinkage * float(torch.diagonal(scatter).sum()) / dim) * eye
-    factor, info = torch.linalg.cholesky_ex(matrix)
+    with thread_independent():  # MKL's factor changes in the last bits with its threads
+        factor, info = torch.linalg.cholesky_ex(matrix)
     if int(info):
         raise ValueError(f"detector {detector!r}: the {what} is not positive definite in float64 (a degenerate fit "
                          "set, e.g. duplicated feature dimensions); set shrinkage > 0")
     return factor
 
 
-def _whiten(features: Tensor, center: Tensor, factor: Tensor) -> Tensor:
-    """``L⁻¹(x - m)`` for every row: ``(rows, D)`` float64 (a transposed view: LAPACK's left-side solve on
-    the column-major ``(x - m)ᵀ`` is ~1.5x faster than the right-side one)."""
+def _inverse_factor(factor: Tensor) -> Tensor:
+    """``L⁻¹`` ``(D, D)`` float64, lower triangular: one triangular solve against the identity, on one thread
+    (:func:`metrics.detectors.base.thread_independent`), ``D³/3`` flops."""
+    eye = torch.eye(factor.shape[0], dtype=torch.float64, device=factor.device)
+    with thread_independent():
+        return torch.linalg.solve_triangular(factor, eye, upper=False)
+
+
+def _whiten(features: Tensor, center: Tensor, inverse: Tensor) -> Tensor:
+    """``L⁻¹(x - m)`` for every row as the product ``(x - m) L⁻ᵀ``: ``(rows, D)`` float64. A matrix product on
+    every thread, whose result does not depend on their number (MKL's triangular solve's does)."""
     centred = features.to(torch.float64) - center
-    return torch.linalg.solve_triangular(factor, centred.T, upper=False).T
+    return centred @ inverse.T
 
 
 class Mahalanobis(Detector):
@@ -104,6 +116,9 @@ class Mahalanobis(Detector):
     def __init__(self, *, shrinkage: float = 0.0, background: bool = False) -> None:
         super().__init__(background=background)
         self.shrinkage = check_non_negative("shrinkage", shrinkage, detector=self.name)
+        # per factor buffer: (the factor, its version, L⁻¹): EvG's search scores a few images thousands of times,
+        # which must not pay D³/3 each time; the factor itself is kept so that a new one is never taken for it
+        self._inverses: dict[str, tuple[Tensor, int, Tensor]] = {}
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"shrinkage": self.shrinkage}
@@ -127,14 +142,24 @@ class Mahalanobis(Detector):
             moments.within_scatter(), samples=moments.total, rank_loss=classes, classes=classes,
             shrinkage=self.shrinkage, detector=self.name, what="tied (within-class) covariance"))
 
-    def whitened_means(self) -> Tensor:
-        """``w_c = L⁻¹(μ_c - m)``: ``(K, D)`` float64."""
-        return _whiten(self.class_means, self.center, self.cholesky)
+    def inverse_factor(self, name: str = "cholesky") -> Tensor:
+        """``L⁻¹`` of the factor buffer ``name`` (:func:`_inverse_factor`), computed once per fitted state: again
+        only when the buffer is replaced (a fit, a load, a move) or changed in place."""
+        factor = getattr(self, name)
+        cached = self._inverses.get(name)
+        if cached is None or cached[0] is not factor or cached[1] != factor._version:
+            cached = (factor, factor._version, _inverse_factor(factor))
+            self._inverses[name] = cached
+        return cached[2]
 
-    def nearest_class_distance(self, features: Tensor, whitened_means: Tensor) -> Tensor:
+    def whitened_means(self, inverse: Tensor) -> Tensor:
+        """``w_c = L⁻¹(μ_c - m)``: ``(K, D)`` float64, with ``inverse`` = ``L⁻¹`` (:func:`_inverse_factor`)."""
+        return _whiten(self.class_means, self.center, inverse)
+
+    def nearest_class_distance(self, features: Tensor, whitened_means: Tensor, inverse: Tensor) -> Tensor:
         """``min_c (x - μ_c)ᵀ S⁻¹ (x - μ_c)`` for every row: ``(rows,)`` float64, as
         ``|z|² + min_c (|w_c|² - 2 z·w_c)`` (one product with the K whitened means)."""
-        z = _whiten(features, self.center, self.cholesky)
+        z = _whiten(features, self.center, inverse)
         class_terms = torch.addmm(whitened_means.square().sum(dim=1), z, whitened_means.T, alpha=-2)
         return class_terms.min(dim=1).values + torch.linalg.vector_norm(z, dim=1).square()
 
@@ -145,8 +170,9 @@ class Mahalanobis(Detector):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         self._check(features)
-        means = self.whitened_means()
-        scores = [-0.5 * self.nearest_class_distance(chunk, means) for (chunk,) in row_chunks(features)]
+        inverse = self.inverse_factor()
+        means = self.whitened_means(inverse)
+        scores = [-0.5 * self.nearest_class_distance(chunk, means, inverse) for (chunk,) in row_chunks(features)]
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
 
@@ -174,8 +200,10 @@ class RelativeMahalanobis(Mahalanobis):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         self._check(features)
-        means, scores = self.whitened_means(), []
+        inverse, background_inverse = self.inverse_factor(), self.inverse_factor("background_cholesky")
+        means, scores = self.whitened_means(inverse), []
         for (chunk,) in row_chunks(features):
-            z0 = _whiten(chunk, self.center, self.background_cholesky)
-            scores.append(torch.linalg.vector_norm(z0, dim=1).square() - self.nearest_class_distance(chunk, means))
+            z0 = _whiten(chunk, self.center, background_inverse)
+            scores.append(torch.linalg.vector_norm(z0, dim=1).square()
+                          - self.nearest_class_distance(chunk, means, inverse))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

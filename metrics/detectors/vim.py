@@ -18,6 +18,9 @@ divides by an empty residual). pytorch-ood has no default ``d``.
 A background-class model's head is cut to its K known rows for all of ViM (the origin u, the energy and
 α's max logit). Float64 throughout (pytorch-ood casts to float32).
 
+The pseudo-inverse and ``eigh`` run on one thread (:func:`metrics.detectors.base.thread_independent`): the
+fitted state does not depend on the process's number of threads, so 2 processes give what 1 gives.
+
 Memory: ``O(D² + C·D + chunk·(D + C))``: the covariance is streamed like Mahalanobis's
 (:func:`metrics.detectors.base.streamed_moments`, about ``u``), α's pass and scoring are one product
 ``x [R | Wᵀ]`` per chunk.
@@ -36,6 +39,7 @@ from metrics.detectors.base import (
     check_width,
     row_chunks,
     streamed_moments,
+    thread_independent,
 )
 
 
@@ -78,9 +82,11 @@ class ViM(Detector):
         weight, bias = self._known_head()
         check_width(features, weight.shape[1], what=f"detector {self.name!r}: the fit features", of="the head's weight")
         dim = features.shape[1]
-        origin = -(torch.linalg.pinv(weight) @ bias)
+        with thread_independent():  # MKL's SVD and eigh change in the last bits with its threads
+            origin = -(torch.linalg.pinv(weight) @ bias)
         moments = streamed_moments(features, shift=origin)
-        _, vectors = torch.linalg.eigh(moments.gram / moments.total)  # ascending eigenvalues
+        with thread_independent():
+            _, vectors = torch.linalg.eigh(moments.gram / moments.total)  # ascending eigenvalues
         principal = principal_dimension(self.d, dim)
         self.register_buffer("origin", origin)
         self.register_buffer("residual_basis", vectors[:, :dim - principal].contiguous())

@@ -331,6 +331,20 @@ def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
                        "--steps", "1", *CLI])
 
 
+def test_a_misspelt_variation_option_lists_the_options_before_any_model_is_loaded(tmp_path: Path) -> None:
+    """``--variation-arg affine.translate=...`` (the option is ``translation``): the command stops at once (the model
+    path does not even exist) with the variation's options, as κ arguments do; an option for a variation the run
+    does not use is refused there too."""
+    command = ["evg", "--model", str(tmp_path / "never-read.ckpt"), "--variation", "affine", "colour", *CLI]
+    with pytest.raises(SystemExit) as raised:
+        evaluate.main([*command, "--variation-arg", "affine.translate=[-3,3]"])
+    assert raised.value.code == ("evaluate.py evg: variation model 'affine' (AffineVariation) has no arguments "
+                                 "['translate']; it takes ['angle', 'translation', 'scale', 'shear', 'preset']")
+    with pytest.raises(SystemExit, match=r"variation_args for \['gan'\], which are not among the variations "
+                                         r"\['affine', 'colour'\]"):
+        evaluate.main([*command, "--variation-arg", "gan.truncation=0.5"])
+
+
 def test_timm_detector_takes_raw_images_through_the_models_transform() -> None:
     """The variations act on [0, 1] images; a timm model's own transform (resize, crop, mean/std) happens in the
     detector, image by image as for every clean image; with ``varied_images="model_input"`` only its

@@ -227,3 +227,20 @@ def test_pairs_that_cannot_be_served_are_refused_when_the_run_starts():
     assert [(m.display_name, k.name) for m, k in pairs] == [("counting", "softmax"), ("counting", "energy")]
     with pytest.raises(ValueError, match=r"\['ensemble_mi'\] pair with none of the models \['counting'\]"):
         detector_pairs([single], [KAPPAS["softmax"], KAPPAS["ensemble_mi"]])
+
+
+def test_a_detectors_non_finite_scores_name_it_its_arguments_and_the_set():
+    """The engine's scores go through the one κ dispatch, which names the κ, its arguments and the set of the pass:
+    pytorch-ood's energy at t = 0 is NaN for every image."""
+    from evaluation_engine.scoring import ScoringPasses
+    from metrics import get_kappa
+
+    model, data, trainer = scoring_model(), evaluation_set(7, "ood:digits"), fake_trainer(0, 1)
+    energy = get_kappa("pood:EnergyBased")
+    with pytest.raises(ValueError, match=r"^confidence function 'pood:EnergyBased' \(t=0\) gave NaN or infinite scores "
+                                         r"for 7 of 7 images of ood:digits \(first rows: \[0, 1, 2, 3, 4\]\)"):
+        ScoringPasses().scores(trainer, model, data, energy, energy.parameters(t=0), batch_size=3)
+    passes = ScoringPasses()
+    scores = passes.scores(trainer, model, data, energy, energy.parameters(t=1), batch_size=3)
+    logits = passes.outputs(trainer, model, data, batch_size=3)["logits"]
+    torch.testing.assert_close(scores, torch.logsumexp(logits.double(), dim=1))  # t = 1: -energy, finite

@@ -152,3 +152,43 @@ def test_balanced_choice_takes_every_class_in_turn_seeded():
         balanced_choice(labels, 101, seed=0)
     with pytest.raises(ValueError, match="cannot choose 0 of 100"):
         balanced_choice(labels, 0, seed=0)
+
+
+def test_a_models_class_names_are_read_as_class_folders_by_one_documented_rule(tmp_path, demo_checkpoint):
+    """The demo model's class ``T-shirt/top`` cannot be a folder name: its folder is ``T-shirt_top`` (``/`` replaced
+    by ``_``), so the demo model takes ``--fit-data`` (a folder of its classes' folders); a folder that follows no
+    rule is named with the rule and an example path."""
+    from datamodules.evaluation import class_folder, fit_folder_set
+    from lightning_modules.scoring import ScoringModel
+
+    classes = ScoringModel(str(demo_checkpoint)).classes
+    assert classes == ["T-shirt/top", "Trouser", "Sneaker", "Bag"]  # what the checkpoint records
+    assert [class_folder(c) for c in classes] == ["T-shirt_top", "Trouser", "Sneaker", "Bag"]
+    rng = np.random.default_rng(3)
+    for folder, count in (("Bag", 2), ("Sneaker", 1), ("T-shirt_top", 3), ("Trouser", 1)):
+        for i in range(count):
+            write_jpeg(tmp_path / "fit" / folder / f"{i}.png", rng, size=6)
+    found = fit_folder_set(str(tmp_path / "fit"), classes)
+    assert found.labels().tolist() == [0, 0, 0, 1, 2, 3, 3]  # in the model's class order
+    assert [row[0] for row in found.dataset.rows[:3]] == ["T-shirt_top/0.png", "T-shirt_top/1.png", "T-shirt_top/2.png"]
+    assert found.info["classes"] == classes
+    (tmp_path / "fit" / "T-shirt_top").rename(tmp_path / "fit" / "T-shirt")
+    with pytest.raises(ValueError) as raised:
+        fit_folder_set(str(tmp_path / "fit"), classes)
+    assert str(raised.value) == (
+        f"fit data {tmp_path / 'fit'}: its class folders are not the model's classes: missing ['T-shirt_top'] (1; the "
+        "folders of ['T-shirt/top']); not among the model's ['T-shirt'] (1); the model's classes: ['T-shirt/top', 'Trouser', "
+        "'Sneaker', 'Bag']. A class's folder is its name with '/' replaced by '_' (class_folder), e.g. "
+        f"{tmp_path / 'fit' / 'T-shirt_top'}")
+
+
+def test_class_names_without_a_folder_of_their_own_are_refused_by_name(tmp_path):
+    from datamodules.evaluation import class_folder, fit_folder_set
+
+    (tmp_path / "fit").mkdir()
+    with pytest.raises(ValueError, match=r"fit data .*fit: the classes 'a/b' and 'a_b' would both be the folder 'a_b'"):
+        fit_folder_set(str(tmp_path / "fit"), ["a/b", "a_b"])
+    assert class_folder("n01440764") == "n01440764" and class_folder("x\0y/z") == "x_y_z"
+    for name in ("", ".", ".."):
+        with pytest.raises(ValueError, match=f"class {name!r} has no folder name"):
+            class_folder(name)

@@ -297,3 +297,70 @@ def test_fewer_than_two_known_classes_name_the_classes_found(tmp_path):
         ClassFolderDataModule(root=str(root), negative=["fox"], unknown=["owl"], protocol_dir=str(tmp_path / "csv"))
     with pytest.raises(ValueError, match=r"at least 2 known classes, found 0: \[\]"):
         ClassFolderDataModule(root=str(root), known=[], negative=["fox"], protocol_dir=str(tmp_path / "csv"))
+
+
+def test_an_evaluation_of_class_folders_never_trained_on_writes_their_protocol_files(tmp_path, monkeypatch):
+    """``evg --data datamodules.ClassFolderDataModule --data-arg root=<new folders>``: the evaluation sets are
+    prepared as training prepares them (the three protocol files written, by the split rule), not "protocol file
+    .../folders_val.csv does not exist"."""
+    from datamodules import ClassFolderDataModule
+    from datamodules.protocols import Protocol, protocol_rows
+
+    monkeypatch.chdir(tmp_path)  # the default protocol_dir, data/protocols, of a fresh working folder
+    root = make_imagenet_folder(tmp_path / "new", ["cat", "dog", "fox", "owl"], train=5, val=2, seed=4)
+    data = ClassFolderDataModule(root=str(root), known=["cat", "dog"], negative=["fox"], unknown=["owl"],
+                                 num_workers=0)
+    val = data.evaluation_set("val", role="id_val", known_only=True)
+    test = data.evaluation_set("test", role="id_test")
+    assert sorted(p.name for p in (tmp_path / "data" / "protocols").iterdir()) == [
+        "folders_test.csv", "folders_train.csv", "folders_val.csv"]
+    expected = protocol_rows(root, Protocol(["cat", "dog"], ["fox"], ["owl"]))  # the split rule, independently
+    assert [val.dataset.dataset.rows[i] for i in val.dataset.indices] == [r for r in expected["val"] if r[1] >= 0]
+    assert test.dataset.rows == expected["test"] and test.labels().tolist() == [0, 0, 1, 1, -1, -1, -2, -2]
+
+
+def test_protocol_files_of_other_class_folders_are_named_before_any_image_is_read(tmp_path):
+    """The protocol files in protocol_dir were written from the training folders; the evaluation's folders hold
+    other files: one error naming the files, the images and what to do, before any image is decoded."""
+    from datamodules import ClassFolderDataModule
+
+    arguments = {"known": ["cat", "dog"], "negative": ["fox"], "unknown": ["owl"], "num_workers": 0,
+                 "protocol_dir": str(tmp_path / "csv")}
+    trained = make_imagenet_folder(tmp_path / "trained", ["cat", "dog", "fox", "owl"], train=5, val=2)
+    ClassFolderDataModule(root=str(trained), **arguments).prepare_data()
+    other = tmp_path / "other"
+    for path in sorted(trained.rglob("*.JPEG")):  # the same classes, files of other names
+        (other / path.relative_to(trained)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, (other / path.relative_to(trained)).with_name(f"x{path.name}"))
+    data = ClassFolderDataModule(root=str(other), **arguments)
+    with pytest.raises(FileNotFoundError) as raised:
+        data.evaluation_set("test", role="id_test")
+    assert str(raised.value) == (
+        f"8 images the protocol files list are not under {other} (val/cat/ILSVRC2012_val_00000001.JPEG, "
+        f"val/cat/ILSVRC2012_val_00000002.JPEG, val/dog/ILSVRC2012_val_00000003.JPEG, ...): {tmp_path / 'csv'}/"
+        "folders_test.csv were written from other class folders than these. Give a protocol_dir of their own "
+        "(--data-arg protocol_dir=<a new folder>: this root's files are written there, by the protocols' split "
+        "rule) or remove those files")
+    own = ClassFolderDataModule(root=str(other), **{**arguments, "protocol_dir": str(tmp_path / "other-csv")})
+    assert len(own.evaluation_set("test", role="id_test")) == 8
+
+
+def test_the_rest_of_a_split_another_process_is_writing_is_written_next_to_it(tmp_path):
+    """Every process of a torchrun launch prepares its evaluation data: one may find the train file another has
+    just written and the val file not yet. Files holding exactly this root's rows by the split rule are completed;
+    files of other rows are still refused, naming them."""
+    from datamodules import ClassFolderDataModule
+
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox"], train=5, val=2)
+    data = ClassFolderDataModule(root=str(root), negative=["fox"], protocol_dir=str(tmp_path / "csv"), num_workers=0)
+    data.prepare_data()
+    written = {split: data.csv_file(split).read_text() for split in ("train", "val", "test")}
+    data.csv_file("val").unlink()
+    data.csv_file("test").unlink()
+    data.prepare_data()
+    assert {split: data.csv_file(split).read_text() for split in written} == written
+    data.csv_file("val").unlink()
+    data.csv_file("train").write_text("".join(written["train"].splitlines(keepends=True)[1:]))  # one row fewer
+    with pytest.raises(ValueError, match=r"protocol files: missing .*folders_val.csv while .*folders_train.csv, "
+                                         r".*folders_test.csv exist"):
+        data.prepare_data()

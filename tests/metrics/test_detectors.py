@@ -439,3 +439,67 @@ def test_every_detector_scores_its_fit_distribution_above_a_shifted_one(name) ->
     assert in_distribution.mean() > shifted.mean()
     assert (in_distribution > shifted.median()).double().mean() > 0.9
     assert detector.hyperparameters() == {key: getattr(detector, key) for key in detector.hyperparameters()}
+
+
+# ------------------------------------------------------------------------------------------- threads
+
+
+@contextlib.contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_fitted_state_and_scores_do_not_depend_on_the_number_of_threads(name) -> None:
+    """Lightning gives each of N processes of a CPU run 1/N of the cores, so the fit and the scores of 2 processes
+    run on fewer threads than those of 1 process: both must be the same bit for bit. 256-wide features, where
+    MKL's eigh and Cholesky (ViM, Mahalanobis) give other last bits on 1 and on 3 threads unless they run on
+    one; 6000 rows, more than a reduction's grain; rows that are not a multiple of the chunk."""
+    dim, classes, rows = 256, 5, 6000
+    g = generator(11)
+    means = torch.rand(classes, dim, generator=g, dtype=torch.float64) * 2
+    targets = torch.arange(rows) % classes
+    features = torch.relu(means[targets] + torch.randn(rows, dim, generator=g, dtype=torch.float64)).float()
+    head = ((means - means.mean(dim=0) + 0.3 * torch.randn(classes, dim, generator=g, dtype=torch.float64)) / 16,
+            torch.randn(classes, generator=g, dtype=torch.float64) * 0.1)  # predicts the classes (SHE needs that)
+    test = torch.relu(torch.randn(700, dim, generator=g, dtype=torch.float64) * 1.5 + 0.5).float()
+    data = {"features": features, "targets": targets, "logits": (features.double() @ head[0].T + head[1]).float()}
+    scored = {"features": test, "logits": (test.double() @ head[0].T + head[1]).float()}
+    results = {}
+    for threads in (1, 3):
+        with intra_op_threads(threads):
+            detector = fitted(name, data, head)
+            results[threads] = (detector, detector.score(scored))
+    (one, one_scores), (three, three_scores) = results[1], results[3]
+    state, other = one.state_dict(), three.state_dict()
+    assert state.keys() == other.keys()
+    different = {key: float((state[key].double() - other[key].double()).abs().max()) for key in state
+                 if not torch.equal(state[key], other[key])}
+    assert different == {}, different
+    assert one.state_fingerprint() == three.state_fingerprint()
+    assert torch.equal(one_scores, three_scores), float((one_scores - three_scores).abs().max())
+
+
+def test_mahalanobis_inverts_its_factor_once_per_fitted_state(setting, monkeypatch) -> None:
+    """L⁻¹ (D³/3 flops) once per fitted state, not per score call (EvG's search scores a few images thousands of
+    times); a loaded or refitted state is inverted again, and scores as a fresh detector of that state."""
+    from metrics.detectors import mahalanobis as module
+
+    head, features, targets, test = setting["head"], setting["features"], setting["targets"], setting["test"]
+    calls = []
+    original = module._inverse_factor
+    monkeypatch.setattr(module, "_inverse_factor", lambda factor: calls.append(1) or original(factor))
+    detector = fitted("relative_mahalanobis", fit_data(features, targets, head), head)
+    first = [detector.score(outputs(test[i:i + 3], head)) for i in range(0, 30, 3)]
+    assert len(calls) == 2  # the class factor and the background one, once each for the 10 calls
+    # (to rounding: a product's last bits may change with its number of rows, as the chunk-size test allows)
+    torch.testing.assert_close(torch.cat(first), detector.score(outputs(test[:30], head)), rtol=1e-12, atol=ATOL)
+    other = fitted("relative_mahalanobis", fit_data(features[:200], targets[:200], head), head)
+    detector.load_state_dict(other.state_dict())  # copied into the same buffers, in place
+    assert torch.equal(detector.score(outputs(test, head)), other.score(outputs(test, head)))
+    assert len(calls) == 6  # other's two, and detector's two again after the load

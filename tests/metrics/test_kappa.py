@@ -238,3 +238,91 @@ def test_every_detector_is_a_kappa_that_declares_its_pass_and_fit():
     assert pood.fit_data and pood.kind == "features" and pood.parameters(k=3) == {"k": 3}
     with pytest.raises(ValueError, match="unknown confidence function 'mahalanobis2'"):
         get_kappa("mahalanobis2")
+
+
+def test_non_finite_scores_name_the_kappa_its_arguments_the_set_and_the_rows():
+    """``--kappa pood:EnergyBased --kappa-arg pood:EnergyBased.t=0``: pytorch-ood's energy ``-t logsumexp(z / t)``
+    is NaN for every image at t = 0; the one κ dispatch says so, naming the detector, t and the set, instead of a
+    metric's "scores contains NaN" after every pass."""
+    from metrics import get_kappa, kappa_scores
+
+    energy = get_kappa("pood:EnergyBased")
+    parameters = energy.parameters(t=0)
+    detector = energy.build(background=False, **parameters)
+    logits = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError) as raised:
+        kappa_scores(energy, {"logits": logits}, background=False, parameters=parameters, detector=detector,
+                     data="id_test")
+    assert str(raised.value) == (
+        "confidence function 'pood:EnergyBased' (t=0) gave NaN or infinite scores for 40 of 40 images of id_test "
+        "(first rows: [0, 1, 2, 3, 4]): a detector's scores must be finite; check its arguments (--kappa-arg "
+        "pood:EnergyBased.NAME=VALUE) and the model's outputs")
+    # t = 1 is pytorch-ood's energy: -logsumexp, finite
+    fine = energy.build(background=False, t=1)
+    torch.testing.assert_close(kappa_scores(energy, {"logits": logits}, background=False, parameters={"t": 1},
+                                            detector=fine), torch.logsumexp(logits.double(), dim=1))
+
+
+def test_non_finite_rows_of_a_model_based_kappa_are_counted_and_evgs_search_may_keep_them():
+    from metrics import kappa_scores
+
+    odin_scores = torch.tensor([0.5, float("nan"), 0.7, float("inf"), 0.1, float("-inf")])
+    with pytest.raises(ValueError) as raised:
+        kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False,
+                     parameters={"temperature": 2.0, "epsilon": 1e-05})
+    assert str(raised.value).startswith("confidence function 'odin' (epsilon=1e-05, temperature=2.0) gave NaN or "
+                                        "infinite scores for 3 of 6 images (first rows: [1, 3, 5])")
+    # EvG's search: a NaN κ is a rejected proposal, so it asks for the scores as they are
+    assert torch.equal(kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False, parameters={},
+                                    finite=False).isnan(), odin_scores.isnan())
+
+
+def test_mc_dropout_on_a_checkpoint_without_dropout_gives_advice_a_checkpoint_can_take(demo_checkpoint):
+    """The demo checkpoint's small CNN has no dropout, and a checkpoint refuses --model-arg: the error says so and
+    names what works (a network trained with dropout, or a timm model created with it), not --model-arg."""
+    from lightning_modules.scoring import ScoringModel
+
+    model = ScoringModel(str(demo_checkpoint))
+    with pytest.raises(ValueError) as raised:
+        mc_dropout(model, torch.zeros(2, 1, 28, 28))
+    message = str(raised.value)
+    assert message.startswith(f"{demo_checkpoint} (OpenSetClassifier) has no dropout with p > 0, so MC dropout would "
+                              "equal the plain entropy: a checkpoint's network is the one it trained, and it has no "
+                              "dropout layer (--model-arg applies to timm/torchvision models only)")
+    assert "--model.init_args.backbone_args '{drop_rate: 0.2}'" in message
+    with pytest.raises(ValueError, match="model_args .* not to checkpoint"):  # why --model-arg is not the advice
+        ScoringModel(str(demo_checkpoint), model_args={"drop_rate": 0.2})
+
+
+def test_mc_dropout_advice_follows_the_kind_of_model():
+    timm_model = type("Spec", (nn.Module,), {})()
+    timm_model.spec = "timm:resnet18"
+    with pytest.raises(ValueError, match=r"^timm:resnet18 \(Spec\) has no dropout with p > 0.*create it with dropout "
+                                         r"in its head: evaluate.py --model-arg drop_rate=0.2"):
+        mc_dropout(timm_model, torch.zeros(1, 3))
+    timm_model.spec = "torchvision:resnet50"
+    with pytest.raises(ValueError, match=r"one that does not \(the ResNets\) has no dropout to switch on: take the timm "
+                                         r"model of the same name with dropout \(--model timm:<name> --model-arg "
+                                         r"drop_rate=0.2\)"):
+        mc_dropout(timm_model, torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"^Linear has no dropout with p > 0.*give it nn.Dropout layers"):
+        mc_dropout(nn.Linear(5, 5), torch.zeros(1, 5))
+
+
+def test_the_advised_retraining_gives_a_checkpoint_network_mc_dropout_can_score():
+    """What the advice says to train: an OpenSetClassifier whose timm backbone has drop_rate (timm's functional
+    dropout on the pooled features) is a network MC dropout switches on, through the scoring model."""
+    from datamodules.transforms import ModelInput
+    from lightning_modules import OpenSetClassifier
+    from lightning_modules.scoring import ScoringModel
+
+    torch.manual_seed(0)
+    classifier = OpenSetClassifier(num_classes=3, loss="softmax", backbone="timm:test_resnet",
+                                   backbone_args={"drop_rate": 0.5}, in_channels=3)
+    model = ScoringModel(classifier, model_input=ModelInput(None, size=(32, 32), channels=3)).eval()
+    images = torch.rand(4, 3, 32, 32)
+    torch.manual_seed(1)
+    one = mc_dropout(model, images, passes=1)
+    torch.manual_seed(2)
+    assert not torch.allclose(one, mc_dropout(model, images, passes=1))  # dropout is on in the passes
+    assert not any(m.training for m in model.modules())  # and off again after them

@@ -233,6 +233,31 @@ def test_presets_are_chosen_by_name_or_option() -> None:
         build_variation("affineV4", None, seed_shape=(3, 32, 32))
 
 
+@pytest.mark.parametrize(("name", "given", "message"), [
+    ("affine", {"translate": [-3, 3]}, "variation model 'affine' (AffineVariation) has no arguments ['translate']; "
+                                       "it takes ['angle', 'translation', 'scale', 'shear', 'preset']"),
+    ("affineV2", {"rotation": [0, 1]}, "variation model 'affineV2' (AffineVariation) has no arguments ['rotation']; "
+                                       "it takes ['angle', 'translation', 'scale', 'shear', 'preset']"),
+    ("colour", {"hue_shift": 0.1}, "variation model 'colour' (ColourVariation) has no arguments ['hue_shift']; it "
+                                   "takes ['brightness', 'contrast', 'saturation', 'hue', 'channels', 'preset', 'luma']"),
+    ("linf", {"eps": 0.1, "generator": "x"}, "variation model 'linf' (PixelPerturbation) has no arguments ['eps', "
+                                             "'generator']; it takes ['shape', 'radius']"),
+])
+def test_an_unknown_variation_option_is_refused_listing_the_models_options(name: str, given: dict, message: str) -> None:
+    """``--variation-arg affine.translate=...`` (the option is ``translation``): the error names the option and lists
+    the model's own, as κ arguments do."""
+    with pytest.raises(ValueError) as raised:
+        build_variation(name, given, seed_shape=(3, 32, 32))
+    assert str(raised.value) == message
+
+
+def test_variation_options_are_typed_before_the_model_is_built() -> None:
+    with pytest.raises(ValueError, match=r"variation model 'affine': Parser key \"scale\".*Given value: big"):
+        build_variation("affine", {"scale": "big"}, seed_shape=(3, 32, 32))
+    built = build_variation("affine", {"translation": [-3, 3]}, seed_shape=(3, 32, 32))
+    assert built.translation == (-3.0, 3.0) and built.preset == "custom (from affineV1)"
+
+
 @pytest.mark.parametrize(("preset", "size"), [("affineV0", 32), ("affineV1", 32), ("affineV2", 96), ("affineV3", 160)])
 @pytest.mark.parametrize("channels", [1, 3])
 def test_affine_matches_kornia_formulas_at_every_bound(preset: str, size: int, channels: int) -> None:
@@ -466,7 +491,9 @@ def test_bad_generators_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="two generators"):
         build_variation("gan", {"generator": f"{FACTORIES}:make_sigmoid"}, seed_shape=(1, 6, 6),
                         generator=tiny_generators.SigmoidGenerator())
-    with pytest.raises(ValueError, match="variation model 'gan'.*unexpected keyword"):
+    with pytest.raises(ValueError, match=r"variation model 'gan' \(LatentVariation\) has no arguments \['psi'\]; it "
+                       r"takes \['generator', 'latent_dim', 'image_size', 'radius', 'truncation', 'generator_args', "
+                       r"'antialias'\]"):
         build_variation("gan", {"psi": 0.5}, seed_shape=(1, 6, 6), generator=tiny_generators.SigmoidGenerator())
 
 
