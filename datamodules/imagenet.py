@@ -124,11 +124,16 @@ class FolderProtocolDataModule(OpenSetDataModule):
         Raises:
             ValueError: if the train or the val file is missing while another of the three exists.
         """
-        self._write_missing_csvs()
+        self.prepare_evaluation()
         if self.verify_images:
             rows = [row for split in SPLITS for row in self._read(split)]
             self.check_folders({"all": rows})
             self._verify([relative for relative, _ in rows])
+
+    def prepare_evaluation(self) -> None:
+        """Write the missing protocol CSVs (:meth:`prepare_data` without its decode of every image): an evaluation
+        of class folders never trained on writes what training would."""
+        self._write_missing_csvs()
 
     def _write_missing_csvs(self) -> None:
         missing = [split for split in SPLITS if not self.csv_file(split).is_file()]

@@ -95,7 +95,7 @@ class OpenSetDataModule(pl.LightningDataModule):
         self.pin_memory = pin_memory
         self.train_set = self.val_set = self.test_set = None
         self._train_labels: list[int] | None = None
-        self._prepared = False  # prepare_data has run for evaluation_set
+        self._prepared = False  # prepare_evaluation has run (evaluation_set)
 
     @property
     def num_classes(self) -> int:
@@ -117,6 +117,11 @@ class OpenSetDataModule(pl.LightningDataModule):
         float tensor in ``[0, 1]``) to its input. Every evaluation of a checkpoint of this datamodule uses it."""
         raise NotImplementedError(f"{type(self).__name__} does not say how its models take images (model_input)")
 
+    def prepare_evaluation(self) -> None:
+        """What an evaluation of this data needs written before its sets are set up, on every process that reads
+        them (a datamodule of files: its missing protocol files); nothing here. Not ``prepare_data``, which a
+        Trainer runs once per node and which may do more (decode every image, download)."""
+
     def evaluation_set(self, split: str, *, role: Role, name: str | None = None, known_only: bool = False
                        ) -> EvaluationSet:
         """The ``"train"``, ``"val"`` or ``"test"`` images of this datamodule as an evaluation set: raw images
@@ -124,13 +129,13 @@ class OpenSetDataModule(pl.LightningDataModule):
         ``known_only`` keeps the known classes (the fit set of fitted detectors: ``("train", role="fit",
         known_only=True)``).
 
-        A split not set up yet is prepared as a Trainer prepares it in training, ``prepare_data`` then ``setup``:
-        so an evaluation writes what training would (the protocol files of class folders never trained on)."""
+        A split not set up yet is prepared (:meth:`prepare_evaluation`, then ``setup``): so an evaluation writes
+        the files training would (the protocol files of class folders never trained on)."""
         split = check_choice("split", split, ("train", "val", "test"))
         dataset = getattr(self, f"{split}_set")
         if dataset is None:
-            if not getattr(self, "_prepared", False):  # once, as a Trainer does (verify_images decodes every image of the protocol)
-                self.prepare_data()
+            if not self._prepared:
+                self.prepare_evaluation()
                 self._prepared = True
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
             dataset = getattr(self, f"{split}_set")

@@ -247,5 +247,9 @@ class Evaluation:
 
         return self.shared_passes or ScoringPasses(cache_dir, decode=self.options.decode)
 
+    def prepare(self) -> None:
+        """What the command checks and builds before its first pass, for a run of several evaluations to do for
+        all of them before any runs (the report card); :meth:`run` prepares what is not. Nothing by default."""
+
     def run(self) -> Any:
         raise NotImplementedError

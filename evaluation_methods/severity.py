@@ -85,8 +85,14 @@ class SeverityEvaluation(Evaluation):
                          detector_options=detector_options, output_options=output_options)
         self.intervals = Intervals.of(intervals)
         self.model, self.num_levels = model, num_levels
+        self._prepared: tuple[ScoringModel, Path, SeverityAUROC] | None = None
 
-    def run(self) -> MethodResult:
+    def prepare(self) -> None:
+        """Everything before the passes, once: the model, the data (listed), the callback and its checks (the κ,
+        the classes, the number of levels, the fit set against the data). A report card prepares every section
+        before any section's pass, so a severity section it would refuse costs no other section's pass."""
+        if self._prepared is not None:
+            return
         scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(
             self.model, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
             model_args=self.model_args)
@@ -102,6 +108,11 @@ class SeverityEvaluation(Evaluation):
                                  fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
         data.setup()  # every class folder and the pool file, before the trainer starts
         severity.check(scoring)
+        self._prepared = (scoring, output_dir, severity)
+
+    def run(self) -> MethodResult:
+        self.prepare()
+        scoring, output_dir, severity = self._prepared  # type: ignore[misc]
         with evaluation_logger(self.options, name=f"severity-{scoring.display_name}") as logger:
             trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
             trainer.test(scoring, dataloaders=launch_loader(), verbose=False)

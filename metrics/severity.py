@@ -151,14 +151,17 @@ def severity_levels(class_scores: Tensor, group_size: int, num_levels: int = 11)
         Sorting is stable, so tied classes keep their index order.
 
     Raises:
-        ValueError: if ``M < G``, or ``num_levels > M - G + 1`` (more levels than distinct windows:
-            :func:`check_num_levels`).
+        ValueError: if ``M < G``. More levels than the ``M - G + 1`` windows repeat windows, as the paper's rule
+            gives them; the benchmark refuses or caps them before any pass (:func:`resolve_num_levels`).
     """
     scores = check_scores(class_scores, name="class_scores").double()
     num_classes = scores.numel()
     if group_size < 1:
         raise ValueError(f"group_size must be positive, got {group_size}")
-    check_num_levels(num_levels, num_classes, group_size, data="the class scores")
+    if num_classes < group_size:
+        raise ValueError(
+            f"severity levels need at least as many OOD classes as the group size: M = {num_classes} < G = {group_size}"
+        )
     sorted_scores, order = torch.sort(scores, stable=True)
     # Sliding-window means of width G from a cumulative sum: window j covers sorted classes j .. j+G-1.
     cumulative = torch.cat([sorted_scores.new_zeros(1), torch.cumsum(sorted_scores, dim=0)])

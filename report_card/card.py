@@ -298,6 +298,8 @@ class ReportCard(Evaluation):
                 plan.append((key, planned, self._evaluation(key, planned.model, planned.kappa, folder), folder))
         for *_, folder in plan:
             check_output_dir(folder)
+        for *_, evaluation, _ in plan:  # every section's checks that need its data, before any section's pass
+            evaluation.prepare()
         if rank_zero_only.rank == 0:
             mark_stale(self.output_dir)  # until the card is written whole, a page there is an old one
         found: dict[str, dict[str | None, MethodResult]] = {}

@@ -588,14 +588,16 @@ def test_severity_levels_beyond_the_windows_are_refused_in_the_card_before_any_p
     data = FashionSeverityData(estimation=20, test=10)
     data.setup()
     pool, group = len(data.ood_classes), len(data.classes)
-    card = ReportCard.of(model=[str(demo_checkpoint)], severity={"data": "fashion", "num_levels": pool - group + 2,
-                                                                 "data_args": {"estimation": 20, "test": 10}},
+    card = ReportCard.of(model=[str(demo_checkpoint)], oscr={},
+                         severity={"data": "fashion", "num_levels": pool - group + 2,
+                                   "data_args": {"estimation": 20, "test": 10}},
                          output_dir=str(tmp_path / "card"), cache_dir=None, trainer={"wandb_mode": "disabled"})
     with pytest.raises(ValueError, match=rf"num_levels = {pool - group + 2} asks for more severity levels than "
                                          rf"FashionSeverityData has distinct ones: M − G \+ 1 = {pool} − {group} \+ 1 = "
                                          rf"{pool - group + 1} windows"):
         card.run()
-    assert card.passes.log == []  # refused before the severity section's passes
+    assert card.passes.log == []  # refused before any section's passes, the OSCR section's before it included
+    assert not (tmp_path / "card" / "open_set").exists()
 
 
 def test_the_python_entry_checks_its_arguments_types(tmp_path: Path) -> None:

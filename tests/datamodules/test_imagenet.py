@@ -309,7 +309,9 @@ def test_an_evaluation_of_class_folders_never_trained_on_writes_their_protocol_f
     monkeypatch.chdir(tmp_path)  # the default protocol_dir, data/protocols, of a fresh working folder
     root = make_imagenet_folder(tmp_path / "new", ["cat", "dog", "fox", "owl"], train=5, val=2, seed=4)
     data = ClassFolderDataModule(root=str(root), known=["cat", "dog"], negative=["fox"], unknown=["owl"],
-                                 num_workers=0)
+                                 num_workers=0, verify_images=True)
+    decoded = []  # prepare_data's decode of every image is a Trainer's job, once per node: not every rank's here
+    monkeypatch.setattr(type(data), "_verify", lambda self, relatives: decoded.append(len(relatives)))
     val = data.evaluation_set("val", role="id_val", known_only=True)
     test = data.evaluation_set("test", role="id_test")
     assert sorted(p.name for p in (tmp_path / "data" / "protocols").iterdir()) == [
@@ -317,6 +319,7 @@ def test_an_evaluation_of_class_folders_never_trained_on_writes_their_protocol_f
     expected = protocol_rows(root, Protocol(["cat", "dog"], ["fox"], ["owl"]))  # the split rule, independently
     assert [val.dataset.dataset.rows[i] for i in val.dataset.indices] == [r for r in expected["val"] if r[1] >= 0]
     assert test.dataset.rows == expected["test"] and test.labels().tolist() == [0, 0, 1, 1, -1, -1, -2, -2]
+    assert decoded == []
 
 
 def test_protocol_files_of_other_class_folders_are_named_before_any_image_is_read(tmp_path):

@@ -31,10 +31,6 @@ def test_any_number_of_levels_against_exact_fractions(num_levels):
     rng = np.random.default_rng(num_levels)
     for num_classes, group_size in [(num_levels + 9, 10), (100, 1), (150, 51), (200, 200), (61, 3), (2 * num_levels, 2)]:
         scores = torch.from_numpy(rng.random(num_classes))
-        if num_levels > num_classes - group_size + 1:  # more levels than windows: refused (they would repeat)
-            with pytest.raises(ValueError, match=f"num_levels = {num_levels} .* {num_classes - group_size + 1} windows"):
-                severity_levels(scores, group_size, num_levels)
-            continue
         groups, level_scores = severity_levels(scores, group_size, num_levels)
         ref_groups, ref_scores = severity_reference_exact(scores.tolist(), group_size, num_levels)
         assert groups.shape == (num_levels, group_size)
@@ -80,10 +76,10 @@ def test_edge_cases():
     groups, level_scores = severity_levels(scores, 3, 3)
     assert groups.tolist() == [[3, 1, 2], [1, 2, 0], [2, 0, 4]]
     assert level_scores.tolist() == pytest.approx([0.35 / 3, 0.6 / 3, 1.4 / 3], abs=1e-12)
-    # M = G: one window; more levels than windows would repeat it, and are refused naming M, G and the windows
-    with pytest.raises(ValueError, match=r"num_levels = 11 .* M − G \+ 1 = 3 − 3 \+ 1 = 1 windows .* 10 levels would "
-                                         r"repeat a window; give num_levels \(--num-levels\) 1 or fewer"):
-        severity_levels(torch.tensor([0.3, 0.1, 0.2]), 3)
+    # M = G: one window, which the paper's rule repeats (the benchmark refuses or caps that before any pass)
+    groups, level_scores = severity_levels(torch.tensor([0.3, 0.1, 0.2]), 3)
+    assert groups.tolist() == [[1, 2, 0]] * 11
+    assert torch.allclose(level_scores, torch.full((11,), 0.2, dtype=torch.float64))
     with pytest.raises(ValueError, match="M = 2 < G = 3"):
         severity_levels(torch.tensor([0.3, 0.1]), 3)
     with pytest.raises(ValueError, match="NaN"):
