@@ -13,25 +13,28 @@ Layout (``python -m datamodules.shards write`` makes it; :mod:`datamodules.shard
                                      below and of its own content (written last)
     <shards>/manifest.csv            index,path,class,size,mtime_ns,sha256,xxh3_64 of every image, in set order
     <shards>/index.npz               the reader's index: path keys (sorted), positions, sizes, mtimes, and the
-                                     xxh3_64 digest of every image's bytes (in set order)
+                                     xxh3_64 digest of every image's bytes (in set order); and the set's identity
     <shards>/parts/00000/            one litdata data set per part (index.json + chunk-*.bin) ...
     <shards>/parts/00000/manifest.csv  ... with its rows of the manifest
 
-Opening a set reads ``shards.json`` and checks it against its own digest (an edited listing, run or
-fingerprint is refused there); nothing walks a folder tree. ``shards.json`` records the runs of the listing
-(:meth:`ShardSet.runs`: the whole listing and its sections, such as a pool's estimation and test images) with
-their paths' digest and fingerprint, so rows that are one of them need nothing more; other rows are looked up
-in ``index.npz``, about 28 bytes per image in memory (a 64-bit key, a 32-bit position, a 64-bit size and
-modification time), so 3.7M images (the ImageNet-21k pool) take about 100 MB. Listing folders of a set
-(:meth:`ShardSet.listing`) reads the manifest once, on demand.
+Opening a set reads ``shards.json``, checks it against its own digest (an edited listing, run or fingerprint
+is refused there) and against the identity ``index.npz`` was written with (one small array of it: a
+``shards.json`` copied whole from another set is refused there); nothing walks a folder tree. The identity is
+the digest of what ``shards.json`` records of the set's other files (the manifest's digest, the index arrays'
+digests, the parts), so the two files of one write agree, and those of two sets of other content do not.
+``shards.json`` records the runs of the listing (:meth:`ShardSet.runs`: the whole listing and its sections,
+such as a pool's estimation and test images) with their paths' digest and fingerprint, so rows that are one of
+them need nothing more; other rows are looked up in ``index.npz``, about 28 bytes per image in memory (a
+64-bit key, a 32-bit position, a 64-bit size and modification time), so 3.7M images (the ImageNet-21k pool)
+take about 100 MB. Listing folders of a set (:meth:`ShardSet.listing`) reads the manifest once, on demand.
 
 What is checked, and when (each file is trusted only once checked against the digest ``shards.json`` records):
-``shards.json`` at open (a digest of a few KB); each array of ``index.npz`` when it is loaded (sha256 of its
-bytes); ``manifest.csv`` when it is read (sha256 while it is parsed); every image's bytes when they are read
-(:meth:`ShardSet.read`: xxh3_64, about 2 µs for a 112 KB JPEG, against the digest recorded at write time,
-before anything decodes them), so a set never serves bytes it was not written with. The per-image digests
-take 8 bytes an image (28 MB at 3.7M), loaded by a process when it reads its first image. The runs are checked
-against the manifest when written and by ``verify``.
+``shards.json`` at open (a digest of a few KB, and the identity array of ``index.npz``); each array of
+``index.npz`` when it is loaded (sha256 of its bytes); ``manifest.csv`` when it is read (sha256 while it is
+parsed); every image's bytes when they are read (:meth:`ShardSet.read`: xxh3_64, about 2 µs for a 112 KB JPEG,
+against the digest recorded at write time, before anything decodes them), so a set never serves bytes it was
+not written with. The per-image digests take 8 bytes an image (28 MB at 3.7M), loaded by a process when it
+reads its first image. The runs are checked against the manifest when written and by ``verify``.
 
 litdata is imported with its start-up version check off (it would ask PyPI for a newer release): no network.
 Remote shard sets (``s3://...``) are read through litdata where its optional cloud dependencies are installed;
@@ -61,12 +64,17 @@ SHARDS_FILE = "shards.json"
 INDEX_FILE = "index.npz"
 MANIFEST_FILE = "manifest.csv"
 PARTS_DIR = "parts"
-FORMAT = "openset-shards/2"  # 2: per-image digests checked on every read; shards.json, index and manifest digested
+FORMAT = "openset-shards/3"
+OLDER_FORMATS = {  # what a set of an older format lacks, said when it is refused
+    "openset-shards/1": "a set whose reads are not checked against a digest of every image",
+    "openset-shards/2": f"a set whose {SHARDS_FILE} is not bound to its {INDEX_FILE}",
+}
 MANIFEST_COLUMNS = ("index", "path", "class", "size", "mtime_ns", "sha256", "xxh3_64")
 LOOKUP_ARRAYS = ("keys", "positions", "sizes", "mtimes")  # what a lookup of rows and their fingerprint load
 DIGESTS_ARRAY = "xxh3_64"  # what a read loads: the digest of every image's bytes, in set order
 INDEX_ARRAYS = (*LOOKUP_ARRAYS, DIGESTS_ARRAY)
 SELF_DIGEST = "shards_sha256"  # the field of shards.json that holds the digest of its other fields
+IDENTITY = "identity"  # in shards.json and as an array of index.npz: which write the two files come from
 CHUNK = 1 << 16  # rows per step of a lookup or a fingerprint: its temporaries stay a few MB at any size
 
 
@@ -223,18 +231,13 @@ class ShardSet:
         Raises:
             ShardError: naming ``index.npz`` and the array: missing, unreadable, or not the array written.
         """
-        path = os.path.join(self.root, INDEX_FILE)
+        arrays = read_index(self.root, names, advice=self.rewrite())
         recorded = self.meta["index_sha256"]
-        try:
-            with np.load(path) as stored:
-                arrays = {name: stored[name] for name in names}
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-            raise ShardError(f"shard set {self.root}: cannot read its index {path} ({type(error).__name__}: "
-                             f"{error}); {self.rewrite()}") from error
         for name, array in arrays.items():
             if array_digest(array) != recorded.get(name) or len(array) != len(self):
-                raise ShardError(f"shard set {self.root}: its index {path} is not the one written (its array "
-                                 f"{name!r} does not match the digest {SHARDS_FILE} records); {self.rewrite()}")
+                raise ShardError(f"shard set {self.root}: its index {Path(self.root, INDEX_FILE)} is not the one "
+                                 f"written (its array {name!r} does not match the digest {SHARDS_FILE} records); "
+                                 f"{self.rewrite()}")
         return arrays
 
     @property
@@ -258,7 +261,8 @@ class ShardSet:
         """The runs of the set's listing it recorded when written: the whole listing, then its sections (a
         pool's estimation and test images, a protocol's splits), each ``{"name", "start", "count",
         "paths_sha256", "files_fingerprint"}``, checked against the manifest when written and by ``verify``;
-        their digest and fingerprint are trusted once ``shards.json`` matched its own digest at open."""
+        their digest and fingerprint are trusted once ``shards.json`` matched its own digest and the identity of
+        the set's index at open."""
         listing = self.meta.get("listing")
         if listing is None:
             return []
@@ -350,49 +354,24 @@ class ShardSet:
         part = int(np.searchsorted(self.starts, position, side="right")) - 1
         return part, int(position - self.starts[part])
 
-    def stored_bytes(self, position: int, path: str) -> bytes:
-        """The bytes stored at ``position``, which must be ``path``, as the part holds them: not checked against
-        their digest (:meth:`read` checks them).
+    def stored_bytes(self, position: int, path: str, *, recorded: int | None = None) -> bytes:
+        """The bytes stored at ``position``, which must be ``path``, as the part holds them; checked against the
+        xxh3_64 ``recorded`` when it is given (:meth:`read`; only a benchmark of that check reads unchecked).
 
         Raises:
-            ShardError: the part cannot be read there (truncated or corrupt; the message names the part, the
-                sample and its path), or the sample there is another image (the manifest does not match the
-                shards).
+            ShardError: naming the set, the part, the sample and its path (:func:`read_sample`): the part cannot be
+                read there (truncated or corrupt), the sample there is another image (the manifest does not match
+                the shards), or its bytes are not ``recorded``.
         """
         part, local = self.locate(position)
-        where = self.where(position, path)
-        try:
-            item = self._reader(part)[local]
-        except ShardError:
-            raise
-        except Exception as error:  # litdata raises many kinds for a truncated or corrupt chunk
-            raise ShardError(f"cannot read {where}: {type(error).__name__}: {error}; the part is truncated or "
-                             f"corrupt: verify the set (`python -m datamodules.shards verify {self.root}`) and "
-                             f"{self.rewrite(full=True)}") from error
-        if item.get("path") != path or int(item.get("index", -1)) != position:
-            raise ShardError(f"{where}: the shards hold {item.get('path')!r} (image {item.get('index')}) there: the "
-                             f"manifest does not match its shards; {self.rewrite()}")
-        return bytes(item["image"])
+        return read_sample(self._reader(part), local, position=position, path=path, recorded=recorded,
+                           where=sample_name(self.root, self.parts[part]["name"], local, path),
+                           advice=self.rewrite(full=True))
 
     def read(self, position: int, path: str) -> bytes:
         """The bytes of the image at ``position``, which must be ``path``, checked against the digest recorded
-        when the set was written (:func:`sample_digest`) before anyone decodes them.
-
-        Raises:
-            ShardError: the bytes are not the ones written (naming the set, the part, the sample and its path),
-                or :meth:`stored_bytes` cannot read them.
-        """
-        data = self.stored_bytes(position, path)
-        found, recorded = sample_digest(data), int(self.digests[position])
-        if found != recorded:
-            raise ShardError(f"{self.where(position, path)}: its bytes are not the ones written (xxh3_64 {found:016x}, "
-                             f"recorded {recorded:016x}): the part is corrupt; {self.rewrite(full=True)}")
-        return data
-
-    def where(self, position: int, path: str) -> str:
-        """``shard set ROOT, part NNNNN, sample K (PATH)``: how errors name an image of the set."""
-        part, local = self.locate(position)
-        return f"shard set {self.root}, part {self.parts[part]['name']}, sample {local} ({path})"
+        when the set was written (:func:`sample_digest`) before anyone decodes them (:meth:`stored_bytes`)."""
+        return self.stored_bytes(position, path, recorded=int(self.digests[position]))
 
     # -- listing ----------------------------------------------------------------------------------
 
@@ -449,6 +428,52 @@ class ShardSet:
         return folder in self.listing()
 
 
+def sample_name(root: str | os.PathLike, part: str, local: int, path: str) -> str:
+    """``shard set ROOT, part NNNNN, sample K (PATH)``: how errors name an image of a set."""
+    return f"shard set {root}, part {part}, sample {local} ({path})"
+
+
+def read_sample(reader: Any, local: int, *, position: int, path: str, recorded: int | None, where: str,
+                advice: str = "") -> bytes:
+    """The bytes of sample ``local`` of a part (``reader``: its litdata ``StreamingDataset``), which must be
+    image ``position`` of the set at ``path`` with the xxh3_64 ``recorded`` (``None``: not checked): the one
+    check of a sample, for a read (:meth:`ShardSet.read`) and for ``verify --full``.
+
+    Raises:
+        ShardError: ``where`` (:func:`sample_name`), what is wrong and ``advice``: the part cannot be read there
+            (truncated or corrupt), the sample there is another image, or its bytes are not the ones written.
+    """
+    then = f"; {advice}" if advice else ""
+    try:
+        item = reader[local]
+    except Exception as error:  # litdata raises many kinds for a truncated or corrupt chunk
+        raise ShardError(f"cannot read {where}: {type(error).__name__}: {error}; the part is truncated or "
+                         f"corrupt{then}") from error
+    if item.get("path") != path or int(item.get("index", -1)) != position:
+        raise ShardError(f"{where}: the shards hold {item.get('path')!r} (image {item.get('index')}) there: the "
+                         f"manifest does not match its shards{then}")
+    data = bytes(item["image"])
+    if recorded is not None and (found := sample_digest(data)) != recorded:
+        raise ShardError(f"{where}: its bytes are not the ones written (xxh3_64 {found:016x}, recorded "
+                         f"{recorded:016x}): the part is corrupt{then}")
+    return data
+
+
+def read_index(root: str, names: tuple[str, ...], *, advice: str) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of a set's ``index.npz``, as stored (only those are read; not checked).
+
+    Raises:
+        ShardError: naming ``index.npz``: missing, unreadable, or without one of the arrays; then ``advice``.
+    """
+    path = os.path.join(root, INDEX_FILE)
+    try:
+        with np.load(path) as stored:
+            return {name: stored[name] for name in names}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ShardError(f"shard set {root}: cannot read its index {path} ({type(error).__name__}: {error}); "
+                         f"{advice}") from error
+
+
 def write_command(source: dict[str, Any], root: str, *, full: bool = False) -> str:
     """The command that writes a set from ``source`` into ``root`` again, with ``--update`` (what the user must
     fill in, such as a pool file's path, in angle brackets): it rewrites the parts that changed or do not verify
@@ -461,11 +486,13 @@ def write_command(source: dict[str, Any], root: str, *, full: bool = False) -> s
 
 
 def read_meta(root: str) -> dict[str, Any]:
-    """The content of a set's ``shards.json``, checked: its format and its own digest (:func:`signed`).
+    """The content of a set's ``shards.json``, checked: its format, its own digest (:func:`signed`) and its
+    identity against the one ``index.npz`` was written with (that one array of it is read: 0.1 ms).
 
     Raises:
-        ShardError: naming ``shards.json``: unreadable, of another format (saying how to rewrite the set), or
-            not what its write recorded (edited or corrupt).
+        ShardError: naming ``shards.json``: unreadable, of another format (saying how to rewrite the set), not
+            what its write recorded (edited or corrupt), or not written with the set's ``index.npz`` (another
+            set's, copied whole); or naming ``index.npz``: missing or unreadable.
     """
     path = Path(root, SHARDS_FILE)
     try:
@@ -477,13 +504,21 @@ def read_meta(root: str) -> dict[str, Any]:
                          f"`{write_command({}, root)}`") from error
     if meta.get("format") != FORMAT:
         source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-        raise ShardError(f"shard set {root}: {path} is of format {meta.get('format')!r}, not {FORMAT!r} (a set "
-                         "whose reads are not checked against a digest of every image): rewrite it with "
-                         f"`{write_command(source, root)}`")
+        lacks = OLDER_FORMATS.get(meta.get("format"), "not a format this version reads")  # type: ignore[arg-type]
+        raise ShardError(f"shard set {root}: {path} is of format {meta.get('format')!r}, not {FORMAT!r} ({lacks}): "
+                         f"rewrite it with `{write_command(source, root)}`")
     if signed(meta)[SELF_DIGEST] != meta.get(SELF_DIGEST):
         raise ShardError(f"shard set {root}: {path} is not the one its write recorded (its content does not match "
                          f"its own digest {SELF_DIGEST}: edited or corrupt); rewrite the set with "
                          f"`{write_command(meta.get('source') or {}, root)}`")
+    advice = f"rewrite the set with `{write_command(meta.get('source') or {}, root)}`"
+    found, recorded = str(read_index(root, (IDENTITY,), advice=advice)[IDENTITY]), str(meta.get(IDENTITY))
+    if found != recorded:
+        # one of the two files is another set's: its recorded source may not be this set's, so none is named
+        raise ShardError(f"shard set {root}: {path} is not this set's: it was written with another {INDEX_FILE} "
+                         f"(another set's {SHARDS_FILE}, copied?; it records the identity {recorded[:16]}, "
+                         f"{INDEX_FILE} {found[:16]}); write the set again from its own files with "
+                         f"`{write_command({}, root)}`")
     return meta
 
 

@@ -22,8 +22,8 @@ verified: kept when all match; otherwise refused, naming the changed files, unle
 again only the parts that hold them (or do not verify) and the set's own files, ``shards.json`` last. A folder
 that holds shards of other rows is refused, naming both fingerprints. The bytes of every file are stored as
 they are, with their size, modification time, sha256 and xxh3_64 in the manifest; ``shards.json`` records the
-digests of the manifest, of the index's arrays and of its own content (:mod:`datamodules.shard_store` says what
-reading checks).
+digests of the manifest, of the index's arrays and of its own content, and the write's identity, which the index
+records too (:mod:`datamodules.shard_store` says what reading checks).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from datamodules.images import image_files_under
 from datamodules.shard_store import (
     DIGESTS_ARRAY,
     FORMAT,
+    IDENTITY,
     INDEX_ARRAYS,
     INDEX_FILE,
     MANIFEST_COLUMNS,
@@ -63,7 +64,9 @@ from datamodules.shard_store import (
     listing_fingerprint,
     path_keys,
     paths_digest,
+    read_sample,
     sample_digest,
+    sample_name,
     signed,
 )
 from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder, digest
@@ -109,11 +112,6 @@ def pool_source(pool_file: str | os.PathLike) -> tuple[Rows, Sections]:
     pool = read_pool_file(pool_file)
     ordered = [row for split in ("estimation", "test") for row in pool if row[2] == split]
     return [(path, wnid) for path, wnid, _ in ordered], runs_of([split for _, _, split in ordered])
-
-
-def protocol_rows_of(number: int, protocol_dir: str | os.PathLike) -> Rows:
-    """The rows :func:`protocol_source` writes."""
-    return protocol_source(number, protocol_dir)[0]
 
 
 def protocol_source(number: int, protocol_dir: str | os.PathLike) -> tuple[Rows, Sections]:
@@ -187,7 +185,8 @@ def _part_manifest(folder: Path) -> list[dict[str, str]] | None:
 
 def changed_files(root: str | os.PathLike, rows: list[dict[str, str]], *, full: bool = False) -> dict[str, str]:
     """The source files of manifest rows that are not what was written, each ``path -> how``: missing, another
-    size or modification time (a ``stat`` each), and with ``full`` other bytes (each file read, its sha256)."""
+    size (and modification time), the modification time only (a ``stat`` each), and with ``full`` other bytes
+    (each file read, its sha256)."""
     changed = {}
     for row in rows:
         path = os.path.join(root, row["path"])
@@ -196,9 +195,11 @@ def changed_files(root: str | os.PathLike, rows: list[dict[str, str]], *, full: 
         except OSError:
             changed[row["path"]] = "missing"
             continue
-        if info.st_size != int(row["size"]) or info.st_mtime_ns != int(row["mtime_ns"]):
-            changed[row["path"]] = (f"size {row['size']} -> {info.st_size} bytes"
-                                    + (", modified since" if info.st_mtime_ns != int(row["mtime_ns"]) else ""))
+        touched = info.st_mtime_ns != int(row["mtime_ns"])
+        if info.st_size != int(row["size"]):
+            changed[row["path"]] = f"size {row['size']} -> {info.st_size} bytes" + (", modified since" if touched else "")
+        elif touched:
+            changed[row["path"]] = f"modification time only, the same size of {info.st_size} bytes"
         elif full:
             with open(path, "rb") as handle:
                 if hashlib.sha256(handle.read()).hexdigest() != row["sha256"]:
@@ -206,41 +207,41 @@ def changed_files(root: str | os.PathLike, rows: list[dict[str, str]], *, full: 
     return changed
 
 
-def _part_problems(root: str, folder: Path, rows: list[dict[str, str]], *, full: bool) -> list[str]:
-    """The problems of one written part against its manifest rows: its ``index.json``, its chunk files at the
-    sizes it records, its image count; with ``full``, every sample read back (path, position, xxh3_64, sha256)."""
+def _part_problems(folder: Path, count: int, *, rows: list[dict[str, str]] | None = None,
+                   advice: str = "") -> list[str]:
+    """The problems of one written part of ``count`` images: its ``index.json``, its chunk files at the sizes it
+    records, its image count; given its manifest ``rows``, every sample read back and checked as a read checks
+    it (:func:`datamodules.shard_store.read_sample`: path, position, xxh3_64), and its sha256."""
     try:
         chunks = json.loads((folder / "index.json").read_text())["chunks"]
     except (OSError, ValueError, KeyError) as error:
         return [f"part {folder}: no readable index.json ({error})"]
     problems = []
-    if sum(int(c["chunk_size"]) for c in chunks) != len(rows):
+    if sum(int(c["chunk_size"]) for c in chunks) != count:
         problems.append(f"part {folder}: its chunks hold {sum(int(c['chunk_size']) for c in chunks)} images, its "
-                        f"manifest rows {len(rows)}")
+                        f"manifest rows {count}")
     for chunk in chunks:
         file = folder / chunk["filename"]
         size = file.stat().st_size if file.is_file() else None
         if size != int(chunk["chunk_bytes"]):
             problems.append(f"{file}: {'missing' if size is None else f'{size} bytes'}, expected {chunk['chunk_bytes']} "
                             "(truncated or replaced)")
-    if problems or not full:
+    if problems or rows is None:
         return problems
     from litdata import StreamingDataset
 
     reader = StreamingDataset(str(folder))
     for local, row in enumerate(rows):
-        where = f"shard set {root}, part {folder.name}, sample {local} ({row['path']})"
+        where = sample_name(folder.parent.parent, folder.name, local, row["path"])
         try:
-            item = reader[local]
-        except Exception as error:  # litdata raises many kinds for a corrupt chunk
-            problems.append(f"cannot read {where}: {type(error).__name__}: {error}")
+            data = read_sample(reader, local, position=int(row["index"]), path=row["path"],
+                               recorded=int(row["xxh3_64"], 16), where=where, advice=advice)
+        except ShardError as error:
+            problems.append(str(error))
             continue
-        data = bytes(item["image"])
-        if item.get("path") != row["path"] or int(item.get("index", -1)) != int(row["index"]):
-            problems.append(f"{where}: the part holds {item.get('path')!r} (image {item.get('index')}) there")
-        elif f"{sample_digest(data):016x}" != row["xxh3_64"] or hashlib.sha256(data).hexdigest() != row["sha256"]:
-            problems.append(f"{where}: its bytes are not the ones written (not the xxh3_64 and sha256 of its "
-                            "manifest row)")
+        if hashlib.sha256(data).hexdigest() != row["sha256"]:
+            problems.append(f"{where}: its bytes are not the ones written (not the sha256 of its manifest row)"
+                            + (f"; {advice}" if advice else ""))
     return problems
 
 
@@ -305,20 +306,13 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
     identity = {**source, "rows_digest": digest(rows), "count": len(rows), "part_size": part_size}
     out.mkdir(parents=True, exist_ok=True)
     with _write_lock(out):
-        fresh = not any(p.name != LOCK_FILE for p in out.iterdir())  # the lock's file is no content
         plan = [(k, start, rows[start:start + part_size]) for k, start in enumerate(range(0, len(rows), part_size))]
+        redo: list[str] | None = None
         if is_shard_set(out):
             existing, redo = _existing_set(str(root), out, identity, len(rows), update=update, full=full, log=log)
             if existing is not None:
                 return existing
-            atomic_write_text(out / WRITING_FILE, json.dumps(identity, indent=1, sort_keys=True))
-            (out / SHARDS_FILE).unlink()  # from here on the set is an unfinished write: nothing reads it half-updated
-            for name in redo or ():
-                shutil.rmtree(out / PARTS_DIR / name, ignore_errors=True)
-            # the parts left were checked above; without that list every part is checked against its files
-            return _continue(str(root), out, plan, identity, sections, workers=workers, chunk_bytes=chunk_bytes,
-                             recheck=redo is None, full=full, log=log)
-        if not fresh:
+        elif any(p.name != LOCK_FILE for p in out.iterdir()):  # the lock's file is no content
             writing = out / WRITING_FILE
             if not writing.is_file():
                 raise ValueError(f"{out} is not empty and holds no shard set: give an empty or new folder as --out")
@@ -329,9 +323,13 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
                                  f"write: {identity['rows_digest'][:16]}, part size {part_size}: give another --out, "
                                  "or remove that folder")
         atomic_write_text(out / WRITING_FILE, json.dumps(identity, indent=1, sort_keys=True))
-        # a continued write checks the parts it keeps against their files (a source may have changed meanwhile)
+        (out / SHARDS_FILE).unlink(missing_ok=True)  # a set being updated is now an unfinished write: nothing reads it
+        for name in redo or ():
+            shutil.rmtree(out / PARTS_DIR / name, ignore_errors=True)
+        # the parts an update keeps were checked above; otherwise (a new or continued write, or an update whose set's
+        # own files cannot say which parts hold what) every part kept is checked against its files
         return _continue(str(root), out, plan, identity, sections, workers=workers, chunk_bytes=chunk_bytes,
-                         recheck=True, full=full, log=log)
+                         recheck=redo is None, full=full, log=log)
 
 
 def _existing_set(root: str, out: Path, identity: dict[str, Any], count: int, *, update: bool, full: bool,
@@ -357,12 +355,11 @@ def _existing_set(root: str, out: Path, identity: dict[str, Any], count: int, *,
     changed: dict[str, str] = {}
     redo: list[str] | None = None
     if existing is not None:
-        own, parts, rows = _checked(existing, full=full)
-        problems = own + [problem for number in sorted(parts) for problem in parts[number]]
-        if not own and rows is not None:  # the manifest is the one written: it says which part holds which file
+        problems, parts, rows = _checked(existing, full=full)
+        if rows is not None:  # the set's own files are the ones written: the manifest says which part holds a file
             changed = changed_files(root, rows, full=full)
             stale = {existing.locate(position)[0] for position, row in enumerate(rows) if row["path"] in changed}
-            redo = [existing.parts[number]["name"] for number in sorted(stale | set(parts))]
+            redo = [existing.parts[number]["name"] for number in sorted(stale | parts)]
         if not problems and not changed:
             log(f"{out}: already written from these files ({len(existing)} images; their sizes and modification "
                 f"times{' and bytes' if full else ''} match the manifest); verified"
@@ -394,7 +391,7 @@ def _continue(root: str, out: Path, plan: list, identity: dict[str, Any], sectio
         if folder.is_dir():
             written = _part_manifest(folder)
             if written is not None and [(r["path"], r["class"]) for r in written] == [(p, str(c)) for p, c in chunk] \
-                    and not (recheck and (_part_problems(str(out), folder, written, full=full)
+                    and not (recheck and (_part_problems(folder, len(written), rows=written if full else None)
                                           or changed_files(root, written, full=full))):
                 continue
             shutil.rmtree(folder)
@@ -430,7 +427,8 @@ def _runs(paths: list[str], sizes: np.ndarray, mtimes: np.ndarray, sections: Sec
 
 def _finish(out: Path, plan: list, identity: dict[str, Any], sections: Sections = ()) -> ShardSet:
     """The manifest, the index and ``shards.json`` (last, with the digests of the other two and its own) from
-    the finished parts, each part's rows checked against the plan."""
+    the finished parts, each part's rows checked against the plan; the index and ``shards.json`` both record the
+    write's identity (:data:`datamodules.shard_store.IDENTITY`)."""
     lines, parts = [], []
     for k, _, chunk in plan:
         rows = _part_manifest(out / PARTS_DIR / f"{k:05d}")
@@ -451,15 +449,16 @@ def _finish(out: Path, plan: list, identity: dict[str, Any], sections: Sections 
         raise ShardError(f"{out}: two paths share a 64-bit key; write the set in two parts")
     arrays = {"keys": keys[order], "positions": order.astype(np.uint32 if len(keys) < 2**32 else np.int64),
               "sizes": sizes, "mtimes": mtimes, DIGESTS_ARRAY: digests}
+    files = {"manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+             "index_sha256": {name: array_digest(array) for name, array in arrays.items()}, "parts": parts}
+    # what both files record of this write, compared at open: the digest of what shards.json says of the others
+    set_identity = digest(files)
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, **arrays, **{IDENTITY: np.array(set_identity)})
     atomic_write_bytes(out / INDEX_FILE, buffer.getvalue())
     meta = {"format": FORMAT, "source": {k: v for k, v in identity.items() if k not in ("count", "part_size")},
-            "count": len(lines), "part_size": identity["part_size"], "parts": parts,
-            "listing": _runs(paths, sizes, mtimes, sections),
-            "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
-            "index_sha256": {name: array_digest(array) for name, array in arrays.items()},
-            "library": _litdata_version()}
+            "count": len(lines), "part_size": identity["part_size"], "listing": _runs(paths, sizes, mtimes, sections),
+            **files, IDENTITY: set_identity, "library": _litdata_version()}
     atomic_write_text(out / SHARDS_FILE, json.dumps(signed(meta), indent=1, sort_keys=True))
     (out / WRITING_FILE).unlink(missing_ok=True)
     return ShardSet.open(out)
@@ -474,23 +473,16 @@ def _litdata_version() -> str:
 # -- verifying ------------------------------------------------------------------------------------
 
 
-def check(shards: ShardSet, *, full: bool = False) -> tuple[list[str], dict[int, list[str]]]:
-    """The problems of a shard set: ``(those of its own files, those of each part by number)``
-    (:func:`_checked`)."""
-    own, parts, _ = _checked(shards, full=full)
-    return own, parts
-
-
-def _checked(shards: ShardSet, *, full: bool) -> tuple[list[str], dict[int, list[str]], list[dict[str, str]] | None]:
-    """The problems of a shard set's own files, those of each part by number, and the manifest's rows (``None``
-    when the manifest is not the one written).
+def _checked(shards: ShardSet, *, full: bool) -> tuple[list[str], set[int], list[dict[str, str]] | None]:
+    """The problems of a shard set (those of its own files, then each part's), the numbers of the parts that
+    have any, and the manifest's rows when the set's own files have none (``None`` otherwise).
 
     Its own files: every array of ``index.npz`` against its digest in ``shards.json``; ``manifest.csv`` against
     its sha256; the index against the manifest (keys, positions, sizes, modification times, digests); the
     recorded runs of the listing (digest and fingerprint) against the manifest. Each part: its ``index.json``,
     its chunk files present at the sizes it records, its image count; with ``full``, every image read back and
     compared with its manifest row (path, position, xxh3_64, sha256). ``shards.json`` itself was checked when the
-    set was opened.
+    set was opened (its own digest, its identity against the index's).
     """
     own: list[str] = []
     arrays = None
@@ -521,23 +513,24 @@ def _checked(shards: ShardSet, *, full: bool) -> tuple[list[str], dict[int, list
                     != run["files_fingerprint"]):
                 own.append(f"{SHARDS_FILE}: its recorded run {run['name'] or 'of the whole listing'!r} "
                            f"[{start}, {stop}) does not match the manifest")
-    parts: dict[int, list[str]] = {}
+    problems, parts = list(own), set()
     for number, part in enumerate(shards.parts):
         start, stop = int(shards.starts[number]), int(shards.starts[number + 1])
         # without a manifest to compare with, a part is checked for what it holds, not for its bytes
-        mine = rows[start:stop] if rows is not None else [{"path": "?"}] * (stop - start)
-        problems = _part_problems(shards.root, Path(shards.root, PARTS_DIR, part["name"]), mine,
-                                  full=full and rows is not None)
-        if problems:
-            parts[number] = problems
-    return own, parts, rows
+        mine = _part_problems(Path(shards.root, PARTS_DIR, part["name"]), stop - start,
+                              rows=rows[start:stop] if full and rows is not None else None,
+                              advice=shards.rewrite(full=True))
+        if mine:
+            problems += mine
+            parts.add(number)
+    return problems, parts, rows if not own else None
 
 
 def verify(shards: ShardSet, *, full: bool = False) -> list[str]:
-    """The problems of a shard set, empty when it is whole (:func:`check`): everything a read checks (its index
-    arrays, its manifest, the runs it records) and every part's presence and size; with ``full``, every byte."""
-    own, parts = check(shards, full=full)
-    return own + [problem for number in sorted(parts) for problem in parts[number]]
+    """The problems of a shard set, empty when it is whole (:func:`_checked`): everything a read checks (its
+    index arrays, its manifest, the runs it records) and every part's presence and size; with ``full``, every
+    byte. (Opening the set checked ``shards.json`` against its own digest and its index's identity.)"""
+    return _checked(shards, full=full)[0]
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xxhash
 from PIL import Image
 from torchvision.transforms import PILToTensor
 
@@ -34,7 +35,7 @@ from datamodules.images import (
 )
 from datamodules.protocols import write_protocol_csvs
 from datamodules.shard_store import INDEX_FILE, PARTS_DIR, SHARDS_FILE, ShardError, ShardSet
-from datamodules.shards import folder_rows, main, protocol_rows_of, verify, write_shards
+from datamodules.shards import folder_rows, main, protocol_source, verify, write_shards
 from openset_common import files_fingerprint
 from tests.conftest import make_imagenet_folder, protocol_wnids, write_jpeg
 
@@ -83,7 +84,7 @@ def test_a_fit_set_and_a_protocol_datamodule_read_shards(tmp_path: Path) -> None
     out = tmp_path / "p2"
     assert main(["write", "--protocol", "2", "--imagenet-root", str(root), "--protocol-dir", str(protocols),
                  "--out", str(out), "--workers", "1", "--part-size", "50"]) == 0
-    assert len(ShardSet.open(out)) == len(protocol_rows_of(2, protocols))
+    assert len(ShardSet.open(out)) == len(protocol_source(2, protocols)[0])
     loaded = []
     for where in (root, out):
         data = ImageNetProtocolDataModule(root=str(where), protocol=2, protocol_dir=str(protocols), batch_size=4,
@@ -125,6 +126,17 @@ def test_a_killed_write_continues_and_a_finished_one_is_verified_not_redone(tree
     written.clear()
     write(tree, out, part_size=5)
     assert written == []
+    # killed again after its parts; continued with --full, every kept part is read back: a corrupt image's part
+    # is written again
+    (out / SHARDS_FILE).unlink()
+    (out / ".writing.json").write_text(_writing(tree, 5))
+    corrupt_stored_image(shards, tree / folder_rows(tree)[2][0])  # part 00000
+    write(tree, out, part_size=5)
+    assert written == []
+    (out / SHARDS_FILE).unlink()
+    (out / ".writing.json").write_text(_writing(tree, 5))
+    shards = write(tree, out, part_size=5, full=True)
+    assert written == [0] and verify(shards, full=True) == []
 
 
 def _writing(root: Path, part_size: int) -> str:
@@ -368,9 +380,13 @@ def test_sixteen_flipped_bytes_in_a_stored_image_are_refused_before_decoding(tre
     assert [path for path, _ in kept.rows] == [path for path, _ in rows if path != rows[victim][0]]
     # plain verify checks sizes (unchanged here), --full every byte
     assert verify(shards) == []
+    source = (tree / rows[victim][0]).read_bytes()
+    stored, recorded = xxhash.xxh3_64_intdigest(flip_16_bytes(source)), xxhash.xxh3_64_intdigest(source)
     assert verify(shards, full=True) == [f"shard set {shards.root}, part 00001, sample 2 ({rows[victim][0]}): its "
-                                         "bytes are not the ones written (not the xxh3_64 and sha256 of its "
-                                         "manifest row)"]
+                                         f"bytes are not the ones written (xxh3_64 {stored:016x}, recorded "
+                                         f"{recorded:016x}): the part is corrupt; rewrite it with `python -m "
+                                         f"datamodules.shards write --folder {tree} --out {shards.root} --update "
+                                         "--full`"]
     # the write that refreshes it: the corrupt part alone is written again, then the set serves the files' bytes
     with pytest.raises(ValueError, match=r"out of date: it does not verify: .*part 00001, sample 2"):
         write(tree, tmp_path / "shards", part_size=5, full=True)
@@ -439,6 +455,52 @@ def test_an_edited_shards_json_never_takes_another_sets_cached_pass(tree: Path, 
         scoring(tmp_path / "cache", ImageFileDataset(second.root, rows))
     assert main(["verify", second.root]) == 1
     assert "shards.json is not the one its write recorded" in capsys.readouterr().err
+
+
+def test_a_shards_json_copied_whole_from_another_set_is_refused_at_open(tree: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """Set b's shards.json replaced by set a's, unedited (so it matches its own digest): b's rows are a's listing,
+    so b would take a's fingerprint and a cache hit (which reads no image) would serve a's pass. Opening b
+    compares the identity shards.json records with the one b's index.npz was written with, and refuses it; the
+    write that rewrites b (from its own files) gives b's own pass."""
+    other = tmp_path / "other"
+    shutil.copytree(tree, other)
+    rng = np.random.default_rng(7)
+    for path, _ in folder_rows(other):  # the same paths, other bytes and modification times
+        write_jpeg(other / path, rng)
+    first, second = write(tree, tmp_path / "a"), write(other, tmp_path / "b")
+    rows = [(path, -2) for path, _ in folder_rows(tree)]
+    cache = tmp_path / "cache"
+    mine, _ = scoring(None, ImageFileDataset(str(other), rows))
+    theirs, ran = scoring(cache, ImageFileDataset(first.root, rows))
+    assert ran == 1 and not torch.equal(mine, theirs)
+    shutil.copyfile(Path(first.root, SHARDS_FILE), Path(second.root, SHARDS_FILE))
+    refused = (rf"shard set {second.root}: {second.root}/shards\.json is not this set's: it was written with "
+               rf"another index\.npz \(another set's shards\.json, copied\?; it records the identity "
+               rf"{first.meta['identity'][:16]}, index\.npz {second.meta['identity'][:16]}\); write the set again "
+               rf"from its own files with `python -m datamodules\.shards write <its source> --out {second.root} --update`")
+    with pytest.raises(ShardError, match=refused):
+        ShardSet.open(second.root)
+    with pytest.raises(ShardError, match=refused):
+        scoring(cache, ImageFileDataset(second.root, rows))
+    assert main(["verify", second.root]) == 1
+    assert "shards.json is not this set's" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"out of date: it does not verify: .*shards\.json is not this set's"):
+        write(other, Path(second.root))
+    rewritten = write(other, Path(second.root), update=True)
+    ours, ran = scoring(cache, ImageFileDataset(rewritten.root, rows))
+    assert ran == 1 and torch.equal(ours, mine)
+
+
+def test_a_source_file_touched_since_is_named_by_its_modification_time(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "shards"
+    write(tree, out)
+    path = folder_rows(tree)[4][0]
+    info = (tree / path).stat()
+    os.utime(tree / path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))  # the same bytes, touched
+    with pytest.raises(ValueError, match=rf"1 source file\(s\) changed since it was written: {path} \(modification "
+                                         rf"time only, the same size of {info.st_size} bytes\)\. Write it again"):
+        write(tree, out)
 
 
 def test_a_deleted_manifest_row_is_named_not_an_image_dropped(tree: Path, tmp_path: Path) -> None:
@@ -541,7 +603,7 @@ def test_a_set_of_the_older_format_is_refused_saying_how_to_rewrite_it(tree: Pat
         lines = (part / "manifest.csv").read_text().splitlines()
         (part / "manifest.csv").write_text("".join(line.rpartition(",")[0] + "\n" for line in lines))
     rows = [(path, 0) for path, _ in folder_rows(tree)]
-    with pytest.raises(ShardError, match=rf"is of format 'openset-shards/1', not 'openset-shards/2' .*rewrite it with "
+    with pytest.raises(ShardError, match=rf"is of format 'openset-shards/1', not '{shard_store.FORMAT}' .*rewrite it with "
                                          rf"`python -m datamodules\.shards write --folder {tree} --out {out} --update`"):
         ImageFileDataset(str(out), rows)
     with pytest.raises(ValueError, match=r"out of date: it does not verify: .*format 'openset-shards/1'.*--update"):
@@ -553,3 +615,16 @@ def test_a_set_of_the_older_format_is_refused_saying_how_to_rewrite_it(tree: Pat
     assert written == [0, 5, 10, 15] and verify(ShardSet.open(out), full=True) == []
     assert np.array_equal(np.asarray(ImageFileDataset(str(out), rows)[4].image),
                           np.asarray(read_rgb_image(str(tree / rows[4][0]))))
+    # what the format before this one wrote: shards.json and index.npz without the identity that binds them;
+    # refused, and its update keeps every part (checked against its files), writing the set's own files anew
+    meta = {k: v for k, v in json.loads(Path(out, SHARDS_FILE).read_text()).items() if k != shard_store.IDENTITY}
+    Path(out, SHARDS_FILE).write_text(json.dumps(shard_store.signed({**meta, "format": "openset-shards/2"})))
+    index = dict(np.load(Path(out, INDEX_FILE)))
+    del index[shard_store.IDENTITY]
+    np.savez(Path(out, INDEX_FILE), **index)
+    with pytest.raises(ShardError, match=rf"is of format 'openset-shards/2', not '{shard_store.FORMAT}' \(a set whose "
+                                         r"shards\.json is not bound to its index\.npz\): rewrite it with"):
+        ShardSet.open(out)
+    written.clear()
+    assert main([*command, "--update"]) == 0
+    assert written == [] and verify(ShardSet.open(out), full=True) == []
