@@ -37,6 +37,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from datamodules.images import UnreadableImageError
+from datamodules.shard_store import ShardError
 from evaluation_engine import TrainerOptions
 from evaluation_engine.options import add_command_arguments, compose, flat_options
 from evaluation_engine.run import release_peers
@@ -244,11 +245,15 @@ def parse(argv: list[str]) -> tuple[str, Any]:
 
 def main(argv: list[str] | None = None) -> Any:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        methods()  # the installed plug-ins: one that does not load is named (its entry point and package), once
+    except (ImportError, TypeError, ValueError) as error:
+        raise SystemExit(f"evaluate.py: {error}") from None
     evaluation = None
     try:
         command, evaluation = parse(argv)
         return evaluation.run()
-    except (ValueError, OSError, UnreadableImageError) as error:
+    except (ValueError, OSError, UnreadableImageError, ShardError) as error:
         # a torchrun node whose input failed at set-up first releases the nodes waiting for it
         release_peers(getattr(getattr(evaluation, "options", None), "accelerator", "auto"))
         raise SystemExit(f"evaluate.py {argv[0] if argv else ''}: {error}") from None

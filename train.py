@@ -35,6 +35,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
 from datamodules.images import UnreadableImageError
+from datamodules.shard_store import ShardError
 from evaluation_engine.run import wandb_env_mode
 from lightning_modules.checkpoint import load_module, read_checkpoint
 from lightning_modules.ensemble_quality import (
@@ -232,9 +233,9 @@ def run(argv: list[str]) -> Any:
         if argv[:1] == ["ensemble"]:
             return train_ensemble(argv[1:])
         return main(argv)
-    except (ValueError, OSError, UnreadableImageError) as error:
+    except (ValueError, OSError, UnreadableImageError, ShardError) as error:
         cause = user_error(error)
-        if not isinstance(cause, (ValueError, OSError, UnreadableImageError)):
+        if not isinstance(cause, (ValueError, OSError, UnreadableImageError, ShardError)):
             raise  # a class that failed for another reason than its input: keep the traceback
         raise SystemExit(f"train.py {argv[0]}: {cause}" if argv else f"train.py: {cause}") from None
 

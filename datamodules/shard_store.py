@@ -199,10 +199,12 @@ class ShardSet:
         root = os.path.abspath(root)
         if not is_shard_set(root):
             partial = os.path.isdir(os.path.join(root, PARTS_DIR))
-            raise ShardError(f"shard set {root}: no {SHARDS_FILE} there"
-                             + (" (a write that has not finished: run `python -m datamodules.shards write` again to "
-                                "continue it)" if partial else
-                                " (write one with `python -m datamodules.shards write --out " + root + "`)"))
+            what = ("a write that has not finished: run the same `python -m datamodules.shards write` again to "
+                    "continue it" if partial else
+                    "not a shard set" + (", a folder of files" if os.path.isdir(root) else ", no such folder")
+                    + ": to make one from a folder of images, `python -m datamodules.shards write --folder <the image "
+                    "folder> --out <a new folder>`")
+            raise ShardError(f"shard set {root}: no {SHARDS_FILE} there ({what})")
         return _open(root, _stamp(root))
 
     def __getstate__(self) -> dict[str, Any]:

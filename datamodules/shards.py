@@ -262,7 +262,7 @@ def _write_lock(out: Path) -> Iterator[None]:
 
 
 def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *, source: dict[str, Any],
-                 workers: int = 2, part_size: int = PART_SIZE, chunk_bytes: str = CHUNK_BYTES,
+                 workers: int = 2, part_size: int | None = None, chunk_bytes: str = CHUNK_BYTES,
                  sections: Sections = (), update: bool = False, full: bool = False, log=print) -> ShardSet:
     """Write ``rows`` (relative paths under ``root`` with their class) into the shard set ``out``.
 
@@ -276,7 +276,9 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
     Args:
         source: what the rows are (kind, root, ...), recorded in ``shards.json`` beside the rows' digest.
         workers: processes writing parts in parallel (``<= 1``: in this process).
-        part_size: images per part (the unit of resumption, of updates and of parallel work).
+        part_size: images per part (the unit of resumption, of updates and of parallel work); default: the part
+            size of the set (or unfinished write) at ``out``, else :data:`PART_SIZE`. Another part size than an
+            existing set's is refused (its parts are the unit of an update).
         sections: named runs ``(name, start, stop)`` of the rows (a pool's splits, a protocol's), recorded with
             their paths' digest and fingerprint, so that a data set of one of them needs no lookup.
         update: rewrite what is out of date in a finished set of these rows (or a set of an older format).
@@ -293,6 +295,15 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
         ShardError: another write into ``out`` is running.
         OSError: a source file cannot be read (named).
     """
+    recorded, recorded_rows = _recorded_write(Path(out))
+    if recorded_rows is not None and recorded_rows != digest(rows):
+        recorded = None  # another set's part size: that set is refused below, naming both fingerprints
+    if part_size is not None and recorded is not None and part_size != recorded:
+        raise ValueError(f"{Path(out).absolute()} was written with parts of {recorded} images, not {part_size}: give "
+                         f"--part-size {recorded} or none (its parts are the unit of a continued write and of an "
+                         "update), or another --out")
+    if part_size is None:
+        part_size = recorded or PART_SIZE
     if part_size < 1:
         raise ValueError(f"part_size must be positive, got {part_size}")
     for name, start, stop in sections:
@@ -330,6 +341,20 @@ def write_shards(root: str | os.PathLike, rows: Rows, out: str | os.PathLike, *,
         # own files cannot say which parts hold what) every part kept is checked against its files
         return _continue(str(root), out, plan, identity, sections, workers=workers, chunk_bytes=chunk_bytes,
                          recheck=redo is None, full=full, log=log)
+
+
+def _recorded_write(out: Path) -> tuple[int | None, str | None]:
+    """``(part size, rows digest)`` of the set, or of the unfinished write, at ``out`` (read from its own files),
+    each ``None`` where there is none."""
+    for name in (SHARDS_FILE, WRITING_FILE):
+        try:
+            meta = json.loads((out / name).read_text())
+            size, rows = meta.get("part_size"), meta.get("rows_digest") or meta.get("source", {}).get("rows_digest")
+        except (OSError, ValueError, AttributeError):
+            continue
+        valid = isinstance(size, int) and not isinstance(size, bool) and size > 0
+        return (size if valid else None), (rows if isinstance(rows, str) else None)
+    return None, None
 
 
 def _existing_set(root: str, out: Path, identity: dict[str, Any], count: int, *, update: bool, full: bool,
@@ -550,7 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write.add_argument("--protocol-dir", default="data/protocols", help="folder of p<n>_{train,val,test}.csv")
     write.add_argument("--out", required=True, help="the shard set's folder (new, or a write to continue)")
     write.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)))
-    write.add_argument("--part-size", type=int, default=PART_SIZE)
+    write.add_argument("--part-size", type=int, default=None,
+                       help=f"images per part (default: the set's own when it exists, else {PART_SIZE:,})")
     write.add_argument("--update", action="store_true",
                        help="rewrite the parts of a finished set whose source files changed (or that do not verify), "
                             "or a set of an older format")
@@ -560,6 +586,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser.add_argument("shards")
     check_parser.add_argument("--full", action="store_true")
     args = parser.parse_args(argv)
+    try:
+        return _command(parser, args)
+    except (ValueError, OSError, ShardError) as error:  # bad input: its message, which names what to do
+        print(f"python -m datamodules.shards {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "verify":
         try:
             problems = verify(ShardSet.open(args.shards), full=args.full)

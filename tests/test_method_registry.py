@@ -258,6 +258,11 @@ def test_a_plug_in_that_is_not_a_method_names_its_entry_point_and_package(tmp_pa
         with pytest.raises(TypeError) as raised:
             registry.methods()
         assert str(raised.value) == expected
+    import evaluate  # every command, --help included: the message, not a traceback
+
+    with pytest.raises(SystemExit) as exited:
+        evaluate.main(["--help"])
+    assert str(exited.value) == f"evaluate.py: {expected}"
 
 
 def test_a_plug_in_method_that_register_refuses_names_its_entry_point(tmp_path: Path, monkeypatch) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -575,7 +576,8 @@ def test_a_stale_set_is_refused_naming_the_changed_files_and_update_refreshes_it
     assert written == [0] and ShardSet.open(out).read(3, rows[3][0]) == touched.read_bytes()
 
 
-def test_a_second_concurrent_write_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
+def test_a_second_concurrent_write_is_a_clear_error(tree: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from filelock import FileLock
 
     out = tmp_path / "shards"
@@ -583,7 +585,10 @@ def test_a_second_concurrent_write_is_a_clear_error(tree: Path, tmp_path: Path) 
     command = ["write", "--folder", str(tree), "--out", str(out), "--workers", "1"]
     with FileLock(out / shards_module.LOCK_FILE):  # a write that is running
         with pytest.raises(ShardError, match=rf"{out}: another write into this folder is running"):
-            main(command)
+            write(tree, out)
+        assert main(command) == 2  # the command: its message, not a traceback
+        assert re.match(rf"python -m datamodules\.shards write: {out}: another write into this folder is running",
+                        capsys.readouterr().err)
         assert list(out.iterdir()) == [out / shards_module.LOCK_FILE]
     assert main(command) == 0  # its lock file left behind does not make the folder "not empty"
     assert verify(ShardSet.open(out), full=True) == []
@@ -607,7 +612,7 @@ def test_a_set_of_the_older_format_is_refused_saying_how_to_rewrite_it(tree: Pat
                                          rf"`python -m datamodules\.shards write --folder {tree} --out {out} --update`"):
         ImageFileDataset(str(out), rows)
     with pytest.raises(ValueError, match=r"out of date: it does not verify: .*format 'openset-shards/1'.*--update"):
-        main(command)
+        write(tree, out)
     written: list[int] = []
     real = shards_module._write_part
     monkeypatch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
@@ -628,3 +633,49 @@ def test_a_set_of_the_older_format_is_refused_saying_how_to_rewrite_it(tree: Pat
     written.clear()
     assert main([*command, "--update"]) == 0
     assert written == [] and verify(ShardSet.open(out), full=True) == []
+
+
+def test_a_write_again_takes_the_sets_own_part_size(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`write --update` as its refusal prints it (no --part-size) rewrites the part that changed, not the whole set
+    in parts of the default size beside the old ones; another part size than the set's is refused."""
+    out = tmp_path / "shards"
+    assert main(["write", "--folder", str(tree), "--out", str(out), "--workers", "1", "--part-size", "5"]) == 0
+    rows = folder_rows(tree)
+    write_jpeg(tree / rows[12][0], np.random.default_rng(11), size=16)  # part 00002
+    written: list[int] = []
+    real = shards_module._write_part
+    monkeypatch.setattr(shards_module, "_write_part", lambda *job: written.append(job[2]) or real(*job))
+    command = ["write", "--folder", str(tree), "--out", str(out), "--workers", "1"]
+    assert main([*command, "--part-size", "7", "--update"]) == 2
+    assert f"{out} was written with parts of 5 images, not 7: give --part-size 5 or none" in capsys.readouterr().err
+    assert main([*command, "--update"]) == 0
+    assert written == [10] and sorted(p.name for p in (out / PARTS_DIR).iterdir()) == [
+        "00000", "00001", "00002", "00003"]
+    assert verify(ShardSet.open(out), full=True) == []
+
+
+def test_the_commands_name_a_broken_set_without_a_traceback(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import evaluate
+    import train
+
+    out = tmp_path / "shards"
+    write(tree, out)
+    Path(out, INDEX_FILE).unlink()
+    rows = [(path, 0) for path, _ in folder_rows(tree)][::-1]  # not a recorded run: looked up in the index
+
+    def reads(*args, **kwargs):  # what a command's data set does first with the set
+        ImageFileDataset(str(out), rows)
+
+    monkeypatch.setattr(evaluate, "parse", reads)
+    with pytest.raises(SystemExit, match=rf"evaluate\.py oscr: shard set {out}: cannot read its index"):
+        evaluate.main(["oscr"])
+    monkeypatch.setattr(train, "main", reads)
+    with pytest.raises(SystemExit, match=rf"train\.py fit: shard set {out}: cannot read its index"):
+        train.run(["fit"])
+    # verify on a folder of images, not a set: says so and how to make one from it
+    assert main(["verify", str(tree)]) == 1
+    assert f"shard set {tree}: no shards.json there (not a shard set, a folder of files: to make one from a folder " \
+           "of images, `python -m datamodules.shards write --folder <the image folder> --out <a new folder>`)" in \
+           capsys.readouterr().err
