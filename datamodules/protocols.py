@@ -231,7 +231,12 @@ def protocol_rows(
                 images, classes, train_size=0.8, stratify=classes, random_state=random_state
             )
         except ValueError as error:  # too few images for one validation image per class
-            raise ValueError(f"the train images under {root / 'train'} cannot be split 80/20 by class: {error}") from None
+            count, number = len(images), len(set(classes))
+            held = count - int(0.8 * count)
+            raise ValueError(f"the train images under {root / 'train'} cannot be split 80/20 by class: {count} images of "
+                             f"{number} classes leave {held} for validation, and every class needs one there and two "
+                             "in training (the split is stratified); give every class at least 5 training images "
+                             f"(scikit-learn: {error})") from None
         rows["train"] = [(path, labels[wnid]) for path, wnid in zip(train_images, train_classes, strict=True)]
         rows["val"] = [(path, labels[wnid]) for path, wnid in zip(val_images, val_classes, strict=True)]
     if "test" in splits:
@@ -360,7 +365,11 @@ def read_protocol_csv(
             if check is not None:
                 problem = check(row[0], label)
                 if problem is not None:
-                    raise ValueError(f"{path}:{line_number}: {problem}")
+                    raise ValueError(f"{path}:{line_number}: {problem}: the file is not this protocol's (written for "
+                                     "another split into known, negative and unknown classes, for other class folders, "
+                                     "or by hand); write "
+                                     "this protocol's files into a protocol_dir of their own (--data-arg "
+                                     "protocol_dir=<a new folder>), or remove the file to write it again")
             rows.append((row[0], label))
     if not rows:
         raise ValueError(f"protocol file {path} is empty")

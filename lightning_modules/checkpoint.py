@@ -166,6 +166,11 @@ def datamodule_from_checkpoint(checkpoint: dict[str, Any], path: str | Path,
     saved = {k: v for k, v in checkpoint["datamodule_hyper_parameters"].items() if not k.startswith("_")}
     datamodule_class = import_class(checkpoint["datamodule_class"])
     parameters = inspect.signature(datamodule_class).parameters
+    if "known" in parameters and saved.get("known", False) is None and checkpoint.get("classes"):
+        # LightningCLI records the arguments as given: known classes found by listing the training folders
+        # (class folders' default) are the checkpoint's recorded classes, so the datamodule is rebuilt without
+        # listing them again (from another folder, on another machine, the training root need not be there)
+        saved["known"] = list(checkpoint["classes"])
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     unknown = sorted(set(overrides or {}) - set(parameters))
     if unknown and not takes_any:

@@ -212,8 +212,14 @@ def write_rows(path: Path, rows: list[tuple[str, int]], line_end: str = "\n") ->
 ])
 def test_rows_must_match_the_protocol_and_split(tmp_path, split, rows, message):
     path = write_rows(tmp_path / f"p2_{split}.csv", rows)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         read_protocol_csv(path, 30, protocol=P2, split=split)
+    # and what to do: files of another split of classes (the default protocol_dir of another run) are not these
+    assert str(raised.value).endswith(": the file is not this protocol's (written for another split into known, "
+                                      "negative and unknown classes, for other class folders, or by hand); write this "
+                                      "protocol's files into "
+                                      "a protocol_dir of their own (--data-arg protocol_dir=<a new folder>), or remove "
+                                      "the file to write it again")
     # without the protocol only the format and the label range are checked (other callers)
     assert read_protocol_csv(path, 30) == rows
 
@@ -283,7 +289,9 @@ def test_class_folders_with_too_few_images_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"fewer than 1 images .*: val/b \(0 images; 1 other files ignored: 0\.txt\)$"):
         protocol_rows(tmp_path, protocol, splits=["test"])
     Image.new("RGB", (4, 4)).save(tmp_path / "train" / "b" / "1.jpg")
-    with pytest.raises(ValueError, match=r"cannot be split 80/20 by class: .*test_size = 1 should be greater"):
+    with pytest.raises(ValueError, match=r"cannot be split 80/20 by class: 5 images of 2 classes leave 1 for "
+                                         r"validation, .* give every class at least 5 training images .*test_size = 1 "
+                                         r"should be greater"):
         protocol_rows(tmp_path, protocol, splits=["train", "val"])  # 5 images: one validation image for 2 classes
 
 

@@ -136,3 +136,22 @@ def test_a_model_of_more_classes_reads_the_datas_labels_as_its_own():
         check_classes(model, ["d", "z"], model="m", data="d", subset=True)
     assert class_indices(model, data).tolist() == [3, 1]
     assert class_indices(model, model) is None and class_indices(None, data) is None
+
+
+def test_class_folders_found_by_listing_are_rebuilt_from_the_recorded_classes(tmp_path, monkeypatch):
+    """LightningCLI records a class-folders datamodule's arguments as given (``known: null``, the folders of
+    train/ then listed): evaluated from another folder (the relative training root not there), its datamodule is
+    rebuilt from the classes the checkpoint records, instead of failing to list a folder the evaluation never
+    needed."""
+    from lightning_modules.checkpoint import datamodule_from_checkpoint
+
+    monkeypatch.chdir(tmp_path)  # no data/my-images here
+    checkpoint = {"datamodule_class": "datamodules.ClassFolderDataModule", "classes": ["cat", "dog"],
+                  "datamodule_hyper_parameters": {"_class_path": "datamodules.ClassFolderDataModule",
+                                                  "root": "data/my-images", "known": None, "negative": ["fox"],
+                                                  "unknown": ["owl"], "num_workers": 0}}
+    datamodule = datamodule_from_checkpoint(checkpoint, "best.ckpt")
+    assert datamodule.protocol.known == ["cat", "dog"] and datamodule.protocol.unknown == ["owl"]
+    assert datamodule.root == "data/my-images"
+    moved = datamodule_from_checkpoint(checkpoint, "best.ckpt", {"root": str(tmp_path / "elsewhere")})
+    assert moved.root == str(tmp_path / "elsewhere") and moved.protocol.known == ["cat", "dog"]
