@@ -28,7 +28,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
@@ -262,23 +262,21 @@ class ScoringPasses:
         self._detectors: dict[str, Detector] = {}
         self._detectors_by_kappa: dict[tuple[int, str, str], Detector] = {}  # (model, κ, parameters) -> last fit
         self._heads_checked: set[int] = set()
-        self.fits: list[dict[str, Any]] = []  # one entry per fitted detector: model, κ, fit set, samples, state
-        # fit sets against the data they are tested on (check_fit_overlap): each pair compared once per run, by
-        # fingerprints; whether a fit set's overlaps are allowed, and the allowed ones (fit set -> set -> overlap)
+        self._fits: list[dict[str, Any]] = []  # the fit log (fits) as written when each detector was fitted
+        # fit sets against the data they are tested on (check_fit_overlap), by fingerprints: each set's identities
+        # (also kept in cache_dir) and each pair's overlap computed once per run (an allowed one says so,
+        # Overlap.allowed); per fit set the allow of its last check, for the sets scores() checks after it
         self._images: dict[str, SetImages] = {}
         self._overlaps: dict[tuple[str, str], Overlap] = {}
         self._allowed: dict[str, bool] = {}
-        self._allowed_overlaps: dict[str, dict[str, Overlap]] = {}
-        self._fit_set_of: dict[int, EvaluationSet] = {}  # id(detector) -> the fit set it was fitted on
-        self._fit_of_key: dict[str, tuple[EvaluationSet, EvaluationSet]] = {}  # fit log key -> (fit set, capped)
+        self._fitted_on: dict[str, tuple[EvaluationSet, EvaluationSet]] = {}  # fit log key -> (fit set, its cap)
 
     def clear(self) -> None:
         self._kept.clear()
         self._fingerprints.clear()
         self._detectors.clear()
         self._detectors_by_kappa.clear()
-        self._heads_checked.clear()
-        self._fit_set_of.clear()  # the overlaps stay: they depend on the data, not the weights
+        self._heads_checked.clear()  # the overlaps stay: they depend on the data, not the weights
 
     def _weights(self, pl_module: nn.Module) -> str:
         """The weights fingerprint, recomputed only when a parameter changed (its version counter)."""
@@ -387,8 +385,9 @@ class ScoringPasses:
                                 data=evaluation_set.name)
         detector = self._detectors_by_kappa.get((id(pl_module), kappa.name, digest(parameters))) \
             if kappa.needs_fit else None
-        fit_set = self._fit_set_of.get(id(detector)) if detector is not None else None
-        if fit_set is not None:  # before the pass: a set the callback did not check against the fit set
+        fitted_on = self._fitted_on_of(detector)
+        if fitted_on is not None:  # before the pass: a set the callback did not check against the fit set
+            fit_set = fitted_on[0]
             self.check_fit_overlap(fit_set, [evaluation_set], allow=self._allowed.get(fit_set.fingerprint(), False))
         outputs = self.outputs(trainer, pl_module, evaluation_set, features=features or kappa.kind == "features",
                                batch_size=batch_size, num_workers=num_workers)
@@ -410,13 +409,43 @@ class ScoringPasses:
 
     # -- fit sets and the data they are tested on ------------------------------------------------
 
+    @property
+    def fits(self) -> list[dict[str, Any]]:
+        """The fit log: one entry per fitted detector (model, κ, parameters, fit set, samples, fingerprint, state,
+        key) with ``overlaps``, the allowed overlaps of its fit set with the run's sets (:meth:`_fit_overlaps`),
+        derived when read, so that a set a later section checks is in it too."""
+        return [{**entry, "overlaps": self._fit_overlaps(*self._fitted_on[entry["key"]])
+                 if entry["key"] in self._fitted_on else []} for entry in self._fits]
+
+    def _images_of(self, evaluation_set: EvaluationSet) -> SetImages:
+        """A set's :class:`SetImages`, once per run; with ``cache_dir``, its file identities saved by an earlier
+        run (keyed by the set's fingerprint and real roots) are taken, not recomputed."""
+        fingerprint = evaluation_set.fingerprint()
+        if fingerprint not in self._images:
+            images = SetImages(evaluation_set)
+            if self.cache is not None and images.files.size:
+                images.load(self._identities_path(images, fingerprint), images.cache_key(fingerprint))
+            self._images[fingerprint] = images
+        return self._images[fingerprint]
+
+    def _identities_path(self, images: SetImages, fingerprint: str) -> Path:
+        return self.cache.directory / f"identities-{slug(images.name)}-{images.cache_key(fingerprint)[:16]}.npz"  # type: ignore[union-attr]
+
     def overlap(self, fit_set: EvaluationSet, evaluation_set: EvaluationSet) -> Overlap:
         """:func:`datamodules.overlap.find_overlap` of a fit set and an evaluation set, computed once per run for
-        each pair (by their fingerprints); each set's file identities and digests are computed once too."""
+        each pair (by their fingerprints); each set's file identities and digests are computed once too, and kept
+        in ``cache_dir`` (global rank zero writes them) for the next run. A pair that could not be compared in full
+        (:attr:`Overlap.not_compared`) is warned about, naming both sets."""
         key = (fit_set.fingerprint(), evaluation_set.fingerprint())
         if key not in self._overlaps:
-            images = [self._images.setdefault(s.fingerprint(), SetImages(s)) for s in (fit_set, evaluation_set)]
-            self._overlaps[key] = find_overlap(*images)
+            images = [self._images_of(s) for s in (fit_set, evaluation_set)]
+            self._overlaps[key] = overlap = find_overlap(*images)
+            if self.cache is not None and rank_zero_only.rank == 0:
+                for found, fingerprint in zip(images, key, strict=True):
+                    if found.changed:
+                        found.save(self._identities_path(found, fingerprint), found.cache_key(fingerprint))
+            if overlap.not_compared:
+                rank_zero_warn(overlap.not_compared_warning(), category=RuntimeWarning)
         return self._overlaps[key]
 
     def check_fit_overlap(self, fit_set: EvaluationSet | None, evaluation_sets: Iterable[EvaluationSet], *,
@@ -432,8 +461,8 @@ class ScoringPasses:
             fit_set: the fit set (``None``: nothing to check).
             evaluation_sets: the run's sets (an :class:`EvaluationData` or a sequence); sets of role ``fit`` are
                 left out.
-            allow: run anyway (``--allow-fit-overlap``): the overlaps are then warned about, kept, and recorded in
-                the fit log (``fits``, :meth:`fit_notes`) of every detector fitted on the set, whose tables say so.
+            allow: run anyway (``--allow-fit-overlap``): the overlaps are then warned about, marked allowed, and
+                in the fit log (``fits``, :meth:`fit_notes`) of every detector fitted on the set, whose tables say so.
             what: how the error calls the set.
 
         Returns:
@@ -444,35 +473,32 @@ class ScoringPasses:
         """
         if fit_set is None:
             return []
-        pairs = [(s, self.overlap(fit_set, s)) for s in evaluation_sets if s.role != "fit" and s is not fit_set]
-        found = [(s, o) for s, o in pairs if o.count]
+        found = [o for o in (self.overlap(fit_set, s) for s in evaluation_sets if s.role != "fit" and s is not fit_set)
+                 if o.count]
         if found and not allow:
-            raise FitOverlapError(overlap_message([o for _, o in found], what=what))
-        key = fit_set.fingerprint()
-        self._allowed[key] = allow  # the caller's, for the sets scores() checks after it
-        recorded = self._allowed_overlaps.setdefault(key, {})
-        new = [(s, o) for s, o in found if s.fingerprint() not in recorded]
-        for evaluation_set, overlap in new:
-            rank_zero_warn(f"{overlap_note(overlap, what=what)}: {overlap.summary()}; every table of the detectors "
-                           "fitted on it says so", category=RuntimeWarning)
-            recorded[evaluation_set.fingerprint()] = overlap
-        if new:  # the fit log of detectors already fitted on the set: complete
-            for entry in self.fits:
-                fitted_on = self._fit_of_key.get(entry["key"])
-                if fitted_on is not None and fitted_on[0].fingerprint() == key:
-                    entry["overlaps"] = self._fit_overlaps(*fitted_on)
-        return [o for _, o in found]
+            raise FitOverlapError(overlap_message(found, what=what))
+        self._allowed[fit_set.fingerprint()] = allow  # the caller's, for the sets scores() checks after it
+        for overlap in found:
+            if not overlap.allowed:  # warned once, when first allowed
+                overlap.allowed = True
+                rank_zero_warn(f"{overlap_note(overlap, what=what)}: {overlap.summary()}; every table of the "
+                               "detectors fitted on it says so", category=RuntimeWarning)
+        return found
+
+    def _fitted_on_of(self, detector: Detector | None) -> tuple[EvaluationSet, EvaluationSet] | None:
+        """The fit set and capped fit set a detector of the run was fitted on (``None``: none, or not fitted here)."""
+        if detector is None:
+            return None
+        key = next((key for key, found in self._detectors.items() if found is detector), None)
+        return self._fitted_on.get(key) if key is not None else None
 
     def fit_notes(self, detector: Detector | None, sets: Iterable[EvaluationSet] | None = None) -> str:
         """What a table says about a detector whose fit set overlaps data of the run (allowed): ``fit set 'fit'
         overlaps id_test: 40 of its 40 images are id_test images (allowed by --allow-fit-overlap)``, one per
         overlapping set among ``sets`` (the table's; ``None``: all of the run), counted within the images its
         cap kept; ``""`` when there is none."""
-        for entry in self.fits if detector is not None else []:
-            fitted_on = self._fit_of_key.get(entry["key"])
-            if self._detectors.get(entry["key"]) is detector and fitted_on is not None:
-                return "; ".join(o["note"] for o in self._fit_overlaps(*fitted_on, sets=sets))
-        return ""
+        fitted_on = self._fitted_on_of(detector)
+        return "; ".join(o["note"] for o in self._fit_overlaps(*fitted_on, sets=sets)) if fitted_on else ""
 
     def _fit_overlaps(self, fit_set: EvaluationSet, subset: EvaluationSet, sets: Iterable[EvaluationSet] | None = None
                       ) -> list[dict[str, Any]]:
@@ -480,9 +506,10 @@ class ScoringPasses:
         keeps: the fit log's ``overlaps``."""
         indices = None if subset is fit_set else [int(i) for i in subset.dataset.indices]  # type: ignore[attr-defined]
         wanted = None if sets is None else {s.fingerprint() for s in sets}
+        fingerprint = fit_set.fingerprint()
         entries = []
-        for other, overlap in self._allowed_overlaps.get(fit_set.fingerprint(), {}).items():
-            if wanted is not None and other not in wanted:
+        for (fit, other), overlap in self._overlaps.items():
+            if fit != fingerprint or not overlap.allowed or (wanted is not None and other not in wanted):
                 continue
             count = overlap.within(indices)
             entries.append({"set": overlap.other, "role": overlap.other_role, "images": count, "of": len(subset),
@@ -547,16 +574,13 @@ class ScoringPasses:
                     check_head(head, data, model=model_name)
             detector.fit(data, head=head)
             self._detectors[key] = detector
-            self.fits.append({"model": model_name, "kappa": kappa.name, "parameters": dict(parameters),
-                              "fit set": subset.name if subset is not None else None,
-                              "samples": len(subset) if subset is not None else 0,
-                              "fingerprint": subset.fingerprint() if subset is not None else None,
-                              "state": detector.state_fingerprint(), "key": key,
-                              # an allowed overlap of the fit set with the run's data, counted within the cap
-                              "overlaps": self._fit_overlaps(fit_set, subset) if subset is not None else []})
+            self._fits.append({"model": model_name, "kappa": kappa.name, "parameters": dict(parameters),
+                               "fit set": subset.name if subset is not None else None,
+                               "samples": len(subset) if subset is not None else 0,
+                               "fingerprint": subset.fingerprint() if subset is not None else None,
+                               "state": detector.state_fingerprint(), "key": key})
         if subset is not None:
-            self._fit_set_of[id(detector)] = fit_set
-            self._fit_of_key[key] = (fit_set, subset)
+            self._fitted_on[key] = (fit_set, subset)  # type: ignore[assignment]
         self._detectors_by_kappa[(id(pl_module), kappa.name, digest(parameters))] = detector
         return detector
 
@@ -625,7 +649,7 @@ def cap_origin(kappa: Kappa, given: dict[str, Any], options: dict[str, Any], fit
     and the options that change it (``knn_imagenet`` keeps 1% by default: 1 of 96 images)."""
     cap = {k: v for k, v in options.items() if k in ("fraction", "per_class")}
     whose = "the cap given" if {"fraction", "per_class"} & set(given) else f"{kappa.name}'s default fit cap"
-    return (f"{whose} {cap} keeps {len(subset)} of the {len(fit_set)} images of the fit set {fit_set.name}; change it "
+    return (f"{whose} {cap} keeps {len(subset)} of the {len(fit_set)} images of the fit set {fit_set.name!r}; change it "
             f"with --fit-arg {kappa.name}.fraction=F (0 < F <= 1; 1 keeps them all) or --fit-arg "
             f"{kappa.name}.per_class=N (fit: {{{kappa.name}: {{per_class: N}}}} in YAML and Python), or fit on more "
             "images")

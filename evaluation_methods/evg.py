@@ -327,8 +327,10 @@ def evg_estimates(result: MethodResult, intervals: Intervals) -> list[Estimate]:
                 bounds = intervals.bounds(replicate) if replicate is not None else (None, None)
             chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
             # the units: the ID test and seed images (their digest), and how many chains searched them
+            notes = dict.fromkeys(e[0][FIT_OVERLAP] for e in entries if e[0].get(FIT_OVERLAP))
             found.append(Estimate(model, kappa, headline, value, *bounds, replicate,
-                                  f"{result.units}|{chains} chains, {entries[0][0]['id test images']} ID test images"))
+                                  f"{result.units}|{chains} chains, {entries[0][0]['id test images']} ID test images",
+                                  fit_overlap="; ".join(notes)))
     return found
 
 

@@ -406,7 +406,8 @@ def generated_estimates(result: MethodResult) -> list[Estimate]:
             if first.get(kind) == row["set"] and row["auroc"] is not None:
                 found.append(Estimate(row["model"], row["confidence function"], kind, row["auroc"],
                                       row.get("auroc low"), row.get("auroc high"),
-                                      result.replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}"))
+                                      result.replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}",
+                                      fit_overlap=row.get(FIT_OVERLAP, "")))
     return found
 
 

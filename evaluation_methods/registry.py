@@ -54,7 +54,10 @@ class Headline:
 class Estimate:
     """One headline number of one (model, κ): its value and interval, the bootstrap replicates it was compared
     by (``None``: not comparable), and ``units``, the identity of the units those replicates resampled (only
-    estimates of the same units are paired on the leaderboard)."""
+    estimates of the same units are paired on the leaderboard). ``fit_overlap``: the note of the method's tables
+    when the detector's fit set holds images of the data the number was measured on (allowed by
+    ``--allow-fit-overlap``, :meth:`evaluation_engine.scoring.ScoringPasses.fit_notes`); the leaderboard marks
+    the cell."""
 
     model: str
     kappa: str
@@ -64,6 +67,7 @@ class Estimate:
     high: float | None = None
     replicates: Tensor | None = None
     units: str = ""
+    fit_overlap: str = ""
 
     def __post_init__(self) -> None:
         self.value, self.low, self.high = number(self.value), number(self.low), number(self.high)

@@ -176,9 +176,11 @@ def severity_estimates(model: str, result: MethodResult, intervals: Intervals) -
         aurocs = [r["ood-auroc"] for r in rows]
         mean, hardest = result.replicates.get(f"{kappa}/mean"), result.replicates.get(f"{kappa}/hardest")
         bounds = intervals.bounds(mean) if mean is not None else (None, None)
-        found += [Estimate(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *bounds, mean, result.units),
+        note = rows[0].get(FIT_OVERLAP, "")  # every level of a (model, κ) carries its detector's note
+        found += [Estimate(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *bounds, mean, result.units,
+                           fit_overlap=note),
                   Estimate(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
-                           rows[-1].get("ood-auroc high"), hardest, result.units)]
+                           rows[-1].get("ood-auroc high"), hardest, result.units, fit_overlap=note)]
     return found
 
 
@@ -218,7 +220,8 @@ class SeverityMethod(Method):
                                 "empty resamples": int(torch.isnan(replicates).sum()) if replicates is not None else "",
                                 FIT_OVERLAP: rows[0].get(FIT_OVERLAP, "")})
                 levels.append({"model": model, "κ": kappa, **{
-                    f"level {r['severity level']}": column_cell(r, "ood-auroc") for r in rows}})
+                    f"level {r['severity level']}": column_cell(r, "ood-auroc") for r in rows},
+                    FIT_OVERLAP: rows[0].get(FIT_OVERLAP, "")})
                 lines[f"{model} / {kappa}"] = rows
         figures = []
         if context.plots and lines:
@@ -226,7 +229,8 @@ class SeverityMethod(Method):
                                  title=f"OOD AUROC by severity level ({context.intervals.level:.0%} intervals)")
             figures.append(Figure("AUROC by severity level", path,
                                   "level 0 = easiest, the last level = hardest; bands: the class-resampled intervals"))
-        level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")]]
+        level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")],
+                         *([FIT_OVERLAP] if any(r[FIT_OVERLAP] for r in levels) else [])]
         return Section(self.slug, self.title, (
             "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
             "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "

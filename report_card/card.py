@@ -287,6 +287,7 @@ class ReportCard(Evaluation):
             raise ValueError(f"the models of several seeds {clash} are named like another model of the report")
         for group, specs in self.groups.items():  # what the checkpoints already read say, before any pass
             check_seed_recipes(group, specs, [models[spec].recipe for spec in specs])
+            check_distinct_seeds(group, specs, [models[spec].fingerprint() for spec in specs])
         self.passes = ScoringPasses(self.cache_dir, decode=self.options.decode)
         # every section's evaluation built first: options and output folders checked before anything runs
         plan: list[tuple[str, Run, Evaluation, Path]] = []
@@ -336,6 +337,7 @@ class ReportCard(Evaluation):
     def assemble(self, found: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
         """The report (the schema of :mod:`report_card.page`) from the sections' results and files."""
         cells: dict[tuple[str, str], dict[str, tuple]] = {}
+        overlaps: dict[tuple[str, str], dict[str, str]] = {}  # (model, κ) -> column -> its allowed fit overlap
         rows_order: list[tuple[str, str]] = []
         for model in models:
             for name in self.kappa:
@@ -353,10 +355,17 @@ class ReportCard(Evaluation):
                 # only rows measured on the same units (data fingerprints) are compared: their resamples are paired
                 cells.setdefault(row, {})[estimate.key] = (estimate.value, estimate.low, estimate.high,
                                                            estimate.replicates, estimate.units)
+                if estimate.fit_overlap:
+                    overlaps.setdefault(row, {})[estimate.key] = estimate.fit_overlap
             sections.append(method.section(results, context).as_dict())
         problems: dict[str, list[str]] = {}
         if self.groups:
             sections.append(seeds_section(cells, rows_order, self.members, self.intervals, problems=problems))
+            for group, names in self.members.items():  # a mean over seeds holds each seed's overlap
+                for (model, kappa), marked in list(overlaps.items()):
+                    for key, note in marked.items() if model in names else ():
+                        merged = overlaps.setdefault((group, kappa), {})
+                        merged[key] = f"{merged[key]}; {model}: {note}" if key in merged else f"{model}: {note}"
             lost = [group for group in self.groups if not any(m == group for m, _ in rows_order)]
             if lost:
                 raise ValueError("; ".join(
@@ -376,6 +385,7 @@ class ReportCard(Evaluation):
         for column in columns:
             entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
             compare_column(entries, column, self.intervals, unit=by_slug[column.method].unit)
+        mark_fit_overlaps(rows, overlaps)
         if not any(row["cells"] for row in rows):
             given = {key: sum(len(result.estimates) for result in results.values()) for key, results in found.items()}
             raise ValueError(
@@ -420,6 +430,19 @@ class ReportCard(Evaluation):
             notes += methods()[key].notes(results, models)
         notes += fit_overlap_notes(self.passes.fits if self.passes is not None else [])
         return notes
+
+def mark_fit_overlaps(rows: Sequence[dict[str, Any]], overlaps: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+    """Mark the leaderboard's cells of a detector fitted on images of the data they were measured on (allowed by
+    ``--allow-fit-overlap``): the cell's ``fit_overlap`` note, and the row's (its cells' notes, once each). The cell
+    still competes for best and ▼ (the user asked for it): the page marks it, and its column's marks with it."""
+    for row in rows:
+        marked = {key: note for key, note in overlaps.get((row["model"], row["kappa"]), {}).items()
+                  if key in row["cells"]}
+        for key, note in marked.items():
+            row["cells"][key]["fit_overlap"] = note
+        if marked:
+            row["fit_overlap"] = "; ".join(dict.fromkeys(marked.values()))
+
 
 def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Sequence[str] = ("softmax",), *,
            trainer: TrainerOptions | None = None, **options: Any) -> list[dict[str, Any]]:
@@ -559,6 +582,29 @@ def check_seed_recipes(name: str, seeds: Sequence[str], recipes: Sequence[Mappin
             f"different models into one row. They differ in\n  " + "\n  ".join(lines) + "\nGive as seeds runs of one "
             "recipe (one kind: checkpoints of train.py or ensembles; the same model class, architecture, loss, "
             "classes and data) that differ in their training seed; report other recipes as models of their own.")
+
+
+def check_distinct_seeds(name: str, seeds: Sequence[str], weights: Sequence[str]) -> None:
+    """Refuse seeds that are one network (identical weights: a run given twice, a copy of a checkpoint, or runs
+    whose seed the configuration fixed): their mean would count one training run several times and narrow the
+    interval that the spread over training runs should widen.
+
+    Args:
+        weights: each seed's weights fingerprint (:func:`lightning_modules.scoring.weights_fingerprint`).
+
+    Raises:
+        ValueError: naming the model and each group of seeds with the same weights.
+    """
+    by_weights: dict[str, list[str]] = {}
+    for spec, fingerprint in zip(seeds, weights, strict=True):
+        by_weights.setdefault(fingerprint, []).append(spec)
+    same = [specs for specs in by_weights.values() if len(specs) > 1]
+    if same:
+        raise ValueError(
+            f"model {name!r} of several seeds: " + "; ".join(" and ".join(specs) for specs in same)
+            + " are one network (identical weights), not runs of different training seeds: their mean would count one "
+            "run several times and narrow its interval. Train each seed with its own --seed_everything N "
+            "(the configs fix 42), then give those checkpoints")
 
 
 # -- the models ----------------------------------------------------------------------------------

@@ -162,6 +162,7 @@ def leaderboard_text(card: dict[str, Any]) -> str:
                 interval = (f" [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
                             if found.get("low") is not None else "")
                 mark = " (best)" if found["best"] else (" (worse)" if found["significant"] else "")
+                mark += " (fitted on its test data)" if found.get("fit_overlap") else ""
                 parts.append(f"{column['method']} {column['title']} {found['value']:.{digits}f}{interval}{mark}")
         lines.append(f"  {row['model']} / {row['kappa']}: " + "; ".join(parts))
     return "\n".join(lines)

@@ -5,7 +5,7 @@ The report (``report.json``, built by the evaluation) is a dict::
     {"title", "created", "command", "level", "resamples", "seed", "versions": {package: version},
      "models": [{"name", "source", "sha256"}], "data": [{"name", "role", "fingerprint", "samples"}],
      "leaderboard": {"columns": [{"key", "title", "method", "higher_is_better", "description"}],
-                     "rows": [{"model", "kappa", "cells": {key: Cell}}]},
+                     "rows": [{"model", "kappa", "cells": {key: Cell}, "fit_overlap" (when marked)}]},
      "sections": [{"method", "title", "text", "tables": [{"title", "columns", "rows"}],
                    "images": [{"title", "path", "caption"}]}],
      "notes": [str]}
@@ -15,7 +15,9 @@ with ``Cell = {"value", "low", "high", "best", "significant", "share_first", "un
 its column, whether it is worse than the best row simultaneously over the column (``metrics.worse_than_best``:
 the chance of any false mark in a column is at most 1 - level) and ``share_first``, the share of resamples in
 which the row ranks first (not a probability of being the best: it favours the observed leader). A key
-missing from ``cells`` was not measured and shows as "—".
+missing from ``cells`` was not measured and shows as "—". A Cell (and its row) of a detector fitted on images of
+the data it was measured on (allowed by ``--allow-fit-overlap``) carries ``fit_overlap``, the note of its method's
+tables: the page marks it with :data:`FIT_OVERLAP_MARK` and says why under the leaderboard.
 
 :func:`render_html` makes a page that a browser opens offline: no script, style, font or image from anywhere
 else (images are inlined as ``data:`` URIs), every string of the report escaped, tables sortable by a small
@@ -40,6 +42,10 @@ from openset_common import atomic_write_text
 
 MISSING = "—"
 SIGNIFICANT_MARK = "▼"
+FIT_OVERLAP_MARK = "†"
+FIT_OVERLAP_TEXT = (f"{FIT_OVERLAP_MARK} = the detector was fitted on a fit set that holds images of the data this "
+                    "number was measured on (run with --allow-fit-overlap): it scored images it was fitted on, so "
+                    "the number is optimistic, and the best and ▼ marks of its column compare the other rows with it")
 
 
 # -- numbers ----------------------------------------------------------------------------------------------
@@ -182,6 +188,8 @@ td.num .v { display: inline-block; vertical-align: top; }
 td.best .v { font-weight: 700; }
 td.best .ci { font-weight: 400; }
 .sig { color: var(--warn); margin-left: 0.2rem; font-size: 0.85em; }
+.fit-overlap { color: var(--warn); margin-left: 0.2rem; font-weight: 700; }
+p.fit-overlap-note, ul.fit-overlap-note { font-size: 0.85rem; color: var(--muted); margin: 0.3rem 0; }
 sup.pf { color: var(--muted); margin-left: 0.25rem; font-size: 0.7em; }
 td.missing { color: #9aa3b2; text-align: center; }
 tbody tr:nth-child(even) td:not(.best) { background: #fafbfc; }
@@ -287,6 +295,9 @@ def _cell_html(value: Any, *, level: Any, resamples: Any) -> str:
         if _finite(share):
             extra += f'<sup class="pf">{share:.2f}</sup>'
             tips.append(f"ranks first in {share:.0%} of the resamples")
+        if value.get("fit_overlap"):
+            extra += f'<span class="fit-overlap" aria-label="fitted on its test data">{FIT_OVERLAP_MARK}</span>'
+            tips.append(f"{value['fit_overlap']}: fitted on images it was measured on")
     cls = f' class="{" ".join(classes)}"' if classes else ""
     tip = f' title="{_e("; ".join(tips))}"' if tips else ""
     # the interval on a line of its own under the estimate (a narrower column); the text stays format_cell's
@@ -326,6 +337,10 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
         out.append(f'<tr data-model="{_e(row.get("model"))}" data-kappa="{_e(row.get("kappa"))}">'
                    + "".join(tds) + "</tr>")
     out += ["</tbody></table></div>"]
+    marked = fit_overlap_lines(rows)
+    if marked:
+        out.append(f'<p class="fit-overlap-note">{_e(FIT_OVERLAP_TEXT)}:</p><ul class="fit-overlap-note">'
+                   + "".join(f"<li>{_e(line)}</li>" for line in marked) + "</ul>")
     if columns:
         out.append('<dl class="columns">')
         for column in columns:
@@ -337,6 +352,11 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
                        f"({better} is better).{_e(unit)}</dd>")
         out.append("</dl>")
     return out
+
+
+def fit_overlap_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per leaderboard row marked :data:`FIT_OVERLAP_MARK`: ``model / κ: its note``."""
+    return [f"{row.get('model')} / {row.get('kappa')}: {row['fit_overlap']}" for row in rows if row.get("fit_overlap")]
 
 
 def _paragraphs(text: str | None) -> list[str]:
@@ -488,6 +508,8 @@ def _md_cell(value: Any) -> str:
         out += f" {SIGNIFICANT_MARK}"
     if _finite(value.get("share_first")):
         out += f" <sup>{value['share_first']:.2f}</sup>"
+    if value.get("fit_overlap"):
+        out += f" {FIT_OVERLAP_MARK}"
     return out
 
 
@@ -512,6 +534,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                      ([_md(r.get("model")), _md(r.get("kappa")),
                        *[_md_cell(r.get("cells", {}).get(c.get("key"))) for c in columns]] for r in rows))
     out.append("")
+    marked = fit_overlap_lines(rows)
+    if marked:
+        out += [f"{_md(FIT_OVERLAP_TEXT)}:", "", *[f"- {_md(line)}" for line in marked], ""]
     for column in columns:
         units = _units(rows, column.get("key"))
         unit = f" Resampled: {'; '.join(units)}." if units else ""

@@ -35,6 +35,10 @@ def log_card(card: dict[str, Any], options: TrainerOptions, *, folder: str | Pat
                 found = row["cells"].get(column["key"]) or {}
                 values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
             data.append(values)
+        if any(row.get("fit_overlap") for row in card["leaderboard"]["rows"]):  # the page's † rows, said
+            columns.append("fit overlap")
+            for values, row in zip(data, card["leaderboard"]["rows"], strict=True):
+                values.append(row.get("fit_overlap", ""))
         logger.log_table(key="report/leaderboard", columns=columns, data=data)
         keys: set[str] = set()
         for section in card["sections"]:

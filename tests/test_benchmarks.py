@@ -131,8 +131,17 @@ def test_fit_overlap_tiny_finds_the_copies_and_the_links_and_nothing_in_the_trai
     assert (links["count"], links["hows"]["same file"], links["heads"], links["wholes"]) == (val, val, 0, 0)
     (fashion,) = [r for name, r in cases.items() if name.startswith("Fashion-MNIST")]
     assert (fashion["images"], fashion["count"]) == (1200, 0)  # the demo's splits share no image
+    # PNG exports of the training images against the test tensors: every header read, every 28 x 28 file decoded
+    (exports,) = [r for name, r in cases.items() if name.startswith("PNG exports")]
+    assert (exports["images"], exports["headers"], exports["decoded"], exports["count"]) == (900, 300, 300, 0)
+    # the pool: a second run takes both sets' identities from the cache and reads no file
+    pool = cases["train/ vs pool/ (the severity pool)"]
+    assert pool["images"] == 20 * (8 + 20) and pool["second_count"] == pool["count"] == 0
+    assert pool["second_reads"] == {"stats": 0, "heads": 0, "wholes": 0, "opened": 0} and pool["second_s"] > 0
     estimate = result["estimate"]
     assert 0 < estimate["share_fit"] < estimate["share_val"] < 1 and estimate["check_s"] > estimate["fingerprint_s"] > 0
+    big = estimate["pool"]
+    assert big["heads"] > estimate["heads"] and big["check_s"] > estimate["check_s"] and big["second_s"] > 0
 
 
 def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:

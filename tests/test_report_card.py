@@ -413,6 +413,19 @@ def recipe_variant(demo_checkpoint: Path, folder: Path, *, model: dict | None = 
     return str(path)
 
 
+def seed_variant(demo_checkpoint: Path, path: Path, *, seed: int = 1) -> Path:
+    """A checkpoint of the demo's recipe with other weights (each weight moved by a seeded 1e-3 noise): another
+    training run, as far as the card can tell, without training one."""
+    checkpoint = torch.load(demo_checkpoint, map_location="cpu", weights_only=False)
+    generator = torch.Generator().manual_seed(seed)
+    checkpoint["state_dict"] = {name: value + 1e-3 * torch.randn(value.shape, generator=generator)
+                                if value.is_floating_point() else value
+                                for name, value in checkpoint["state_dict"].items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
+    return path
+
+
 def test_seeds_of_other_recipes_are_refused_before_any_pass(demo_checkpoint: Path, tmp_path: Path) -> None:
     from lightning_modules.scoring import ScoringModel
     from report_card.card import ModelSeeds
@@ -469,6 +482,7 @@ def test_a_model_no_kappa_pairs_with_is_refused_before_anything_runs() -> None:
 
 
 PROBE: dict[tuple[str, str], tuple[float | None, torch.Tensor | None, str]] = {}
+PROBE_OVERLAP: dict[tuple[str, str], str] = {}  # (model, κ) -> the note of an allowed fit overlap of its estimate
 
 
 class Probe(Evaluation):
@@ -488,7 +502,8 @@ class Probe(Evaluation):
             name = checkpoint_display_name(Path(spec))
             for kappa in self.kappa:
                 value, replicates, units = PROBE[(name, kappa)]
-                estimates.append(Estimate(name, kappa, "probe_score", value, None, None, replicates, units))
+                estimates.append(Estimate(name, kappa, "probe_score", value, None, None, replicates, units,
+                                          fit_overlap=PROBE_OVERLAP.get((name, kappa), "")))
         return MethodResult("probe", {}, folder=self.output_dir, estimates=estimates)
 
 
@@ -506,6 +521,7 @@ def probe_method():
     yield
     unregister("probe")
     PROBE.clear()
+    PROBE_OVERLAP.clear()
 
 
 def constant(value: float, resamples: int = 50) -> torch.Tensor:
@@ -517,9 +533,7 @@ def test_two_seeds_warn_and_the_page_says_their_interval_is_uninformative(demo_c
                                                                           capsys) -> None:
     from scipy.stats import t as student_t
 
-    second = tmp_path / "seed1" / "checkpoints" / "best.ckpt"
-    second.parent.mkdir(parents=True)
-    second.write_bytes(demo_checkpoint.read_bytes())
+    second = seed_variant(demo_checkpoint, tmp_path / "seed1" / "checkpoints" / "best.ckpt")
     # softmax: far apart; energy: close; max_logit: measured on other data by the second seed (not combined)
     PROBE.update({("demo-best", "softmax"): (0.5, constant(0.5), "u"), ("seed1-best", "softmax"): (0.8, constant(0.8), "u"),
                   ("demo-best", "energy"): (0.5, constant(0.5), "u"), ("seed1-best", "energy"): (0.51, constant(0.51), "u"),
@@ -552,10 +566,8 @@ def test_two_seeds_warn_and_the_page_says_their_interval_is_uninformative(demo_c
 @pytest.mark.usefixtures("probe_method")
 def test_a_card_without_a_leaderboard_row_is_an_error_that_says_why(demo_checkpoint: Path, tmp_path: Path,
                                                                      capsys) -> None:
-    second, third = (tmp_path / name / "checkpoints" / "best.ckpt" for name in ("seed1", "seed2"))
-    for copy in (second, third):
-        copy.parent.mkdir(parents=True)
-        copy.write_bytes(demo_checkpoint.read_bytes())
+    second, third = (seed_variant(demo_checkpoint, tmp_path / f"seed{k}" / "checkpoints" / "best.ckpt", seed=k)
+                     for k in (1, 2))
     seeds = [{"name": "eos", "seeds": [str(demo_checkpoint), str(second), str(third)]}]
     options = {"probe": {}, "cache_dir": None, "trainer": {"wandb_mode": "disabled"}}
     # the seeds measured on other data: no number of the model can be combined, and it was its only row
@@ -579,6 +591,78 @@ def test_a_card_without_a_leaderboard_row_is_an_error_that_says_why(demo_checkpo
         ReportCard.of(model=[str(second)], output_dir=str(tmp_path / "c"), **options).run()
     assert not (tmp_path / "c" / "index.html").exists()
     assert "Report card written" not in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("probe_method")
+def test_a_row_fitted_on_its_test_data_is_marked_on_the_page_and_in_the_json(demo_checkpoint: Path,
+                                                                             tmp_path: Path) -> None:
+    from report_card.page import FIT_OVERLAP_MARK, FIT_OVERLAP_TEXT
+
+    seeds = [seed_variant(demo_checkpoint, tmp_path / f"seed{k}" / "checkpoints" / "best.ckpt", seed=k)
+             for k in (1, 2, 3)]
+    note = "fit set 'fit' overlaps id_test: 12 of its 60 images are id_test images (allowed by --allow-fit-overlap)"
+    for model, base in (("demo-best", 0.7), ("seed1-best", 0.8), ("seed2-best", 0.81), ("seed3-best", 0.82)):
+        PROBE[(model, "softmax")] = (base, constant(base) + torch.linspace(-0.05, 0.05, 50, dtype=torch.float64), "u")
+        PROBE[(model, "knn")] = (base + 0.1, constant(base + 0.1) + torch.linspace(-0.05, 0.05, 50,
+                                                                                   dtype=torch.float64), "u")
+    PROBE_OVERLAP.update({("demo-best", "knn"): note, ("seed2-best", "knn"): note})
+    card = ReportCard.of(model=[str(demo_checkpoint), {"name": "eos", "seeds": [str(s) for s in seeds]}],
+                         kappa=["softmax", "knn"], probe={}, output_dir=str(tmp_path / "card"), cache_dir=None,
+                         trainer={"wandb_mode": "disabled"})
+    rows = {(row["model"], row["kappa"]): row for row in card.run()}
+    # the marked rows still compete (eos / knn is the best of its column), and say why
+    marked = rows[("demo-best", "knn")]
+    assert marked["fit_overlap"] == note and marked["cells"]["probe_score"]["fit_overlap"] == note
+    assert marked["cells"]["probe_score"]["best"] is False and rows[("eos", "knn")]["cells"]["probe_score"]["best"]
+    # a mean over seeds holds the overlap of the seed it came from
+    assert rows[("eos", "knn")]["fit_overlap"] == f"seed2-best: {note}"
+    assert all("fit_overlap" not in rows[(model, "softmax")] and "fit_overlap" not in
+               rows[(model, "softmax")]["cells"]["probe_score"] for model in ("demo-best", "eos"))
+    saved = {(row["model"], row["kappa"]): row for row in
+             json.loads((tmp_path / "card" / "report.json").read_text())["leaderboard"]["rows"]}
+    assert saved[("demo-best", "knn")]["fit_overlap"] == note
+    assert saved[("demo-best", "knn")]["cells"]["probe_score"]["fit_overlap"] == note
+    page = (tmp_path / "card" / "index.html").read_text()
+    knn_row = page.split('data-model="demo-best" data-kappa="knn">')[1].split("</tr>")[0]
+    softmax_row = page.split('data-model="demo-best" data-kappa="softmax">')[1].split("</tr>")[0]
+    assert f'aria-label="fitted on its test data">{FIT_OVERLAP_MARK}</span>' in knn_row
+    assert FIT_OVERLAP_MARK not in softmax_row
+    assert page.count(f'aria-label="fitted on its test data">{FIT_OVERLAP_MARK}</span>') == 2  # demo-best, eos
+    assert "<li>demo-best / knn: fit set &#x27;fit&#x27; overlaps id_test: 12 of its 60 images" in page
+    assert "(run with --allow-fit-overlap)" in page
+    markdown = (tmp_path / "card" / "report.md").read_text()
+    assert f"| demo-best | knn | 0.800 ▼ <sup>0.00</sup> {FIT_OVERLAP_MARK} |" in markdown
+    assert f"- demo-best / knn: {note}" in markdown
+    assert FIT_OVERLAP_TEXT.split(":")[0] in markdown
+
+
+@pytest.mark.slow
+def test_a_card_fitted_on_exports_of_its_test_images_marks_the_rows_and_tables_it_shapes(demo_checkpoint: Path,
+                                                                                          tmp_path: Path) -> None:
+    """The demo's severity section with KNN fitted on a folder of training images and PNG exports of 2 ID test images
+    per class (allowed): the KNN row of the leaderboard is marked, and every severity table of the card has the
+    ``fit overlap`` column; softmax (no fit) is not marked."""
+    from tests.callbacks.test_fit_pass import export_demo_test_images
+
+    export_demo_test_images(tmp_path / "fit", 2, train=5)
+    card = ReportCard.of(model=[str(demo_checkpoint)], kappa=["softmax", "knn"],
+                         severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10},
+                                   "fit_data": str(tmp_path / "fit"), "allow_fit_overlap": True,
+                                   "kappa_args": {"knn": {"k": 1}}},
+                         intervals={"resamples": 50}, output_dir=str(tmp_path / "card"), cache_dir=None,
+                         plots=False, trainer={"wandb_mode": "disabled"})
+    with pytest.warns(RuntimeWarning, match="fit set 'fit' overlaps id_test: 8 of its 28 images are id_test images"):
+        rows = {row["kappa"]: row for row in card.run()}
+    note = "fit set 'fit' overlaps id_test: 8 of its 28 images are id_test images (allowed by --allow-fit-overlap)"
+    assert rows["knn"]["fit_overlap"] == note and "fit_overlap" not in rows["softmax"]
+    assert {key: cell.get("fit_overlap") for key, cell in rows["knn"]["cells"].items()} == {
+        "severity_mean": note, "severity_hardest": note}
+    (section,) = [s for s in card.card["sections"] if s["method"] == "severity"]
+    for table in section["tables"]:
+        assert table["columns"][-1] == "fit overlap", table["title"]
+        assert {row["κ"]: row["fit overlap"] for row in table["rows"]} == {"softmax": "", "knn": note}
+    page = (tmp_path / "card" / "index.html").read_text()
+    assert page.count('aria-label="fitted on its test data">†</span>') == 2  # the knn row's two severity cells
 
 
 def test_severity_levels_beyond_the_windows_are_refused_in_the_card_before_any_pass(demo_checkpoint: Path,
@@ -688,6 +772,40 @@ def test_every_image_the_page_shows_is_logged_to_wandb(tmp_path: Path, monkeypat
         publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=folder)
 
 
+def test_the_wandb_leaderboard_and_the_terminal_say_which_rows_were_fitted_on_their_test_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytorch_lightning.loggers import WandbLogger
+
+    import evaluation_engine.run
+    from report_card import publish
+    from report_card.leaderboard import leaderboard_text
+
+    note = "fit set 'fit' overlaps id_test: 2 of its 8 images are id_test images (allowed by --allow-fit-overlap)"
+    cell = {"value": 0.9, "low": 0.8, "high": 1.0, "best": True, "significant": False, "share_first": 0.7}
+    card = {"title": "t", "notes": [], "sections": [], "leaderboard": {
+        "columns": [{"key": "severity_mean", "title": "mean AUROC", "method": "severity"}],
+        "rows": [{"model": "m", "kappa": "knn", "fit_overlap": note,
+                  "cells": {"severity_mean": {**cell, "fit_overlap": note}}},
+                 {"model": "m", "kappa": "softmax", "cells": {"severity_mean": {**cell, "best": False}}}]}}
+    tables: dict[str, dict] = {}
+
+    class Recorder(WandbLogger):  # W&B's logger without a run: what log_card hands it
+        def log_table(self, key: str, **kwargs) -> None:
+            tables[key] = kwargs
+
+        @property
+        def experiment(self):
+            return type("Run", (), {"finish": lambda self: None})()
+
+    monkeypatch.setattr(evaluation_engine.run, "make_logger", lambda options, name, version=None: Recorder(project="card"))
+    publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=tmp_path)
+    board = tables["report/leaderboard"]
+    assert board["columns"][-1] == "fit overlap" and [row[-1] for row in board["data"]] == [note, ""]
+    assert leaderboard_text(card).splitlines() == [
+        "  m / knn: severity mean AUROC 0.900 [0.800, 1.000] (best) (fitted on its test data)",
+        "  m / softmax: severity mean AUROC 0.900 [0.800, 1.000]"]
+
+
 @pytest.mark.slow
 def test_the_wandb_run_holds_every_image_the_page_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same through a real offline W&B run, read back from its files."""
@@ -712,3 +830,19 @@ def test_the_wandb_run_holds_every_image_the_page_shows(tmp_path: Path, monkeypa
     logged = sorted(pixels(p.read_bytes()) for p in runs[0].glob("files/media/images/**/*.png"))
     shown = sorted(pixels(data) for data in page_images(card, folder))
     assert len(shown) == 2 and logged == shown
+
+
+def test_seeds_that_are_one_network_are_refused_before_any_pass(demo_checkpoint: Path, tmp_path: Path) -> None:
+    """Two "seeds" of bit-identical weights (a copy of the checkpoint; runs of a config that fixes its seed) would
+    be averaged as two runs, with an interval narrower than one run's: refused, naming them."""
+    copy = tmp_path / "copy" / "checkpoints" / "best.ckpt"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(demo_checkpoint.read_bytes())
+    other = seed_variant(demo_checkpoint, tmp_path / "other" / "checkpoints" / "best.ckpt")
+    card = ReportCard.of(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(other), str(copy)]}],
+                         severity={"data": "fashion"}, output_dir=str(tmp_path / "card"), cache_dir=None,
+                         trainer={"wandb_mode": "disabled"})
+    with pytest.raises(ValueError, match=rf"model 'eos' of several seeds: {demo_checkpoint} and {copy} are one network "
+                                         r"\(identical weights\), not runs of different training seeds"):
+        card.run()
+    assert card.passes is None and not (tmp_path / "card").exists()

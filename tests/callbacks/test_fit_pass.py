@@ -335,7 +335,7 @@ def test_a_default_cap_too_small_for_the_detector_names_the_cap_and_the_option()
     with pytest.raises(ValueError) as refused:  # knn_imagenet keeps 1% by default: 1 of 96 images for k = 10
         ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), batch_size=8)
     message = str(refused.value)
-    assert "knn_imagenet's default fit cap {'fraction': 0.01} keeps 1 of the 96 images of the fit set fit" in message
+    assert "knn_imagenet's default fit cap {'fraction': 0.01} keeps 1 of the 96 images of the fit set 'fit'" in message
     assert "--fit-arg knn_imagenet.fraction=F" in message and "--fit-arg knn_imagenet.per_class=N" in message
     with pytest.raises(ValueError, match=r"the cap given \{'per_class': 2\} keeps 6 of the 96 images"):
         ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), fit={"per_class": 2},
@@ -376,6 +376,122 @@ def severity_command(root, out, fit_data, **options):
         kappa_args={"knn": {"k": 1}}, fit_data=str(fit_data), output_dir=str(out), cache_dir=None, plots=False,
         trainer=TrainerOptions(accelerator="cpu", devices=1, wandb_mode="disabled", progress_bar=False), **options)
     return scoring, evaluation
+
+
+def test_a_pair_that_cannot_be_compared_in_full_is_warned_once_naming_both_sets(tmp_path):
+    import warnings
+
+    from tests.conftest import make_imagenet_folder
+
+    tree = make_imagenet_folder(tmp_path / "ILSVRC2012", KNOWN, train=2, val=1)
+    fit = fit_folder_set(str(tree / "train"), KNOWN)
+    odd = EvaluationSet("near_ood:odd", "near_ood", TensorImageDataset(torch.rand(3, 4, 8, 8), torch.full((3,), -2)))
+    passes = ScoringPasses()
+    with pytest.warns(RuntimeWarning) as caught:
+        passes.check_fit_overlap(fit, [odd])
+    (warned,) = [str(w.message) for w in caught if "not compared" in str(w.message)]
+    assert warned.startswith(f"fit set 'fit' ({tree / 'train'}) and near_ood:odd (role near_ood, in memory "
+                             "(TensorImageDataset)) not compared: 3 tensor images of near_ood:odd (shape (4, 8, 8)) "
+                             "against the files of fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        passes.check_fit_overlap(fit, [odd])  # the same pair again in the run: no second warning
+
+
+def test_a_sets_identities_are_kept_in_the_cache_and_a_second_run_reads_no_file(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from datamodules.overlap import FitOverlapError, SetImages
+    from tests.conftest import make_imagenet_folder
+
+    tree = make_imagenet_folder(tmp_path / "ILSVRC2012", KNOWN, train=2, val=2)
+    shutil.copytree(tree / "val", tmp_path / "copy")
+    test = fit_folder_set(str(tree / "val"), KNOWN, name="id_test")
+    test = EvaluationSet("id_test", "id_test", test.dataset, info=test.info)
+    reads, stats = [], []
+    read, stat = SetImages._read, SetImages.stat
+
+    def counted_read(self, row, head):
+        reads.append((self.name, row, head))
+        return read(self, row, head)
+
+    def counted_stat(self):
+        stats.append(self.name) if self._stat is None else None
+        return stat(self)
+
+    monkeypatch.setattr(SetImages, "_read", counted_read)
+    monkeypatch.setattr(SetImages, "stat", counted_stat)
+
+    def check(cache):
+        reads.clear(), stats.clear()
+        with pytest.raises(FitOverlapError) as refused:
+            ScoringPasses(cache).check_fit_overlap(fit_folder_set(str(tmp_path / "copy"), KNOWN), [test])
+        return str(refused.value)
+
+    first = check(tmp_path / "cache")
+    assert "4 of its 4 images are images of id_test" in first and "same bytes: 4" in first
+    # 4 heads a set (the tiny JPEGs are shorter than a head: their head is the whole file)
+    assert sorted(reads) == [(name, row, True) for name in ("fit", "id_test") for row in range(4)]
+    assert sorted(stats) == ["fit", "id_test"]
+    assert sorted(p.name.split("-")[1] for p in (tmp_path / "cache").glob("identities-*.npz")) == ["fit", "id_test"]
+    assert check(tmp_path / "cache") == first and reads == [] and stats == []  # the second run: from the cache
+    # a changed file changes the set's fingerprint: that set's identities are computed again
+    changed = tmp_path / "copy" / test.dataset.rows[0][0]
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    assert check(tmp_path / "cache") == first and stats == ["fit"] and {r[0] for r in reads} == {"fit"}
+    # a damaged file is rejected with a warning and recomputed
+    for path in (tmp_path / "cache").glob("identities-id_test-*.npz"):
+        path.write_bytes(b"not an npz")
+    with pytest.warns(RuntimeWarning, match="rejecting the saved identities .* of id_test"):
+        assert check(tmp_path / "cache") == first
+    assert stats == ["id_test"]
+
+
+def export_demo_test_images(folder, per_class, *, train=0):
+    """``per_class`` of the demo's own ID test images (in-memory uint8 tensors) of each known class as grey PNG files
+    under ``folder/<class folder>/`` (``T-shirt_top/``, ...), and ``train`` Fashion-MNIST training images of the
+    class after them; the ID test positions exported, in the fit set's order (the model's classes)."""
+    from PIL import Image
+
+    from datamodules.evaluation import class_folder
+    from datamodules.severity import FashionSeverityData
+    from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, DEMO_KNOWN, load_fashion_mnist
+
+    data = FashionSeverityData(estimation=20, test=10)
+    images, labels = data["id_test"].dataset.images, data["id_test"].dataset.labels
+    training, training_classes = load_fashion_mnist(DEBIAN_FASHION_MNIST_DIR, "train")
+    exported = []
+    for label, name in enumerate(data.classes):
+        (folder / class_folder(name)).mkdir(parents=True)
+        for k, position in enumerate(torch.nonzero(labels == label).flatten()[:per_class].tolist()):
+            Image.fromarray(images[position, 0].numpy()).save(folder / class_folder(name) / f"test-{k}.png")
+            exported.append(position)
+        for k, position in enumerate(np.flatnonzero(training_classes == DEMO_KNOWN[label])[:train].tolist()):
+            Image.fromarray(training[position]).save(folder / class_folder(name) / f"train-{k}.png")
+    return exported
+
+
+def test_the_demo_refuses_png_exports_of_its_in_memory_test_images_as_fit_data(demo_checkpoint, tmp_path):
+    """The demo's ID test set is in memory and --fit-data a folder of files: PNG exports of its images are found by
+    their pixels, before any pass."""
+    import evaluate
+    from datamodules.overlap import FitOverlapError
+
+    exported = export_demo_test_images(tmp_path / "fit", 3)
+    _, severity = evaluate.parse(["severity", "--model", str(demo_checkpoint), "--data", "fashion", "--data-arg",
+                                  "estimation=20", "--data-arg", "test=10", "--kappa", "knn", "--fit-data",
+                                  str(tmp_path / "fit"), "--output-dir", str(tmp_path / "out"), "--cache-dir",
+                                  str(tmp_path / "cache"), "--accelerator", "cpu", "--devices", "1",
+                                  "--no-progress-bar", "--wandb-mode", "disabled"])
+    with pytest.raises(FitOverlapError) as refused:
+        severity.run()
+    message = str(refused.value)
+    assert (f"the fit set 'fit' ({tmp_path / 'fit'}, 12 images) holds images the run evaluates on" in message)
+    assert ("12 of its 12 images are images of id_test (role id_test, in memory (TensorImageDataset): 12 of its 4000 "
+            "images; same pixels: 12)") in message
+    assert f"{tmp_path / 'fit' / 'T-shirt_top' / 'test-0.png'} = id_test[{exported[0]}] (same pixels)" in message
+    assert not list((tmp_path / "cache").glob("*.pt"))  # no pass ran
 
 
 @pytest.fixture()

@@ -18,6 +18,7 @@ from datamodules.images import ImageFileDataset, TensorImageDataset
 from datamodules.overlap import (
     EXAMPLES,
     HEAD_BYTES,
+    Overlap,
     SetImages,
     find_overlap,
     leaves,
@@ -154,9 +155,9 @@ def test_tensor_sets_compare_pixels_through_subsets_and_concatenations(tree: Pat
     # another shape of the same bytes is another image
     flat = TensorImageDataset(images[[3]].reshape(1, 1, 2, 8), torch.zeros(1))
     assert find_overlap(fit, EvaluationSet("ood", "ood", flat)).count == 0
-    # files against tensors: not comparable, which is not "disjoint"
+    # files against tensors: compared (no file has the tensors' 4 x 4 size, so none is decoded)
     apart = find_overlap(fit, id_test(tree))
-    assert apart.count == 0 and not apart.comparable
+    assert apart.count == 0 and apart.comparable and apart.not_compared == ""
     sets, of, position = leaves(ood.dataset)
     assert len(sets) == 2 and of.tolist() == [0, 0, 0, 0, 1, 1, 1] and position.tolist() == [0, 1, 2, 3, 2, 1, 0]
 
@@ -193,3 +194,134 @@ def test_an_error_names_at_most_the_first_few_pairs() -> None:
     found = find_overlap(fit, EvaluationSet("id_test", "id_test", TensorImageDataset(images.flip(0), torch.zeros(12))))
     assert found.count == 12 and len(found.examples) == EXAMPLES
     assert found.examples[0] == ("fit[0]", "id_test[11]", "same pixels")
+
+
+# -- files against tensors: PNG exports of the demo's in-memory test images ----------------------------------
+
+
+def demo_test_images() -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST's real test images ``(10000, 28, 28)`` uint8 and their classes (the demo's ID test and pool)."""
+    from datamodules.sources import DEBIAN_FASHION_MNIST_DIR, load_fashion_mnist
+
+    return load_fashion_mnist(DEBIAN_FASHION_MNIST_DIR, "test")
+
+
+def export(path: Path, pixels: np.ndarray, mode: str = "L", **options) -> str:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).convert(mode).save(path, **options)
+    return path.name
+
+
+def test_png_exports_of_in_memory_test_images_are_found_by_their_pixels_and_a_jpeg_is_not(tmp_path: Path) -> None:
+    from PIL import Image
+
+    pixels, _ = demo_test_images()
+    # the demo's sets: ID test images as uint8 tensors, pool images as float tensors (uint8 / 255)
+    id_test = EvaluationSet("id_test", "id_test", TensorImageDataset(torch.from_numpy(pixels[:40].copy()).unsqueeze(1),
+                                                                     torch.arange(40) % 4))
+    pool = EvaluationSet("ood_test", "ood", TensorImageDataset(
+        torch.from_numpy(pixels[100:110].copy()).unsqueeze(1).float() / 255, torch.full((10,), -2)))
+    folder = tmp_path / "fit" / "T-shirt_top"
+    rows = [  # (file, what it is)
+        (export(folder / "a.png", pixels[5]), "id_test 5: a grey PNG"),
+        (export(folder / "b.png", pixels[12], "RGB"), "id_test 12: an RGB PNG of the grey image"),
+        (export(folder / "c.jpg", pixels[9], quality=95), "id_test 9: a JPEG (lossy: not found)"),
+        (export(folder / "d.png", np.pad(pixels[7], 2)), "id_test 7 padded to 32 x 32: another size, not decoded"),
+        (export(folder / "e.png", pixels[1000]), "another test image: no match"),
+        (export(folder / "f.png", pixels[0]), "id_test 0"),
+        (export(folder / "g.png", pixels[103]), "ood_test 3 (a float tensor image)"),
+    ]
+    fit_images = SetImages(EvaluationSet("fit", "fit", ImageFileDataset(str(tmp_path / "fit"), [
+        (f"T-shirt_top/{name}", 0) for name, _ in rows])))
+    found = find_overlap(fit_images, id_test)
+    assert found.count == 3 and found.fit_indices.tolist() == [0, 1, 5] and found.other_indices.tolist() == [0, 5, 12]
+    assert found.hows == {"same file": 0, "same bytes": 0, "same pixels": 3} and found.comparable
+    assert found.examples == [(str(folder / "a.png"), "id_test[5]", "same pixels"),
+                              (str(folder / "b.png"), "id_test[12]", "same pixels"),
+                              (str(folder / "f.png"), "id_test[0]", "same pixels")]
+    # the JPEG decodes to other pixels (it is the same picture: a lossy re-encode is not caught)
+    decoded = np.asarray(Image.open(folder / "c.jpg").convert("L"))
+    assert decoded.shape == (28, 28) and not np.array_equal(decoded, pixels[9])
+    # headers read for every file, pixels decoded only for the 28 x 28 ones (the padded file: its size only)
+    assert fit_images._dims.tolist() == [[28, 28]] * 3 + [[32, 32]] + [[28, 28]] * 3
+    assert (fit_images._stages["pixels1"][1] == 1).tolist() == [True, True, True, False, True, True, True]
+    # float tensor images compare by their uint8 values
+    in_pool = find_overlap(fit_images, pool)
+    assert (in_pool.fit_indices.tolist(), in_pool.other_indices.tolist()) == ([6], [3])
+    # the other direction: in-memory fit images against an evaluation folder of their exports
+    reverse = find_overlap(EvaluationSet("fit", "fit", id_test.dataset), EvaluationSet(
+        "ood", "ood", ImageFileDataset(str(tmp_path / "fit"), [(f"T-shirt_top/{name}", -2) for name, _ in rows])))
+    assert reverse.fit_indices.tolist() == [0, 5, 12] and reverse.other_indices.tolist() == [0, 1, 5]
+    assert reverse.examples[0] == ("fit[0]", str(folder / "f.png"), "same pixels")
+
+
+def test_what_cannot_be_compared_with_files_is_said_never_read_as_disjoint(tree: Path) -> None:
+    files = id_test(tree)
+    two_channels = EvaluationSet("ood", "ood", TensorImageDataset(torch.rand(3, 2, 8, 8), torch.full((3,), -2)))
+    found = find_overlap(files, two_channels)
+    assert not found.comparable and found.not_compared == (
+        "3 tensor images of ood (shape (2, 8, 8)) against the files of id_test: only images of 1 or 3 channels are "
+        "compared with decoded files")
+
+    class Listed(torch.utils.data.Dataset):  # a data set of another kind: its images cannot be read by the check
+        def __len__(self) -> int:
+            return 2
+
+    other = find_overlap(files, EvaluationSet("ood", "ood", ConcatDataset([Listed(), two_channels.dataset])))
+    assert other.not_compared.startswith("2 images of ood are held by Listed, a data set the check cannot read")
+    assert other.not_compared_warning().startswith(f"fit set 'id_test' ({tree / 'val'}) and ood (role ood, ")
+
+
+# -- what cannot be read matches nothing ----------------------------------------------------------------------
+
+
+def test_unreadable_files_of_the_same_row_and_size_in_two_sets_match_nothing(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    copy = rng.bytes(5000)
+    for folder, other in (("fit", rng.bytes(600)), ("test", rng.bytes(600))):
+        (tmp_path / folder / "broken.png").mkdir(parents=True)  # stat works, reading fails (IsADirectoryError)
+        write_bytes(tmp_path / folder / "other.png", other)
+        write_bytes(tmp_path / folder / "copy.png", copy)
+    names = ["broken.png", "other.png", "copy.png"]
+    fit = EvaluationSet("fit", "fit", ImageFileDataset(str(tmp_path / "fit"), [(n, 0) for n in names]))
+    test = EvaluationSet("id_test", "id_test", ImageFileDataset(str(tmp_path / "test"), [(n, 0) for n in names]))
+    assert os.stat(tmp_path / "fit" / "broken.png").st_size == os.stat(tmp_path / "test" / "broken.png").st_size
+    images = SetImages(fit)
+    found = find_overlap(images, test)
+    # the copy only: the two unreadable rows (same row, same size) are no image, not the same one
+    assert found.fit_indices.tolist() == [2] and found.other_indices.tolist() == [2]
+    digests, readable = images.digests(np.arange(3), head=True)
+    assert readable.tolist() == [False, True, True]
+
+
+def test_a_shard_row_failing_its_digest_matches_nothing_and_the_check_goes_on(tree: Path, tmp_path: Path) -> None:
+    from datamodules.shards import folder_rows, write_shards
+    from tests.datamodules.test_shards import corrupt_stored_image
+
+    shards = write_shards(tree, folder_rows(tree), tmp_path / "shards", source={"kind": "folder", "root": str(tree)},
+                          workers=1, log=lambda message: None)
+    test = id_test(tree)
+    corrupt_stored_image(shards, tree / "val" / test.dataset.rows[1][0])
+    in_shards = EvaluationSet("id_test", "id_test", ImageFileDataset(str(Path(shards.root, "val")), test.dataset.rows,
+                                                                     on_bad_image="skip"))
+    shutil.copytree(tree / "val", tmp_path / "copy")
+    found = find_overlap(fit_folder_set(str(tmp_path / "copy"), WNIDS), in_shards)
+    assert found.fit_indices.tolist() == [0, 2, 3] and found.other_indices.tolist() == [0, 2, 3]
+    assert found.hows["same bytes"] == 3
+
+
+def test_a_fit_folder_holding_the_validation_split_is_told_to_leave_fit_data_out() -> None:
+    """EvG's ID validation images come from a checkpoint's train/ folder: given that whole folder as --fit-data, the
+    advice is the road that works (the checkpoint's own training split), not "--fit-data ILSVRC2012/train"."""
+    import numpy as np
+
+    found = Overlap(fit="fit", other="id_val", other_role="id_val", fit_root="/data/mine/train",
+                    other_root="/data/mine", fit_images=10, other_images=2, fit_indices=np.array([3, 7]),
+                    other_indices=np.array([0, 1]), examples=[("train/cat/3.jpg", "train/cat/3.jpg", "same file")],
+                    hows={"same file": 2})
+    message = overlap_message([found])
+    assert "leave --fit-data out to fit on the checkpoint's own training split, without them" in message
+    found.other_role = "id_test"
+    assert "leave --fit-data out" not in overlap_message([found])
