@@ -31,19 +31,15 @@ from datamodules.transforms import ModelInput, TensorPipeline
 from evaluation_engine.run import launch_loader
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
-from metrics import KAPPAS, class_mean_scores, from_pytorch_ood, severity_levels, severity_table
+from metrics import class_mean_scores, resolve_detector, severity_levels, severity_table
 
 SECTION = "C-OOD severity construction and the κ cache"
-LOGIT_KAPPAS = ["softmax", "max_logit", "entropy", "energy", "energy_t2"]
+LOGIT_KAPPAS = ["softmax", "max_logit", "entropy", "energy", "pood:EnergyBased"]
 
 
 def logit_kappas() -> list:
-    """The four logit-based κ of metrics.KAPPAS plus a fifth through the pytorch-ood adapter (energy, T = 2)."""
-    from pytorch_ood.detector import EnergyBased  # an optional dependency of the project
-
-    return [KAPPAS[name] for name in LOGIT_KAPPAS[:4]] + [
-        from_pytorch_ood(EnergyBased(model=None, t=2.0), name="energy_t2", kind="logits")
-    ]
+    """The four logit-based κ of the registry plus a fifth of pytorch-ood by name (its energy)."""
+    return [resolve_detector(name) for name in LOGIT_KAPPAS]
 
 
 def construction_data(classes: int, seed: int = 0, id_images: int = 50_000) -> dict[str, torch.Tensor]:

@@ -252,7 +252,7 @@ class EvGReport(pl.Callback):
     # -- hooks ------------------------------------------------------------------------------------
 
     def check(self, detectors: Collection[Any]) -> None:
-        """Refuse, before any pass, a fit set of the detectors (:class:`lightning_modules.evg.Detector`) that
+        """Refuse, before any pass, a fit set of the detectors (:class:`lightning_modules.evg.BlackBox`) that
         holds images of the fixed sets: the ID validation and test images, and the OOD set the chains' seeds are
         drawn from (:meth:`ScoringPasses.check_fit_overlap`)."""
         if any(detector.kappa.fit_data for detector in detectors):
@@ -268,8 +268,9 @@ class EvGReport(pl.Callback):
             for detector in pl_module.detectors.values():
                 if detector.kappa.needs_fit:  # fitted once, then a fixed black box of the search
                     with torch.no_grad():
-                        detector.use(self.passes.fitted(trainer, detector.model, detector.kappa, detector.kappa_args,
-                                                        self.fit_set, fit=self.fit.get(detector.kappa.name), **batch))
+                        detector.use(self.passes.fitted_detector(
+                            trainer, detector.model, detector.kappa, detector.kappa_args, self.fit_set,
+                            fit=self.fit.get(detector.kappa.name), **batch))
             self.scores = {name: {split: self.passes.scores(trainer, detector.model, self.data[split], detector.kappa,
                                                             detector.kappa_args, **batch) for split in SPLITS}
                            for name, detector in pl_module.detectors.items()}

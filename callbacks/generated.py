@@ -116,12 +116,12 @@ from lightning_modules.generated import RegularisedGenerator
 from lightning_modules.generated.modes import check_generation_mode, generation_mode
 from lightning_modules.nets.ensemble import member_paths
 from metrics import (
+    Detector,
     IndexedPredictions,
-    Kappa,
     auroc,
-    get_kappa,
     mutual_information_from_logits,
     rank_agreement,
+    resolve_detector,
 )
 from metrics.intervals import bootstrap_accuracy_ece, bootstrap_auroc
 from openset_common import (
@@ -391,7 +391,7 @@ class GeneratedBenchmark(pl.Callback):
     def __init__(
         self,
         data: GeneratedBenchmarkData,
-        kappas: Sequence[str | Kappa],
+        kappas: Sequence[str | type[Detector]],
         *,
         models: Sequence[pl.LightningModule] | None = None,
         kappa_args: dict[str, dict[str, Any]] | None = None,
@@ -421,10 +421,10 @@ class GeneratedBenchmark(pl.Callback):
         # per (model, set): its predictions and their accuracy and ECE, computed once for every κ of the model
         self._probabilities: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
         self._calibrations: dict[tuple[Any, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
-        self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
+        self.kappas = [resolve_detector(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
-        self.kappa_parameters = {k.name: k.parameters(**(kappa_args or {}).get(k.name, {})) for k in self.kappas}
+        self.kappa_parameters = {k.name: k.arguments(**(kappa_args or {}).get(k.name, {})) for k in self.kappas}
         self.models = list(models) if models is not None else None
         self.describer, self.perceptual = describer, perceptual
         self.describer_quality = describer_quality
@@ -443,7 +443,7 @@ class GeneratedBenchmark(pl.Callback):
         if self.models is not None:
             self.pairs()
 
-    def pairs(self, models: Sequence[pl.LightningModule] | None = None) -> list[tuple[pl.LightningModule, Kappa]]:
+    def pairs(self, models: Sequence[pl.LightningModule] | None = None) -> list[tuple[pl.LightningModule, type[Detector]]]:
         """(model, κ) of every detector (:func:`evaluation_engine.scoring.detector_pairs`)."""
         return detector_pairs(list(models if models is not None else self.models or []), self.kappas)
 
@@ -591,13 +591,13 @@ class GeneratedBenchmark(pl.Callback):
         return row
 
     def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
-                       kappa: Kappa) -> list[dict[str, Any]]:
+                       kappa: type[Detector]) -> list[dict[str, Any]]:
         model.to(pl_module.device).eval()
         background = bool(getattr(model, "background_class", False))
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         note = ""
         if kappa.needs_fit:  # fitted once per (model, κ) on the fit set; scores() then uses it
-            self._fitted.append(self.passes.fitted(trainer, model, kappa, self.kappa_parameters[kappa.name],
+            self._fitted.append(self.passes.fitted_detector(trainer, model, kappa, self.kappa_parameters[kappa.name],
                                                    self.fit_set, fit=self.fit.get(kappa.name), **batch))
             note = self.passes.fit_notes(self._fitted[-1], self.data)  # an allowed overlap of its fit set with these sets
         scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)

@@ -75,11 +75,11 @@ from evaluation_engine.scoring import (
 from lightning_modules.checkpoint import check_classes
 from metrics import (
     TABLE_COLUMNS,
-    Kappa,
+    Detector,
     check_kappa,
     class_mean_scores,
-    get_kappa,
     kappa_scores,
+    resolve_detector,
     severity_levels,
     severity_table,
 )
@@ -112,7 +112,7 @@ class SeverityAUROC(pl.Callback):
             for a protocol, its known classes as ID and its unknown classes as the pool).
         data_args: arguments of that ``severity_data`` call (e.g. ``{"estimation": 150}``, an ImageNet-21k
             ``pool_file``).
-        kappas: κ names of :data:`metrics.KAPPAS` or :class:`metrics.Kappa` objects.
+        kappas: κ names (:func:`metrics.resolve_detector`) or detector classes.
         kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
         every_n_epochs: evaluate after every n-th validation epoch (0: never during training).
         on_test: evaluate at ``trainer.test``.
@@ -140,7 +140,7 @@ class SeverityAUROC(pl.Callback):
         self,
         data: SeverityData | None = None,
         data_args: dict[str, Any] | None = None,
-        kappas: Sequence[str | Kappa] = ("softmax",),
+        kappas: Sequence[str | type[Detector]] = ("softmax",),
         kappa_args: dict[str, dict[str, Any]] | None = None,
         every_n_epochs: int = 1,
         on_test: bool = True,
@@ -160,7 +160,7 @@ class SeverityAUROC(pl.Callback):
         super().__init__()
         self.allow_fit_overlap = allow_fit_overlap
         self.intervals = Intervals.of(intervals)
-        self.kappas = [k if isinstance(k, Kappa) else get_kappa(k) for k in kappas]
+        self.kappas = [resolve_detector(k) for k in kappas]
         if not self.kappas:
             raise ValueError("give at least one confidence function")
         self.kappa_args = {name: dict(args) for name, args in (kappa_args or {}).items()}
@@ -168,7 +168,7 @@ class SeverityAUROC(pl.Callback):
         if unknown:
             raise ValueError(f"kappa_args for {sorted(unknown)}, which are not among the kappas")
         # resolved parameters of every κ (defaults + overrides): validated now, part of the cache keys
-        self.kappa_parameters = {k.name: k.parameters(**self.kappa_args.get(k.name, {})) for k in self.kappas}
+        self.kappa_parameters = {k.name: k.arguments(**self.kappa_args.get(k.name, {})) for k in self.kappas}
         self.fit_set = fit_set
         self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         unknown = set(self.fit) - {k.name for k in self.kappas if k.fit_data}
@@ -296,7 +296,7 @@ class SeverityAUROC(pl.Callback):
         training)."""
         batch_size = self.batch_size or self.data.batch_size
         num_workers = self.num_workers if self.num_workers is not None else self.data.num_workers
-        return {kappa.name: self.passes.fitted(
+        return {kappa.name: self.passes.fitted_detector(
             trainer, pl_module, kappa, self.kappa_parameters[kappa.name], self.fit_set,
             fit=self.train_fit if stage == "val" else self.fit.get(kappa.name), batch_size=batch_size,
             num_workers=num_workers) for kappa in self.kappas if kappa.needs_fit}

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from metrics import get_kappa
+from metrics import resolve_detector
 
 
 class OptionGroup:
@@ -121,7 +121,7 @@ class DetectorOptions(OptionGroup):
         self.kappa_args, self.fit = dict(self.kappa_args or {}), dict(self.fit or {})
         if not self.kappa:
             raise ValueError("give at least one confidence function (--kappa)")
-        names = set(self.kappa) | {get_kappa(name).name for name in self.kappa}  # an unknown κ is named here
+        names = set(self.kappa) | {resolve_detector(name).name for name in self.kappa}  # an unknown κ is named here
         for option, given in (("kappa_args", self.kappa_args), ("fit", self.fit)):
             unknown = sorted(set(given) - names)
             if unknown:

@@ -48,7 +48,7 @@ from datamodules.transforms import ModelInput
 from evaluation_engine.outputs import slug
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
-from metrics import IndexedPredictions, Kappa, check_kappa, kappa_scores, pairs_with
+from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
 from openset_common import atomic_write_bytes, digest, tensors_fingerprint
 
@@ -360,20 +360,21 @@ class ScoringPasses:
                          covers=(lambda found: "features" in found) if features else None)
 
     def model_scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
-                     kappa: Kappa, parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
+                     kappa: type[Detector], parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
                      num_workers: int = 0) -> Tensor:
         """A model-based κ (ODIN, MC dropout) of every sample of a set: its own pass per parameter set."""
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         name = slug(f"{model_name}-{evaluation_set.name}-{kappa.name}")
         key = f"scores/{kappa.name}"
+        scorer = kappa(background=background, **parameters)
         outputs = self._run(
             trainer, pl_module, evaluation_set, name=name,
             part={"kappa": kappa.name, "parameters": parameters, "background": background},
-            step=lambda images: {key: kappa(pl_module, images, background=background, **parameters)}, keys=[key],
+            step=lambda images: {key: scorer.score_images(pl_module, images)}, keys=[key],
             batch_size=batch_size, num_workers=num_workers)
         return outputs[key]
 
-    def scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: Kappa,
+    def scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: type[Detector],
                parameters: dict[str, Any], *, features: bool = False, batch_size: int = 256, num_workers: int = 0
                ) -> Tensor:
         """κ of every sample of a set (:func:`metrics.kappa_scores` on the pass)."""
@@ -517,7 +518,8 @@ class ScoringPasses:
                             "note": overlap_note(overlap, count=count, of=len(subset), fit=subset.name)})
         return entries
 
-    def fitted(self, trainer: pl.Trainer, pl_module: pl.LightningModule, kappa: Kappa, parameters: dict[str, Any],
+    def fitted_detector(self, trainer: pl.Trainer, pl_module: pl.LightningModule, kappa: type[Detector],
+                        parameters: dict[str, Any],
                fit_set: EvaluationSet | None, *, fit: dict[str, Any] | None = None, batch_size: int = 256,
                num_workers: int = 0) -> Detector:
         """The κ's detector for this model, fitted: the fit pass (:meth:`outputs` over the capped fit set,
@@ -534,7 +536,7 @@ class ScoringPasses:
         background = bool(getattr(pl_module, "background_class", False))
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         if not kappa.needs_fit:
-            return kappa.build(background=background, **parameters)
+            return kappa(background=background, **parameters)
         given = check_fit_options(kappa.name, dict(fit or {}))
         defaults = kappa.default_fit
         if {"fraction", "per_class"} & set(given):  # the user's cap replaces the detector's default cap
@@ -550,7 +552,7 @@ class ScoringPasses:
                       "background": background})
         detector = self._detectors.get(key)
         if detector is None:
-            detector = kappa.build(background=background, **parameters)
+            detector = kappa(background=background, **parameters)
             head = classification_head(pl_module) if kappa.needs_head else None
             data: dict[str, Tensor] = {}
             if subset is not None:  # every check that needs no pass, before it
@@ -643,7 +645,7 @@ def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet
     return EvaluationSet(f"{fit_set.name}[{cap}]", "fit", Subset(fit_set.dataset, indices), info=dict(fit_set.info))
 
 
-def cap_origin(kappa: Kappa, given: dict[str, Any], options: dict[str, Any], fit_set: EvaluationSet,
+def cap_origin(kappa: type[Detector], given: dict[str, Any], options: dict[str, Any], fit_set: EvaluationSet,
                subset: EvaluationSet) -> str:
     """Where a capped fit set's size comes from, for an error about it: the detector's default cap or the user's,
     and the options that change it (``knn_imagenet`` keeps 1% by default: 1 of 96 images)."""
@@ -702,7 +704,7 @@ def default_fit_set(datamodule: Any, data: Any = None) -> EvaluationSet | None:
     return own() if callable(own) else None
 
 
-def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[Kappa]) -> EvaluationSet | None:
+def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[type[Detector]]) -> EvaluationSet | None:
     """The fit set of a command's model: ``fit_data`` (``<folder>/<class>/*`` with the model's classes), else a
     checkpoint's training split, else ``None``; nothing is read when no κ fits on data."""
     if not any(k.fit_data for k in kappas):
@@ -715,13 +717,12 @@ def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[Kappa])
     return None
 
 
-def check_detectors(kappas: Sequence[Kappa], pl_module: nn.Module, fit_set: EvaluationSet | None) -> None:
+def check_detectors(kappas: Sequence[type[Detector]], pl_module: nn.Module, fit_set: EvaluationSet | None) -> None:
     """Refuse, before any pass, a κ the model or the data cannot serve: no fit set, no features, no head, a model
-    the κ cannot run (:attr:`metrics.kappa.Kappa.model_check`: MC dropout without dropout)."""
+    the κ cannot run (:meth:`metrics.detectors.Detector.check_model`: MC dropout without dropout)."""
     name = getattr(pl_module, "display_name", type(pl_module).__name__)
     for kappa in kappas:
-        if kappa.model_check is not None:
-            kappa.model_check(pl_module)
+        kappa.check_model(pl_module)
         if not kappa.needs_fit and kappa.kind != "features":
             continue
         if kappa.fit_data and fit_set is None:
@@ -746,7 +747,7 @@ def write_fitted(out: Path, passes: ScoringPasses, detectors: Sequence[Detector]
     """``fitted_detectors.pt``: the fitted state (``state_dict``) and fit log entry of each detector of a
     report, written atomically; nothing when none was fitted. Tensors over :data:`FITTED_TENSOR_LIMIT` bytes
     are listed under ``left_out`` (shape, dtype, sha256) instead; ``state`` fingerprints the whole state."""
-    wanted = {id(d) for d in detectors if d.needs_fit()}
+    wanted = {id(d) for d in detectors if d.needs_fit}
     states = {key: entry for key, entry in passes.fitted_states().items() if id(passes._detectors[key]) in wanted}
     if not states:
         return None
@@ -761,7 +762,7 @@ def write_fitted(out: Path, passes: ScoringPasses, detectors: Sequence[Detector]
     return atomic_write_bytes(Path(out) / "fitted_detectors.pt", buffer.getvalue())
 
 
-def detector_pairs(models: Sequence[nn.Module], kappas: Sequence[Kappa]) -> list[tuple[nn.Module, Kappa]]:
+def detector_pairs(models: Sequence[nn.Module], kappas: Sequence[type[Detector]]) -> list[tuple[nn.Module, type[Detector]]]:
     """The (model, κ) detectors of a command that evaluates several models: each κ with the models it applies
     to (ensemble κ with ensembles, the others with single models, :func:`metrics.pairs_with`), checked by
     :func:`metrics.check_kappa`. A κ that pairs with no model, or a model without κ, is refused, naming them:

@@ -40,11 +40,11 @@ from evaluation_methods.registry import (
     register,
 )
 from lightning_modules.checkpoint import check_classes
-from lightning_modules.evg import SAMPLERS, Detector, EvGSearch, build_variation
-from lightning_modules.evg.detector import VariedImages
+from lightning_modules.evg import SAMPLERS, BlackBox, EvGSearch, build_variation
+from lightning_modules.evg.black_box import VariedImages
 from lightning_modules.evg.variations import variation_options
 from lightning_modules.scoring import ScoringModel
-from metrics import get_kappa
+from metrics import resolve_detector
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class SeedInput:
     Attributes:
         pipeline: raw OOD image -> seed image (``None``: the image at its own size).
         resize_ood: every OOD image, clean ones too, goes through ``pipeline`` first (``image_size``).
-        varied_images: what the detectors get (:class:`lightning_modules.evg.Detector`): ``raw`` images
+        varied_images: what the detectors get (:class:`lightning_modules.evg.BlackBox`): ``raw`` images
             (their own transform follows) or their ``model_input`` (only the normalisation follows).
         description: the rule in words, for the report.
     """
@@ -174,11 +174,11 @@ class EvGEvaluation(Evaluation):
             raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
         self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
 
-    def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, Detector]:
+    def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, BlackBox]:
         """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
-        detectors: dict[str, Detector] = {}
-        for model, kappa in detector_pairs(list(models.values()), [get_kappa(k) for k in self.kappa]):
-            detector = Detector(model, kappa, kappa_args=self.kappa_args.get(kappa.name), varied_images=varied_images)
+        detectors: dict[str, BlackBox] = {}
+        for model, kappa in detector_pairs(list(models.values()), [resolve_detector(k) for k in self.kappa]):
+            detector = BlackBox(model, kappa, kappa_args=self.kappa_args.get(kappa.name), varied_images=varied_images)
             detectors[detector.name] = detector
         return detectors
 
@@ -228,7 +228,7 @@ class EvGEvaluation(Evaluation):
         for model in models.values():
             check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
         fit_set = None
-        if any(get_kappa(k).fit_data for k in self.kappa):
+        if any(resolve_detector(k).fit_data for k in self.kappa):
             fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
         for detector in self.detectors(models).values():
             check_detectors([detector.kappa], detector.model, fit_set)

@@ -44,7 +44,7 @@ from evaluation_methods.registry import (
 )
 from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import ScoringModel
-from metrics import TABLE_COLUMNS, get_kappa, pairs_with
+from metrics import TABLE_COLUMNS, pairs_with, resolve_detector
 
 
 class SeverityEvaluation(Evaluation):
@@ -104,7 +104,7 @@ class SeverityEvaluation(Evaluation):
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
-                                 fit_set=command_fit_set(scoring, self.fit_data, [get_kappa(k) for k in self.kappa]),
+                                 fit_set=command_fit_set(scoring, self.fit_data, [resolve_detector(k) for k in self.kappa]),
                                  fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
         data.setup()  # every class folder and the pool file, before the trainer starts
         severity.check(scoring)
@@ -201,7 +201,7 @@ class SeverityMethod(Method):
     def runs(self, models: Any, kappas: Sequence[str]) -> list[Run]:
         found = []
         for spec, model in models.items():
-            paired = [k for k in kappas if pairs_with(get_kappa(k), ensemble=bool(model.ensemble))]
+            paired = [k for k in kappas if pairs_with(resolve_detector(k), ensemble=bool(model.ensemble))]
             if paired:
                 found.append(Run(model.display_name, spec, paired))
         return found

@@ -11,8 +11,8 @@ from lightning_modules.evg import (
     SAMPLERS,
     AdversarialSearch,
     AffineVariation,
+    BlackBox,
     ColourVariation,
-    Detector,
     LatentVariation,
     PixelPerturbation,
 )
@@ -41,7 +41,7 @@ __all__ = [
     "BackgroundClassLoss",
     "ColourVariation",
     "DeepEnsemble",
-    "Detector",
+    "BlackBox",
     "EntropicOpenSetLoss",
     "LatentVariation",
     "NearOODGenerator",

@@ -18,6 +18,7 @@ from metrics.detection import (
     weighted_aupr,
     weighted_fpr_at_tpr,
 )
+from metrics.detectors import Detector, build_detector, register_detector, resolve_detector
 from metrics.ensemble import (
     MutualInformation,
     expected_entropy,
@@ -47,7 +48,7 @@ from metrics.intervals import (
     weighted_min_rank,
     wilson_interval,
 )
-from metrics.kappa import KAPPAS, Kappa, check_kappa, from_pytorch_ood, get_kappa, kappa_scores, pairs_with
+from metrics.kappa import KAPPAS, check_kappa, kappa_scores, pairs_with
 from metrics.open_set import GROUPS, fpr_key, open_set_report
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
@@ -90,13 +91,14 @@ __all__ = [
     "rank_agreement",
     "KAPPAS",
     "TABLE_COLUMNS",
-    "Kappa",
+    "Detector",
+    "build_detector",
+    "register_detector",
+    "resolve_detector",
     "class_mean_scores",
     "check_kappa",
-    "from_pytorch_ood",
     "kappa_scores",
     "pairs_with",
-    "get_kappa",
     "level_percentiles",
     "level_starts",
     "severity_levels",

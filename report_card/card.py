@@ -65,7 +65,7 @@ from evaluation_methods.registry import (
     methods,
 )
 from lightning_modules.scoring import ScoringModel
-from metrics import get_kappa, pairs_with
+from metrics import pairs_with, resolve_detector
 from report_card.leaderboard import (
     COMPARISON_METHOD,
     SIGNIFICANT_TEXT,
@@ -202,8 +202,8 @@ class ReportCard(Evaluation):
                                                        self.section_options.items() if "kappa" in o]:
             names = [names] if isinstance(names, str) else list(names)
             for name in names:
-                if not any(pairs_with(get_kappa(name), ensemble=e) for e in ensembles):
-                    kind = "an ensemble (ensemble:FILE)" if pairs_with(get_kappa(name), ensemble=True) else "a single model"
+                if not any(pairs_with(resolve_detector(name), ensemble=e) for e in ensembles):
+                    kind = "an ensemble (ensemble:FILE)" if pairs_with(resolve_detector(name), ensemble=True) else "a single model"
                     raise ValueError(f"{where}: the confidence function {name!r} pairs with no model of the report "
                                      f"(it needs {kind}; the models: {self.model})")
         for name in self.sections:
@@ -214,7 +214,7 @@ class ReportCard(Evaluation):
         grouped = {spec: group for group, specs in self.groups.items() for spec in specs}
         for spec in dict.fromkeys(self.model):
             ensemble = spec.startswith("ensemble:")
-            if not any(pairs_with(get_kappa(name), ensemble=ensemble) for name in every):
+            if not any(pairs_with(resolve_detector(name), ensemble=ensemble) for name in every):
                 which = f"model {grouped[spec]!r} (its seeds: {self.groups[grouped[spec]]})" if spec in grouped \
                     else f"model {spec}"
                 needs = ("an ensemble needs an ensemble κ such as ensemble_mi" if ensemble else
@@ -341,7 +341,7 @@ class ReportCard(Evaluation):
         rows_order: list[tuple[str, str]] = []
         for model in models:
             for name in self.kappa:
-                if pairs_with(get_kappa(name), ensemble=bool(model.ensemble)):
+                if pairs_with(resolve_detector(name), ensemble=bool(model.ensemble)):
                     rows_order.append((model.display_name, name))
         sections = []
 

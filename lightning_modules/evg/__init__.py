@@ -1,7 +1,7 @@
 """EvG, the adversarial generation of outliers (Yoon et al.; DESIGN.md §5.4): variation models (and their
 registry), samplers (and theirs), the chains' random numbers, the detector and the search module."""
 
-from lightning_modules.evg.detector import Detector
+from lightning_modules.evg.black_box import BlackBox
 from lightning_modules.evg.samplers import OWN_BUDGET, SAMPLERS, SearchResult, budget_of
 from lightning_modules.evg.search import AdversarialSearch, EvGSearch, search_pairs
 from lightning_modules.evg.variations import (
@@ -28,7 +28,7 @@ __all__ = [
     "AdversarialSearch",
     "AffineVariation",
     "ColourVariation",
-    "Detector",
+    "BlackBox",
     "Domain",
     "EvGSearch",
     "LatentVariation",

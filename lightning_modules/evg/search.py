@@ -2,7 +2,7 @@
 Adversarial Generation of Outliers*; DESIGN.md §5.4).
 
 :class:`EvGSearch` runs, in ``predict_step``, every search of a batch of chains: for each detector
-(:class:`lightning_modules.evg.detector.Detector`),
+(:class:`lightning_modules.evg.black_box.BlackBox`),
 variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
 matrix). Lightning spreads the batches of chains over the devices (without padding in prediction), and a
@@ -27,7 +27,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lightning_modules.evg.detector import Detector
+from lightning_modules.evg.black_box import BlackBox
 from lightning_modules.evg.samplers import SAMPLERS, SearchResult, budget_of
 from lightning_modules.evg.variations import PixelPerturbation
 
@@ -45,7 +45,7 @@ class EvGSearch(pl.LightningModule):
     """The chains of the adversarial evaluation (see the module docstring).
 
     Args:
-        detectors: name -> :class:`Detector` (standardised by :meth:`fit_standardisation` before ``predict``).
+        detectors: name -> :class:`BlackBox` (standardised by :meth:`fit_standardisation` before ``predict``).
         variations: name -> variation model (:mod:`lightning_modules.evg.variations`); ``"linf"`` must be a
             :class:`PixelPerturbation`.
         samplers: name -> keyword arguments of that sampler of :data:`lightning_modules.evg.samplers.SAMPLERS`
@@ -56,7 +56,7 @@ class EvGSearch(pl.LightningModule):
         trace_every: thin the energy traces to every this many steps.
     """
 
-    def __init__(self, detectors: dict[str, Detector], variations: dict[str, nn.Module],
+    def __init__(self, detectors: dict[str, BlackBox], variations: dict[str, nn.Module],
                  samplers: dict[str, dict[str, Any]], seed_images: Tensor, *, steps: int = 2000, seed: int = 0,
                  trace_every: int = 10) -> None:
         super().__init__()
@@ -99,7 +99,7 @@ class EvGSearch(pl.LightningModule):
     def seeds_of(self, chains: Tensor) -> Tensor:
         return self.seed_images[chains % self.seed_images.shape[0]]
 
-    def search(self, detector: Detector, variation: nn.Module, sampler: str, chains: Tensor) -> SearchResult:
+    def search(self, detector: BlackBox, variation: nn.Module, sampler: str, chains: Tensor) -> SearchResult:
         """One sampler against one detector over one variation model, for a batch of chains."""
         seeds = self.seeds_of(chains) if variation.conditional else None
 

@@ -1,76 +1,62 @@
-"""OOD detectors with fitted state (DESIGN.md §5.2): one interface, :class:`metrics.detectors.base.Detector`.
+"""Detectors: every confidence function κ of the project is a :class:`metrics.detectors.Detector` (DESIGN.md §5.2).
 
-:data:`DETECTORS` maps every registry name to its class; :func:`build_detector` makes one by name (``pood:<Class>``
-for any pytorch-ood detector that scores a model's outputs, :mod:`metrics.detectors.pood`):
+One concept: an ``nn.Module`` that declares what it reads (logits, features, the head, member logits, the model),
+is fitted on in-distribution outputs where it needs to (its state in buffers) and scores samples, higher = more
+in-distribution, float ``(N,)``. Each module's docstring has the formula, the paper, the defaults and where
+they come from, and the memory bound. They are found by name through :mod:`metrics.detectors.registry`
+(:func:`resolve_detector`: a registered name, an entry point of ``openset_bench.detectors``, a class path, or
+``pood:<Class>`` for any pytorch-ood detector that scores a model's outputs); :data:`DETECTORS` is the registry
+of the built-in ones:
 
-    mahalanobis            Lee et al. 2018, tied-covariance class Gaussians          features
-    relative_mahalanobis   Ren et al. 2021, minus one Gaussian of all fit features   features
-    knn                    Sun et al. 2022, k = 50 on the whole fit set              features
-    knn_imagenet           the same, k = 10 on a 1% fit sample                       features
-    vim                    Wang et al. 2022, residual against energy                 features + head
-    react                  Sun et al. 2021, energy of clipped features               features + head
-    ash_s, ash_p, ash_b    Djurisic et al. 2023, energy of shaped features           features + head (no fit data)
-    scale                  Xu et al. 2024, energy of scaled features                 features + head (no fit data)
-    she                    Zhang et al. 2023, features · pattern of the prediction   features + logits
-    gen                    Liu et al. 2023, generalised entropy                      logits (no fit)
-    dice                   Sun & Li 2022, energy of a sparsified head                features + head
-
-Every score is float64 ``(N,)``, higher = more in-distribution; each module's docstring has the formula, the
-paper, the defaults and where they come from, and the memory bound.
+    softmax, max_logit, entropy, energy    the logits' confidence functions (no fit)
+    odin, mc_dropout                       images through the model (input perturbation, dropout passes)
+    ensemble_mi, _softmax, _entropy        an ensemble's member logits
+    mahalanobis, relative_mahalanobis      class Gaussians of the features (Lee 2018, Ren 2021)
+    knn, knn_imagenet                      k-th nearest fit feature (Sun 2022)
+    vim                                    residual against energy (Wang 2022)
+    react                                  energy of clipped features (Sun 2021)
+    ash_s, ash_p, ash_b, scale             energy of shaped features (Djurisic 2023, Xu 2024)
+    she                                    features · pattern of the prediction (Zhang 2023)
+    gen                                    generalised entropy (Liu 2023)
+    dice                                   energy of a sparsified head (Sun & Li 2022)
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 from metrics.detectors.ash import ASH, ASHB, ASHP, ASHS
-from metrics.detectors.base import CHUNK_ROWS, Detector, DetectorNotFitted, Head, row_chunks
+from metrics.detectors.base import CHUNK_ROWS, KINDS, Detector, DetectorNotFitted, Head, row_chunks
+from metrics.detectors.confidence import Energy, Entropy, MaxLogit, Softmax
 from metrics.detectors.dice import DICE
+from metrics.detectors.ensemble import EnsembleEntropy, EnsembleMI, EnsembleSoftmax
+from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
+from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.react import ReAct
+from metrics.detectors.registry import (
+    ENTRY_POINTS,
+    POOD_PREFIX,
+    build_detector,
+    detectors,
+    register_detector,
+    resolve_detector,
+    unregister_detector,
+)
 from metrics.detectors.scale import SCALE
+from metrics.detectors.shaping import ActivationShaping
 from metrics.detectors.she import SHE
 from metrics.detectors.vim import ViM
 
-POOD_PREFIX = "pood:"
-
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
+    Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
     Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE)}
-
-
-def detector_hyperparameters(cls: type[Detector]) -> dict[str, Any]:
-    """A registry class's hyperparameters with their defaults (its keyword-only constructor arguments)."""
-    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
-            if p.kind == p.KEYWORD_ONLY and name != "background"}
-
-
-def build_detector(name: str, *, background: bool = False, **hyperparameters: Any) -> Detector:
-    """The detector ``name`` (a key of :data:`DETECTORS`, or ``pood:<pytorch-ood class>``), unfitted.
-
-    Raises:
-        ValueError: an unknown name or hyperparameter (naming it and listing the valid ones), or an invalid
-            value (naming it).
-    """
-    if name.startswith(POOD_PREFIX):
-        from metrics.detectors.pood import pood_detector
-
-        return pood_detector(name[len(POOD_PREFIX):], background=background, **hyperparameters)
-    if name not in DETECTORS:
-        raise ValueError(f"unknown detector {name!r}; choose from {sorted(DETECTORS)} or pood:<a pytorch-ood "
-                         "detector class>")
-    cls = DETECTORS[name]
-    valid = detector_hyperparameters(cls)
-    unknown = sorted(set(hyperparameters) - set(valid))
-    if unknown:
-        raise ValueError(f"detector {name!r} has no hyperparameter {unknown[0]!r}; it takes {sorted(valid) or 'none'}")
-    return cls(background=background, **hyperparameters)
-
+"""The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
-    "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "GEN", "KNN", "POOD_PREFIX", "SCALE", "SHE",
-    "Detector", "DetectorNotFitted", "Head", "KNNImageNet", "Mahalanobis", "ReAct", "RelativeMahalanobis", "ViM",
-    "build_detector", "detector_hyperparameters", "row_chunks",
+    "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
+    "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
+    "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
+    "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",
+    "register_detector", "resolve_detector", "row_chunks", "unregister_detector",
 ]

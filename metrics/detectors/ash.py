@@ -29,21 +29,16 @@ Background-class models: the energy over the known logits. Float64. Memory: the 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+from metrics.detectors.registry import register_detector
+from metrics.detectors.shaping import ActivationShaping, kept_count
 
 
-def kept_count(dim: int, percentile: float) -> int:
-    """``D - round(p·D)``: how many activations a sample keeps (ASH's and SCALE's rule, numpy's rounding)."""
-    return dim - int(np.round(dim * percentile))
-
-
-class ASH(Detector):
+class ASH(ActivationShaping):
     """Base of the three ASH variants (see the module docstring); ``variant`` names the shaping.
 
     Hyperparameters:
@@ -53,28 +48,11 @@ class ASH(Detector):
     """
 
     variant: ClassVar[str] = ""
-    inputs = frozenset({"features", "head"})
-    fit_data = False
-    refuse_non_finite = True
-
-    def __init__(self, *, percentile: float = 0.9, background: bool = False) -> None:
-        super().__init__(background=background)
-        self.percentile = check_fraction("percentile", percentile, detector=self.name)
-
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"percentile": self.percentile}
-
-    def _store_head(self, weight: Tensor, bias: Tensor | None) -> None:
-        super()._store_head(weight, bias)
-        if kept_count(weight.shape[1], self.percentile) < 1:
-            raise ValueError(f"detector {self.name!r}: percentile {self.percentile} of D = {weight.shape[1]} "
-                             "activations keeps none of them; lower the percentile")
+    paper = "Djurisic et al., ICLR 2023"
 
     def shape(self, features: Tensor) -> Tensor:
         """The shaped features ``(rows, D)`` float64 of one chunk."""
-        features = features.to(torch.float64)
-        k = kept_count(features.shape[1], self.percentile)
-        values, index = torch.topk(features, k, dim=1)
+        features, values, index, k = self.kept(features)
         if self.variant == "b":
             values = (features.sum(dim=1) / k)[:, None].expand(values.shape)
         elif self.variant == "s":
@@ -83,21 +61,19 @@ class ASH(Detector):
             values = values * factor[:, None]
         return torch.zeros_like(features).scatter_(1, index, values)
 
-    def _score(self, outputs: dict[str, Tensor]) -> Tensor:
-        features = outputs["features"]
-        check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
-                    of="the head's weight")
-        scores = [torch.logsumexp(self.head_logits(self.shape(chunk)), dim=1) for (chunk,) in row_chunks(features)]
-        return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
-
+@register_detector
 class ASHS(ASH):
     """ASH-S: the kept activations scaled by ``exp(s₁ / s₂)``; ``p = 0.90`` (the paper's ImageNet ASH-S@90)."""
 
     name = "ash_s"
     variant = "s"
 
+    def __init__(self, *, percentile: float = 0.9, background: bool = False) -> None:
+        super().__init__(percentile=percentile, background=background)
 
+
+@register_detector
 class ASHP(ASH):
     """ASH-P: the kept activations as they are; ``p = 0.60`` (the paper's ImageNet ASH-P@60)."""
 
@@ -108,6 +84,7 @@ class ASHP(ASH):
         super().__init__(percentile=percentile, background=background)
 
 
+@register_detector
 class ASHB(ASH):
     """ASH-B: every kept activation set to ``s₁ / k``; ``p = 0.65`` (the paper's ImageNet ASH-B@65)."""
 
@@ -116,3 +93,6 @@ class ASHB(ASH):
 
     def __init__(self, *, percentile: float = 0.65, background: bool = False) -> None:
         super().__init__(percentile=percentile, background=background)
+
+
+__all__ = ["ASH", "ASHB", "ASHP", "ASHS", "kept_count"]

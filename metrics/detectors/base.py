@@ -1,15 +1,24 @@
 """The one detector interface of the project: an ``nn.Module`` that declares what it reads, is fitted on
 in-distribution outputs, stores what it fitted as buffers, and scores samples (higher = in-distribution).
 
-A detector reads some of these per-sample outputs of one pass of a model:
+A detector reads some of these per-sample outputs of one pass of a model (its :attr:`Detector.inputs`):
 
-    logits     ``(N, C)`` the model's logits (a background-class model's last column is its background)
-    features   ``(N, D)`` the penultimate (pre-logit) features the head maps to the logits
-    targets    ``(N,)`` the classes ``0..K-1`` of the fit data (fit only)
+    logits         ``(N, C)`` the model's logits (a background-class model's last column is its background)
+    features       ``(N, D)`` the penultimate (pre-logit) features the head maps to the logits
+    member_logits  ``(N, M, C)`` the logits of an ensemble's M members, sample first (the pass's ``logits`` of an
+                   ensemble: one layout, fixed by the pass)
+    model          the network itself and the images: the detector scores images through it
+                   (:meth:`Detector.score_images`: ODIN's input perturbation, MC dropout's passes)
+    targets        ``(N,)`` the classes ``0..K-1`` of the fit data (fit only)
 
 and, when it declares ``"head"`` among its :attr:`Detector.inputs`, the classification head ``(W, b)`` with
 ``logits = features @ W.T + b`` (``W`` ``(C, D)``, ``b`` ``(C,)`` or ``None``), handed to :meth:`Detector.fit`
 once: ReAct, ASH, DICE, ViM, SCALE and SHE recompute logits from shaped features.
+
+What a detector is follows from what it reads (:attr:`Detector.kind`: ``logits``, ``features``, ``ensemble`` or
+``model``) and whether it fits (:attr:`Detector.needs_fit`); its hyper-parameters are its constructor's
+keyword-only arguments, declared once there (:meth:`Detector.hyperparameter_defaults`), each kept as the
+attribute of its name.
 
 ``fit`` receives the outputs of the fit pass over in-distribution training images (:attr:`Detector.fit_data`
 says whether it needs them; a detector that needs only the head is fitted with the head alone) and returns the
@@ -26,6 +35,7 @@ statistics they share live here: :func:`streamed_moments` (class sums and the fl
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -41,7 +51,11 @@ from openset_common import tensors_fingerprint
 Head = tuple[Tensor, Tensor | None]
 """A linear classification head ``(W (C, D), b (C,) or None)``: ``logits = features @ W.T + b``."""
 
-INPUTS = frozenset({"logits", "features", "head"})
+INPUTS = frozenset({"logits", "features", "head", "member_logits", "model"})
+
+KINDS = ("logits", "features", "ensemble", "model")
+"""What a detector scores from: a pass's logits, its features (and the head), an ensemble's member logits, or
+images through the model (:attr:`Detector.kind`)."""
 
 CHUNK_ROWS = 16384
 """Rows of a fit or score tensor processed at once (a chunk of 16384 × 2048 float64 is 256 MiB)."""
@@ -70,21 +84,29 @@ class DetectorNotFitted(RuntimeError):
 
 
 class Detector(nn.Module):
-    """Base class of every detector (see the module docstring).
+    """Base class of every detector, every confidence function κ of the project (see the module docstring).
 
     Class attributes (what the detector is; the engine reads them before any pass):
-        name: the registry name (``mahalanobis``, ``knn``, ...).
-        inputs: what :meth:`fit` and :meth:`score` read, a subset of ``{"logits", "features", "head"}``.
+        name: the registry name (``mahalanobis``, ``softmax``, ...).
+        paper: the paper it comes from, as the detectors' page cites it (``Lee et al., NeurIPS 2018``).
+        inputs: what :meth:`fit` and :meth:`score` read, a subset of :data:`INPUTS`.
         fit_data: whether :meth:`fit` needs the outputs of in-distribution training images (else only the head,
             or nothing).
         background_rule: whether it has a rule for background-class models (the last logit the background:
             logit-based scores use the known columns, class statistics the known classes).
 
-    Constructor arguments are keyword-only hyperparameters (those of :meth:`hyperparameters`) plus
-    ``background``: the model's last logit is the background class.
+    Derived when a subclass is made (never set by hand):
+        kind: ``"model"`` (reads the model), ``"ensemble"`` (member logits), ``"features"`` (features or the
+            head) or ``"logits"``.
+        needs_fit: whether :meth:`fit` must run before :meth:`score` (fit data or the head).
+        needs_head: whether :meth:`fit` takes the model's classification head.
+
+    Constructor arguments are keyword-only hyperparameters (each stored as the attribute of its name; they are
+    :meth:`hyperparameters`) plus ``background``: the model's last logit is the background class.
     """
 
     name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
     inputs: ClassVar[frozenset[str]] = frozenset({"logits"})
     fit_data: ClassVar[bool] = False
     background_rule: ClassVar[bool] = True
@@ -97,20 +119,63 @@ class Detector(nn.Module):
     refuse_non_finite: ClassVar[bool] = False
     """Whether :meth:`score` refuses inputs with NaN or infinite values (naming how many rows) before
     scoring; the fitted detectors of this package do."""
+    kind: ClassVar[str] = "logits"
+    needs_fit: ClassVar[bool] = False
+    needs_head: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.inputs) - INPUTS
+        if unknown:
+            raise TypeError(f"detector {cls.__name__} declares unknown inputs {sorted(unknown)}; choose from "
+                            f"{sorted(INPUTS)}")
+        cls.kind = ("model" if "model" in cls.inputs else "ensemble" if "member_logits" in cls.inputs
+                    else "features" if {"features", "head"} & set(cls.inputs) else "logits")
+        cls.needs_head = "head" in cls.inputs
+        cls.needs_fit = bool(cls.fit_data) or cls.needs_head
 
     def __init__(self, *, background: bool = False) -> None:
         super().__init__()
-        unknown = set(self.inputs) - INPUTS
-        if unknown:
-            raise TypeError(f"detector {self.name!r} declares unknown inputs {sorted(unknown)}; choose from {sorted(INPUTS)}")
         self.background = bool(background)
-        self.register_buffer("_fitted", torch.tensor(not self.needs_fit()))
+        self.register_buffer("_fitted", torch.tensor(not self.needs_fit))
 
     # ----------------------------------------------------------------- what the engine asks
     @classmethod
-    def needs_fit(cls) -> bool:
-        """Whether :meth:`fit` must run before :meth:`score` (fit data or the head)."""
-        return cls.fit_data or "head" in cls.inputs
+    def hyperparameter_defaults(cls) -> dict[str, Any]:
+        """The hyperparameters with their defaults: the constructor's keyword-only arguments but ``background``
+        (their one declaration)."""
+        return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
+                if p.kind == p.KEYWORD_ONLY and name != "background"}
+
+    @classmethod
+    def open_hyperparameters(cls) -> bool:
+        """Whether the constructor takes keyword arguments it does not name (a wrapper passing them on)."""
+        return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+
+    @classmethod
+    def arguments(cls, **overrides: Any) -> dict[str, Any]:
+        """The hyperparameters a run uses: the defaults updated by ``overrides`` (e.g. ODIN's
+        ``{"temperature": 2.0, "epsilon": 1e-5}``), part of every cache key, so a changed argument never reuses
+        stale scores. Invalid values are refused now, by building the detector once.
+
+        Raises:
+            ValueError: an argument the detector does not take (naming the valid ones), or an invalid value.
+        """
+        defaults = cls.hyperparameter_defaults()
+        if not cls.open_hyperparameters():
+            unknown = sorted(set(overrides) - set(defaults))
+            if unknown:
+                raise ValueError(f"detector {cls.name!r} has no hyperparameter {unknown[0]!r}; it takes "
+                                 f"{sorted(defaults) or 'none'}")
+            resolved = {**defaults, **overrides}
+        else:  # a wrapper's own arguments are those given (the wrapped class's defaults apply)
+            resolved = dict(overrides)
+        cls(background=False, **resolved)
+        return resolved
+
+    @classmethod
+    def check_model(cls, model: nn.Module) -> None:
+        """Refuse, before any pass, a model this detector cannot score (MC dropout: no dropout). Default: any."""
 
     @property
     def fitted(self) -> bool:
@@ -122,7 +187,7 @@ class Detector(nn.Module):
 
     def hyperparameters(self) -> dict[str, Any]:
         """The constructor's hyperparameters with their values (part of every cache key)."""
-        return {}
+        return {name: getattr(self, name) for name in self.hyperparameter_defaults()}
 
     def state_fingerprint(self) -> str:
         """sha256 over the hyperparameters and every buffer: what a cache of its scores depends on."""
@@ -133,7 +198,7 @@ class Detector(nn.Module):
     # ----------------------------------------------------------------- fit and score
     def fit(self, data: dict[str, Tensor], *, head: Head | None = None) -> Detector:
         """Fit on in-distribution outputs (``features``/``logits``/``targets`` as :attr:`inputs` declare)."""
-        if "head" in self.inputs:
+        if self.needs_head:
             if head is None:
                 raise ValueError(f"detector {self.name!r} needs the model's classification head (W, b)")
             weight, bias = head
@@ -144,17 +209,32 @@ class Detector(nn.Module):
         return self
 
     def score(self, outputs: dict[str, Tensor]) -> Tensor:
-        """``(N,)`` scores, higher = more in-distribution."""
+        """``(N,)`` scores, higher = more in-distribution, from one pass's ``outputs``: ``logits`` (``(N, M, C)``
+        for an ensemble: its member logits), ``features`` where it reads them; a ``model`` detector's own pass
+        gives ``scores/<name>`` (:meth:`score_images`)."""
         if not self.fitted:
             raise DetectorNotFitted(f"detector {self.name!r} is not fitted: call fit() on in-distribution outputs "
                                     "first (the evaluation commands fit it on their fit set)")
-        missing = sorted(k for k in self.inputs - {"head"} if k not in outputs)
+        if self.kind == "model":
+            return outputs[f"scores/{self.name}"]
+        logits = outputs.get("logits")
+        if self.kind == "ensemble" and (logits is None or logits.ndim != 3):
+            raise ValueError(f"detector {self.name!r} needs an ensemble (member logits (N, M, C)); give the model as "
+                             "ensemble:<members file or checkpoints>")
+        if self.kind != "ensemble" and logits is not None and logits.ndim != 2:
+            raise ValueError(f"detector {self.name!r} scores one model; for an ensemble use ensemble_mi, "
+                             "ensemble_softmax or ensemble_entropy")
+        missing = sorted(k for k in self.inputs - {"head", "member_logits"} if k not in outputs)
         if missing:
             raise ValueError(f"detector {self.name!r} reads {missing}, which the outputs lack (they hold {sorted(outputs)})")
         if self.refuse_non_finite:
-            for key in sorted(self.inputs - {"head"}):
+            for key in sorted(self.inputs - {"head", "member_logits"}):
                 check_finite_rows(outputs[key], what=f"detector {self.name!r}: the {key} to score")
         return self._score(outputs)
+
+    def score_images(self, model: nn.Module, images: Tensor) -> Tensor:
+        """``(N,)`` scores of images through the model (a ``model`` detector's own pass: ODIN, MC dropout)."""
+        raise TypeError(f"detector {self.name!r} scores a pass's outputs, not images through the model")
 
     def forward(self, outputs: dict[str, Tensor]) -> Tensor:
         return self.score(outputs)

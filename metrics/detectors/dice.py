@@ -19,14 +19,14 @@ Memory: the head and its mask ``O(K·D)``; the fit mean is streamed, ``O(chunk·
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from metrics.detectors.base import Detector, check_fraction, check_width, linear_quantile, row_chunks
+from metrics.detectors.registry import register_detector
 
 
+@register_detector
 class DICE(Detector):
     """DICE score (see the module docstring).
 
@@ -38,6 +38,7 @@ class DICE(Detector):
     """
 
     name = "dice"
+    paper = "Sun & Li, ECCV 2022"
     inputs = frozenset({"features", "head"})
     fit_data = True
     refuse_non_finite = True
@@ -47,8 +48,6 @@ class DICE(Detector):
         super().__init__(background=background)
         self.p = check_fraction("p", p, detector=self.name)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"p": self.p}
 
     def _fit(self, data: dict[str, Tensor]) -> None:
         features = data["features"]

@@ -31,12 +31,11 @@ Memory: the fit buffer ``N_fit × D`` float64; scoring ``O(N_fit·D + chunk·(D 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from metrics.detectors.base import Detector, check_positive_int, check_width, chunk_rows, row_chunks
+from metrics.detectors.registry import register_detector
 
 NORM_FLOOR = 1e-12
 """pytorch-ood's clamp of the feature norm: a zero feature stays zero instead of NaN."""
@@ -48,6 +47,7 @@ def normalise(features: Tensor) -> Tensor:
     return features / features.norm(dim=1, keepdim=True).clamp(min=NORM_FLOOR)
 
 
+@register_detector
 class KNN(Detector):
     """KNN score, ``-|z - z_(k)|`` on unit-normalised features (see the module docstring).
 
@@ -58,6 +58,7 @@ class KNN(Detector):
     """
 
     name = "knn"
+    paper = "Sun et al., ICML 2022"
     inputs = frozenset({"features"})
     fit_data = True
     refuse_non_finite = True
@@ -67,8 +68,6 @@ class KNN(Detector):
         super().__init__(background=background)
         self.k = check_positive_int("k", k, detector=self.name)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"k": self.k}
 
     def check_fit_size(self, samples: int, classes: int) -> None:
         if self.k > samples:  # before the fit pass (the engine knows the capped set's size)
@@ -100,10 +99,12 @@ class KNN(Detector):
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
 
+@register_detector
 class KNNImageNet(KNN):
     """:class:`KNN` with the paper's ImageNet α = 1% preset: k = 10 on a 1% class-balanced fit sample."""
 
     name = "knn_imagenet"
+    paper = "Sun et al., ICML 2022"
     default_fit = {"fraction": 0.01}
 
     def __init__(self, *, k: int = 10, background: bool = False) -> None:

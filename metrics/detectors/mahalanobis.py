@@ -40,8 +40,6 @@ Memory: fit ``O(D² + K·D + chunk·D)``; score ``O(D² + K·D + chunk·(D + K))
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -55,6 +53,7 @@ from metrics.detectors.base import (
     streamed_moments,
     thread_independent,
 )
+from metrics.detectors.registry import register_detector
 
 RIDGE = 1e-6
 """pytorch-ood's ridge on the (undivided) scatter matrices."""
@@ -97,6 +96,7 @@ def _whiten(features: Tensor, center: Tensor, inverse: Tensor) -> Tensor:
     return centred @ inverse.T
 
 
+@register_detector
 class Mahalanobis(Detector):
     """Mahalanobis score, ``max_c -½ (x - μ_c)ᵀ S⁻¹ (x - μ_c)`` (see the module docstring).
 
@@ -108,6 +108,7 @@ class Mahalanobis(Detector):
     """
 
     name = "mahalanobis"
+    paper = "Lee et al., NeurIPS 2018"
     inputs = frozenset({"features"})
     fit_data = True
     refuse_non_finite = True
@@ -120,8 +121,6 @@ class Mahalanobis(Detector):
         # which must not pay D³/3 each time; the factor itself is kept so that a new one is never taken for it
         self._inverses: dict[str, tuple[Tensor, int, Tensor]] = {}
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"shrinkage": self.shrinkage}
 
     def _moments(self, data: dict[str, Tensor]) -> Moments:
         features, targets = data["features"], data["targets"]
@@ -176,6 +175,7 @@ class Mahalanobis(Detector):
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
 
+@register_detector
 class RelativeMahalanobis(Mahalanobis):
     """Relative Mahalanobis distance, ``-min_c [d_c(x) - d_0(x)]`` (see the module docstring; pytorch-ood's
     ``RMD``).
@@ -188,6 +188,7 @@ class RelativeMahalanobis(Mahalanobis):
     """
 
     name = "relative_mahalanobis"
+    paper = "Ren et al., 2021"
     fitted_buffers = ("center", "class_means", "cholesky", "background_cholesky")
 
     def _fit(self, data: dict[str, Tensor]) -> None:

@@ -21,8 +21,6 @@ Memory: the head and ``O(chunk·D)`` (65536 counts per selection pass).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -35,6 +33,7 @@ from metrics.detectors.base import (
     linear_quantile,
     row_chunks,
 )
+from metrics.detectors.registry import register_detector
 
 SELECTION_ELEMENTS = 1 << 23
 """Elements per chunk of the percentile's selection passes (8M: 64 MiB of int64 keys)."""
@@ -53,6 +52,7 @@ def activation_percentile(features: Tensor, percentile: float) -> float:
     return linear_quantile(chunks, features.numel(), float(np.true_divide(percentile * 100, 100)), dtype=dtype)
 
 
+@register_detector
 class ReAct(Detector):
     """ReAct score, the energy of the head's logits of ``min(x, c)`` (see the module docstring).
 
@@ -63,6 +63,7 @@ class ReAct(Detector):
     """
 
     name = "react"
+    paper = "Sun et al., NeurIPS 2021"
     inputs = frozenset({"features", "head"})
     fit_data = True
     refuse_non_finite = True
@@ -72,8 +73,6 @@ class ReAct(Detector):
         super().__init__(background=background)
         self.percentile = check_fraction("percentile", percentile, detector=self.name)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"percentile": self.percentile}
 
     def _fit(self, data: dict[str, Tensor]) -> None:
         features = data["features"]

@@ -2,7 +2,7 @@
 
 Xu, Chen, Franchi, Yao, *Scaling for Training Time and Post-hoc Out-of-distribution Detection Enhancement*,
 ICLR 2024. Per sample, with ``s₁`` the sum of its ``D`` activations and ``s₂`` the sum of its ``k = D - round(p·D)``
-largest (ASH's rule, :func:`metrics.detectors.ash.kept_count`),
+largest (ASH's rule, :func:`metrics.detectors.shaping.kept_count`),
 
     score(x) = log Σ_k exp(logit_k(x · exp(s₁ / s₂)))
 
@@ -19,16 +19,15 @@ Background-class models: the energy over the known logits. Float64. Memory: the 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
-from metrics.detectors.ash import kept_count
-from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+from metrics.detectors.registry import register_detector
+from metrics.detectors.shaping import ActivationShaping
 
 
-class SCALE(Detector):
+@register_detector
+class SCALE(ActivationShaping):
     """SCALE score (see the module docstring).
 
     Hyperparameters:
@@ -38,34 +37,14 @@ class SCALE(Detector):
     """
 
     name = "scale"
-    inputs = frozenset({"features", "head"})
-    fit_data = False
-    refuse_non_finite = True
+    paper = "Xu et al., ICLR 2024"
 
     def __init__(self, *, percentile: float = 0.85, background: bool = False) -> None:
-        super().__init__(background=background)
-        self.percentile = check_fraction("percentile", percentile, detector=self.name)
+        super().__init__(percentile=percentile, background=background)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"percentile": self.percentile}
-
-    def _store_head(self, weight: Tensor, bias: Tensor | None) -> None:
-        super()._store_head(weight, bias)
-        if kept_count(weight.shape[1], self.percentile) < 1:
-            raise ValueError(f"detector {self.name!r}: percentile {self.percentile} of D = {weight.shape[1]} "
-                             "activations leaves none for s2; lower the percentile")
-
-    def scaled(self, features: Tensor) -> Tensor:
-        """``x · exp(s₁ / s₂)`` ``(rows, D)`` float64 of one chunk."""
-        features = features.to(torch.float64)
-        k = kept_count(features.shape[1], self.percentile)
-        total, kept = features.sum(dim=1), torch.topk(features, k, dim=1).values.sum(dim=1)
+    def shape(self, features: Tensor) -> Tensor:
+        """``x · exp(s₁ / s₂)`` ``(rows, D)`` float64 of one chunk: every activation kept, scaled."""
+        features, values, _, _ = self.kept(features)
+        total, kept = features.sum(dim=1), values.sum(dim=1)
         factor = torch.where(kept == 0, torch.ones_like(kept), torch.exp(total / kept))
         return features * factor[:, None]
-
-    def _score(self, outputs: dict[str, Tensor]) -> Tensor:
-        features = outputs["features"]
-        check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
-                    of="the head's weight")
-        scores = [torch.logsumexp(self.head_logits(self.scaled(chunk)), dim=1) for (chunk,) in row_chunks(features)]
-        return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

@@ -21,8 +21,10 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import Detector, check_width, row_chunks
+from metrics.detectors.registry import register_detector
 
 
+@register_detector
 class SHE(Detector):
     """SHE score (see the module docstring).
 
@@ -30,6 +32,7 @@ class SHE(Detector):
     """
 
     name = "she"
+    paper = "Zhang et al., ICLR 2023"
     inputs = frozenset({"features", "logits"})
     fit_data = True
     refuse_non_finite = True
@@ -60,6 +63,13 @@ class SHE(Detector):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features, logits = outputs["features"], outputs["logits"]
         check_width(features, self.patterns.shape[1], what=f"detector {self.name!r}: the features", of="its fit features")
+        classes = self.patterns.shape[0]
+        if logits.ndim != 2 or self.known_logits(logits[:1]).shape[1] != classes:
+            known = self.known_logits(logits[:1]).shape[1] if logits.ndim == 2 else None
+            raise ValueError(f"detector {self.name!r} was fitted on logits of {classes} known classes; the logits to "
+                             f"score have {known if known is not None else tuple(logits.shape)}"
+                             f"{' known columns' if known is not None else ''} (the predicted class indexes its "
+                             "patterns: another model's logits would pick wrong patterns or none)")
         if logits.shape[0] != features.shape[0]:
             raise ValueError(f"detector {self.name!r}: {logits.shape[0]} rows of logits, {features.shape[0]} of features")
         scores = [(x.to(torch.float64) * self.patterns[self.known_logits(z).argmax(dim=1)]).sum(dim=1)

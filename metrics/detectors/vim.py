@@ -28,8 +28,6 @@ Memory: ``O(D² + C·D + chunk·(D + C))``: the covariance is streamed like Maha
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -41,6 +39,7 @@ from metrics.detectors.base import (
     streamed_moments,
     thread_independent,
 )
+from metrics.detectors.registry import register_detector
 
 
 def principal_dimension(d: int | None, dim: int) -> int:
@@ -50,6 +49,7 @@ def principal_dimension(d: int | None, dim: int) -> int:
     return dim // 2 if d >= dim else d
 
 
+@register_detector
 class ViM(Detector):
     """ViM score, ``energy - α |(x - u) R|`` (see the module docstring).
 
@@ -61,6 +61,7 @@ class ViM(Detector):
     """
 
     name = "vim"
+    paper = "Wang et al., CVPR 2022"
     inputs = frozenset({"features", "head"})
     fit_data = True
     refuse_non_finite = True
@@ -70,8 +71,6 @@ class ViM(Detector):
         super().__init__(background=background)
         self.d = check_positive_int("d", d, detector=self.name, allow_none=True)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"d": self.d}
 
     def _known_head(self) -> tuple[Tensor, Tensor]:
         weight, bias = self.head_weight, self.head_bias

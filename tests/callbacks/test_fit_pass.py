@@ -8,8 +8,9 @@ import torch
 from datamodules.evaluation import EvaluationSet, fit_folder_set
 from datamodules.images import TensorImageDataset
 from evaluation_engine.scoring import ScoringPasses, check_detectors, check_fit_options, fit_subset
+from metrics.detectors import DETECTORS
 from metrics.detectors.base import Detector
-from metrics.kappa import detector_kappa, kappa_scores
+from metrics.kappa import kappa_scores
 from tests.callbacks.test_scoring import Counting, fake_trainer, scoring_model
 
 
@@ -49,7 +50,7 @@ class Headed(Counting):
         return images.flatten(1)[:, :4]
 
 
-CLASS_MEAN, HEAD_ENERGY = detector_kappa(ClassMean), detector_kappa(HeadEnergy)
+CLASS_MEAN, HEAD_ENERGY = ClassMean, HeadEnergy
 
 
 def fit_set(n: int = 30, classes: int = 3, seed: int = 0) -> EvaluationSet:
@@ -61,13 +62,13 @@ def fit_set(n: int = 30, classes: int = 3, seed: int = 0) -> EvaluationSet:
 def test_a_fit_runs_one_pass_and_is_kept_for_the_run_its_cap_another_pass(tmp_path):
     model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set()
     passes = ScoringPasses(tmp_path / "cache")
-    detector = passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=7)
+    detector = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=7)
     assert passes.passes == 1 and detector.fitted
     images = data.dataset.images.flatten(1)[:, :2].double()  # Counting's features: the first two pixels
     labels = data.labels().numpy()
     expected = np.stack([images.numpy()[labels == c].mean(0) for c in range(3)])
     np.testing.assert_allclose(detector.means.numpy(), expected, rtol=1e-6)
-    assert passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=7) is detector  # kept for the run
+    assert passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=7) is detector  # kept for the run
     assert passes.passes == 1 and len(passes.fits) == 1
     # scores() uses the fitted detector: minus the distance to the nearest class mean
     test = EvaluationSet("id_test", "id_test", TensorImageDataset(torch.rand(5, 1, 2, 2), torch.zeros(5, dtype=torch.long)))
@@ -76,12 +77,12 @@ def test_a_fit_runs_one_pass_and_is_kept_for_the_run_its_cap_another_pass(tmp_pa
     manual = -np.sqrt(((points[:, None, :] - expected[None]) ** 2).sum(-1)).min(1)
     np.testing.assert_allclose(scores.numpy(), manual, rtol=1e-6)
     # another cap: another subset, another pass, another fitted state (and the old one is not reused)
-    capped = passes.fitted(trainer, model, CLASS_MEAN, {}, data, fit={"per_class": 4}, batch_size=7)
+    capped = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, fit={"per_class": 4}, batch_size=7)
     assert passes.passes == 3 and capped is not detector  # the capped fit pass and the test pass
     assert passes.fits[-1]["samples"] == 12 and capped.state_fingerprint() != detector.state_fingerprint()
     # a new engine on the same cache: the fit pass comes from the disk, the same state
     again = ScoringPasses(tmp_path / "cache")
-    assert again.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=7).state_fingerprint() == \
+    assert again.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=7).state_fingerprint() == \
         detector.state_fingerprint()
     assert again.passes == 0
 
@@ -103,7 +104,7 @@ def test_the_cap_is_seeded_and_class_balanced():
 def test_a_head_only_detector_fits_without_data_and_a_wrong_head_is_refused():
     network = Headed()
     model, trainer = scoring_model(network), fake_trainer(0, 1)
-    detector = ScoringPasses().fitted(trainer, model, HEAD_ENERGY, {}, None)
+    detector = ScoringPasses().fitted_detector(trainer, model, HEAD_ENERGY, {}, None)
     images = torch.rand(6, 1, 2, 2)
     features = images.flatten(1)[:, :4]
     with torch.no_grad():
@@ -112,8 +113,8 @@ def test_a_head_only_detector_fits_without_data_and_a_wrong_head_is_refused():
     # a detector that reads the head and fits on data: the head must map the features to the logits
     both = type("Both", (ClassMean,), {"name": "both", "inputs": frozenset({"features", "head"})})
     with pytest.raises(ValueError, match="head does not map its penultimate features to its logits"):
-        ScoringPasses().fitted(trainer, scoring_model(Counting()), detector_kappa(both), {}, fit_set(), batch_size=8)
-    ScoringPasses().fitted(trainer, model, detector_kappa(both), {}, fit_set(), batch_size=8)  # Headed's head fits
+        ScoringPasses().fitted_detector(trainer, scoring_model(Counting()), both, {}, fit_set(), batch_size=8)
+    ScoringPasses().fitted_detector(trainer, model, both, {}, fit_set(), batch_size=8)  # Headed's head fits
 
 
 def test_bad_fit_input_is_refused_by_name_before_the_pass():
@@ -121,13 +122,13 @@ def test_bad_fit_input_is_refused_by_name_before_the_pass():
     with pytest.raises(ValueError, match="fits on in-distribution training images and counting has none"):
         check_detectors([CLASS_MEAN], model, None)
     with pytest.raises(ValueError, match="fits on in-distribution training images and counting has none"):
-        ScoringPasses().fitted(trainer, model, CLASS_MEAN, {}, None)
+        ScoringPasses().fitted_detector(trainer, model, CLASS_MEAN, {}, None)
     outside = EvaluationSet("fit", "fit", TensorImageDataset(torch.rand(6, 1, 2, 2), torch.tensor([0, 1, 2, 5, 0, 1])))
     with pytest.raises(ValueError, match=r"labels \[5\] are not among its 3 known classes"):
-        ScoringPasses().fitted(trainer, model, CLASS_MEAN, {}, outside, batch_size=8)
+        ScoringPasses().fitted_detector(trainer, model, CLASS_MEAN, {}, outside, batch_size=8)
     absent = EvaluationSet("fit", "fit", TensorImageDataset(torch.rand(4, 1, 2, 2), torch.tensor([0, 0, 1, 1])))
     with pytest.raises(ValueError, match=r"its known classes \[2\] have no image"):
-        ScoringPasses().fitted(trainer, model, CLASS_MEAN, {}, absent, batch_size=8)
+        ScoringPasses().fitted_detector(trainer, model, CLASS_MEAN, {}, absent, batch_size=8)
 
     class NoFeatures(torch.nn.Module):
         def __init__(self):
@@ -207,22 +208,21 @@ def test_during_training_the_detector_is_refitted_every_evaluation_on_the_capped
 
 def test_review_fixes_caps_heads_and_checks_before_the_pass():
     from evaluation_engine.scoring import check_head
-    from metrics import KAPPAS
 
     model, trainer, data = scoring_model(Headed()), fake_trainer(0, 1), fit_set(30, 3)
     # a user's cap replaces the detector's default cap (knn_imagenet: 1%), it is not merged into "both"
     passes = ScoringPasses()
-    detector = passes.fitted(trainer, model, KAPPAS["knn_imagenet"], {"k": 2}, data, fit={"per_class": 4}, batch_size=8)
+    detector = passes.fitted_detector(trainer, model, DETECTORS["knn_imagenet"], {"k": 2}, data, fit={"per_class": 4}, batch_size=8)
     assert passes.fits[-1]["samples"] == 12 and detector.fitted
     # KNN's k above the capped fit set: refused before the fit pass runs
     passes = ScoringPasses()
     with pytest.raises(ValueError, match="k = 50 neighbours, but the fit set has only 30 samples"):
-        passes.fitted(trainer, model, KAPPAS["knn"], {"k": 50}, data, batch_size=8)
+        passes.fitted_detector(trainer, model, DETECTORS["knn"], {"k": 50}, data, batch_size=8)
     assert passes.passes == 0
     # a cap too small for every class: named as the cap's doing, before the pass (the model names its classes)
     model.classes = ["a", "b", "c"]
     with pytest.raises(ValueError, match=r"the cap \{'fraction': 0.05\} keeps 2 images, too few"):
-        passes.fitted(trainer, model, KAPPAS["knn"], {"k": 1}, data, fit={"fraction": 0.05}, batch_size=8)
+        passes.fitted_detector(trainer, model, DETECTORS["knn"], {"k": 1}, data, fit={"fraction": 0.05}, batch_size=8)
     assert passes.passes == 0
     # the head check: relative to the logits (bf16 rounding passes), a wrong head does not
     features = torch.randn(64, 4, dtype=torch.float64)
@@ -233,18 +233,17 @@ def test_review_fixes_caps_heads_and_checks_before_the_pass():
         check_head((weight, bias), {"features": features, "logits": logits.flip(0)}, model="m")
     # a detector that reads only the head (ASH) gets the check on its first scored pass
     with pytest.raises(ValueError, match="does not map its penultimate features"):
-        ScoringPasses().scores(trainer, scoring_model(Counting()), data, KAPPAS["ash_s"], {"percentile": 0.5},
+        ScoringPasses().scores(trainer, scoring_model(Counting()), data, DETECTORS["ash_s"], {"percentile": 0.5},
                                batch_size=8)
 
 
 def test_the_fitted_state_is_written_and_a_large_bank_only_fingerprinted(tmp_path, monkeypatch):
     import evaluation_engine.scoring as scoring
-    from metrics import KAPPAS
 
     model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
     passes = ScoringPasses()
-    knn = passes.fitted(trainer, model, KAPPAS["knn"], {"k": 3}, data, batch_size=8)
-    mean = passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    knn = passes.fitted_detector(trainer, model, DETECTORS["knn"], {"k": 3}, data, batch_size=8)
+    mean = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
     monkeypatch.setattr(scoring, "FITTED_TENSOR_LIMIT", 100)  # KNN's bank (30 x 2 float64 = 480 bytes) is over it
     written = torch.load(scoring.write_fitted(tmp_path, passes, [knn, mean]), weights_only=False)
     entries = {e["kappa"]: e for e in written.values()}
@@ -284,13 +283,13 @@ def test_a_fit_set_holding_evaluation_images_is_refused_before_any_pass_unless_a
     with pytest.warns(RuntimeWarning, match="fit set 'fit' overlaps ood: 3 of its 30 images are ood images"):
         (found,) = passes.check_fit_overlap(data, [id_test, ood], allow=True)
     assert found.fit_indices.tolist() == shared and len(compared) == 2
-    detector = passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    detector = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
     assert passes.fits[-1]["overlaps"] == [{"set": "ood", "role": "ood", "images": 3, "of": 30, "set images": 6,
                                             "note": "fit set 'fit' overlaps ood: 3 of its 30 images are ood images "
                                                     "(allowed by --allow-fit-overlap)"}]
     assert passes.fit_notes(detector) == passes.fits[-1]["overlaps"][0]["note"]
     # a cap counts the shared images it keeps (compared with the cap's own choice of images)
-    capped = passes.fitted(trainer, model, CLASS_MEAN, {}, data, fit={"per_class": 4}, batch_size=8)
+    capped = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, fit={"per_class": 4}, batch_size=8)
     kept = fit_subset(data, {"per_class": 4}).dataset.indices
     (entry,) = passes.fits[-1]["overlaps"]
     assert (entry["images"], entry["of"]) == (len(set(kept) & set(shared)), 12)
@@ -311,7 +310,7 @@ def test_a_fit_set_holding_evaluation_images_is_refused_before_any_pass_unless_a
         f"Warning: counting / class_mean: {entry['note']}; its numbers are of images it was fitted on."
         for fit in passes.fits for entry in fit["overlaps"]] and len(fit_overlap_notes(passes.fits)) == 4
     # a fit set that overlaps nothing: no note
-    clean = passes.fitted(trainer, model, CLASS_MEAN, {}, fit_set(30, 3, seed=1), batch_size=8)
+    clean = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, fit_set(30, 3, seed=1), batch_size=8)
     assert passes.fit_notes(clean) == "" and passes.fits[-1]["overlaps"] == []
 
 
@@ -320,7 +319,7 @@ def test_scores_checks_a_set_its_fitted_detector_was_not_checked_against():
 
     model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
     passes = ScoringPasses()
-    passes.fitted(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
+    passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
     copied = EvaluationSet("id_test", "id_test", TensorImageDataset(data.dataset.images[:5], torch.arange(5) % 3))
     with pytest.raises(FitOverlapError, match="5 of its 30 images are images of id_test"):
         passes.scores(trainer, model, copied, CLASS_MEAN, {}, batch_size=8)
@@ -329,16 +328,15 @@ def test_scores_checks_a_set_its_fitted_detector_was_not_checked_against():
 
 
 def test_a_default_cap_too_small_for_the_detector_names_the_cap_and_the_option():
-    from metrics import KAPPAS
 
     model, trainer = scoring_model(Headed()), fake_trainer(0, 1)
     with pytest.raises(ValueError) as refused:  # knn_imagenet keeps 1% by default: 1 of 96 images for k = 10
-        ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), batch_size=8)
+        ScoringPasses().fitted_detector(trainer, model, DETECTORS["knn_imagenet"], {}, fit_set(96, 3), batch_size=8)
     message = str(refused.value)
     assert "knn_imagenet's default fit cap {'fraction': 0.01} keeps 1 of the 96 images of the fit set 'fit'" in message
     assert "--fit-arg knn_imagenet.fraction=F" in message and "--fit-arg knn_imagenet.per_class=N" in message
     with pytest.raises(ValueError, match=r"the cap given \{'per_class': 2\} keeps 6 of the 96 images"):
-        ScoringPasses().fitted(trainer, model, KAPPAS["knn_imagenet"], {}, fit_set(96, 3), fit={"per_class": 2},
+        ScoringPasses().fitted_detector(trainer, model, DETECTORS["knn_imagenet"], {}, fit_set(96, 3), fit={"per_class": 2},
                                batch_size=8)
 
 
@@ -581,7 +579,7 @@ def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one
     from datamodules.overlap import FitOverlapError
     from datamodules.transforms import ModelInput, TensorPipeline
     from evaluation_engine.run import launch_loader
-    from lightning_modules.evg import Detector, EvGSearch, build_variation
+    from lightning_modules.evg import BlackBox, EvGSearch, build_variation
     from lightning_modules.scoring import ScoringModel
 
     generator = torch.Generator().manual_seed(0)
@@ -594,7 +592,7 @@ def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one
 
     def run(out, **options):
         model = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(8, 3)), name="tiny", classes=KNOWN)
-        detectors = {d.name: d for d in (Detector(model, "knn", kappa_args={"k": 1}), Detector(model, "softmax"))}
+        detectors = {d.name: d for d in (BlackBox(model, "knn", kappa_args={"k": 1}), BlackBox(model, "softmax"))}
         indices = data.seed_indices(4, 0)
         seeds = data.seed_images(indices, None)
         module = EvGSearch(detectors, {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},

@@ -156,13 +156,14 @@ def evaluation_set(n: int = 7, name: str = "id_test"):
 def test_a_pass_is_run_once_per_model_and_set_whatever_asks_for_it(tmp_path):
     from evaluation_engine.scoring import ScoringPasses
     from metrics import KAPPAS
+    from metrics.detectors import DETECTORS
 
     model, data, trainer = scoring_model(), evaluation_set(), fake_trainer(0, 1)
     passes = ScoringPasses(tmp_path / "cache")
     first = passes.outputs(trainer, model, data, batch_size=3)
     assert passes.passes == 1 and model.network.calls == 3  # ceil(7 / 3) batches
     for name in ("softmax", "max_logit", "energy"):  # every logit κ from the same pass
-        scores = passes.scores(trainer, model, data, KAPPAS[name], {}, batch_size=3)
+        scores = passes.scores(trainer, model, data, DETECTORS[name], {}, batch_size=3)
         torch.testing.assert_close(scores, KAPPAS[name](first["logits"]))
     assert passes.passes == 1 and model.network.calls == 3
     with_features = passes.outputs(trainer, model, data, features=True, batch_size=3)  # features: one more pass
@@ -220,27 +221,27 @@ def test_images_of_several_sizes_are_refused_by_name():
 
 def test_pairs_that_cannot_be_served_are_refused_when_the_run_starts():
     from evaluation_engine.scoring import detector_pairs
-    from metrics import KAPPAS
+    from metrics.detectors import DETECTORS
 
     single = scoring_model()
-    pairs = detector_pairs([single], [KAPPAS["softmax"], KAPPAS["energy"]])
+    pairs = detector_pairs([single], [DETECTORS["softmax"], DETECTORS["energy"]])
     assert [(m.display_name, k.name) for m, k in pairs] == [("counting", "softmax"), ("counting", "energy")]
     with pytest.raises(ValueError, match=r"\['ensemble_mi'\] pair with none of the models \['counting'\]"):
-        detector_pairs([single], [KAPPAS["softmax"], KAPPAS["ensemble_mi"]])
+        detector_pairs([single], [DETECTORS["softmax"], DETECTORS["ensemble_mi"]])
 
 
 def test_a_detectors_non_finite_scores_name_it_its_arguments_and_the_set():
     """The engine's scores go through the one κ dispatch, which names the κ, its arguments and the set of the pass:
     pytorch-ood's energy at t = 0 is NaN for every image."""
     from evaluation_engine.scoring import ScoringPasses
-    from metrics import get_kappa
+    from metrics import resolve_detector
 
     model, data, trainer = scoring_model(), evaluation_set(7, "ood:digits"), fake_trainer(0, 1)
-    energy = get_kappa("pood:EnergyBased")
+    energy = resolve_detector("pood:EnergyBased")
     with pytest.raises(ValueError, match=r"^confidence function 'pood:EnergyBased' \(t=0\) gave NaN or infinite scores "
                                          r"for 7 of 7 images of ood:digits \(first rows: \[0, 1, 2, 3, 4\]\)"):
-        ScoringPasses().scores(trainer, model, data, energy, energy.parameters(t=0), batch_size=3)
+        ScoringPasses().scores(trainer, model, data, energy, energy.arguments(t=0), batch_size=3)
     passes = ScoringPasses()
-    scores = passes.scores(trainer, model, data, energy, energy.parameters(t=1), batch_size=3)
+    scores = passes.scores(trainer, model, data, energy, energy.arguments(t=1), batch_size=3)
     logits = passes.outputs(trainer, model, data, batch_size=3)["logits"]
     torch.testing.assert_close(scores, torch.logsumexp(logits.double(), dim=1))  # t = 1: -energy, finite

@@ -15,10 +15,13 @@ import pytorch_ood.detector as pood
 import torch
 from torch import Tensor
 
-from metrics.detectors import DETECTORS, Detector, DetectorNotFitted, build_detector
+from metrics.detectors import DETECTORS, Detector, DetectorNotFitted, ScoreFunction, build_detector
 from metrics.detectors import base as detector_base
 from metrics.detectors import react as react_module
 from metrics.detectors.react import activation_percentile
+
+OUTPUT_DETECTORS = sorted(name for name, cls in DETECTORS.items() if not issubclass(cls, ScoreFunction))
+"""The detectors with a fit or a head (the confidence functions of the logits are tested in test_kappa.py)."""
 
 N, D, K = 300, 32, 4
 
@@ -70,7 +73,7 @@ def outputs(features: Tensor, head: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
 
 def fitted(name: str, data: dict[str, Tensor], head: tuple[Tensor, Tensor], **hyperparameters) -> Detector:
     detector = build_detector(name, **hyperparameters)
-    return detector.fit(data, head=head) if detector.needs_fit() else detector
+    return detector.fit(data, head=head) if detector.needs_fit else detector
 
 
 @contextlib.contextmanager
@@ -208,7 +211,7 @@ def test_pood_wrapper_scores_as_pytorch_ood_and_as_ours(setting) -> None:
     detector = build_detector("pood:KNN", k=3)
     assert detector.name == "pood:KNN" and detector.fit_data and detector.inputs == {"features"}
     assert build_detector("pood:ViM", d=4).inputs == {"features", "head"}
-    assert not build_detector("pood:GEN").needs_fit() and build_detector("pood:GEN").inputs == {"logits"}
+    assert not build_detector("pood:GEN").needs_fit and build_detector("pood:GEN").inputs == {"logits"}
 
 
 # ------------------------------------------------------------------------------------------- by hand
@@ -272,7 +275,7 @@ def test_background_column_is_dropped_by_hand() -> None:
     torch.testing.assert_close(react.score({"features": features}), torch.logsumexp(clipped, dim=1), rtol=1e-14, atol=0)
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_background_model_scores_as_the_model_without_its_background_column(setting, name) -> None:
     head, features, targets, test = setting["head"], setting["features"], setting["targets"], setting["test"]
     g = generator(7)
@@ -280,7 +283,7 @@ def test_background_model_scores_as_the_model_without_its_background_column(sett
                        torch.cat([head[1], torch.tensor([2.0], dtype=torch.float64)]))
     plain = fitted(name, fit_data(features, targets, head), head).score(outputs(test, head))
     detector = build_detector(name, background=True)
-    if detector.needs_fit():
+    if detector.needs_fit:
         detector.fit(fit_data(features, targets, with_background), head=with_background)
     torch.testing.assert_close(detector.score(outputs(test, with_background)), plain, rtol=1e-12, atol=ATOL)
 
@@ -288,7 +291,7 @@ def test_background_model_scores_as_the_model_without_its_background_column(sett
 # ------------------------------------------------------------------------------------------- chunks and state
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_scores_do_not_depend_on_the_chunk_size(setting, monkeypatch, name) -> None:
     head, features, targets, test = setting["head"], setting["features"], setting["targets"], setting["test"]
     data, scored = fit_data(features, targets, head), outputs(test, head)
@@ -299,7 +302,7 @@ def test_scores_do_not_depend_on_the_chunk_size(setting, monkeypatch, name) -> N
     torch.testing.assert_close(fitted(name, data, head).score(scored), reference, rtol=1e-12, atol=ATOL)
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_state_dict_round_trip_and_fingerprint(setting, name) -> None:
     head, features, targets, test = setting["head"], setting["features"], setting["targets"], setting["test"]
     data, scored = fit_data(features, targets, head), outputs(test, head)
@@ -310,7 +313,7 @@ def test_state_dict_round_trip_and_fingerprint(setting, name) -> None:
     assert torch.equal(fresh.score(scored), detector.score(scored))
     assert fresh.state_fingerprint() == detector.state_fingerprint()
     assert fitted(name, data, head).state_fingerprint() == detector.state_fingerprint()  # the same fit: the same
-    if not detector.needs_fit():
+    if not detector.needs_fit:
         return
     if detector.fit_data:
         other = fit_data(features[1:], targets[1:], head)
@@ -423,7 +426,7 @@ def clustered(n: int, seed: int, *, shifted: bool = False) -> tuple[Tensor, Tens
     return torch.relu(prototypes[targets] + 0.5 * torch.randn(n, D, generator=g, dtype=torch.float64)), targets
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_every_detector_scores_its_fit_distribution_above_a_shifted_one(name) -> None:
     cls = DETECTORS[name]
     assert cls.name == name and cls.inputs <= {"logits", "features", "head"} and cls.background_rule
@@ -438,7 +441,7 @@ def test_every_detector_scores_its_fit_distribution_above_a_shifted_one(name) ->
     # not only the means: most in-distribution samples score above the shifted ones' median
     assert in_distribution.mean() > shifted.mean()
     assert (in_distribution > shifted.median()).double().mean() > 0.9
-    assert detector.hyperparameters() == {key: getattr(detector, key) for key in detector.hyperparameters()}
+    assert detector.hyperparameters() == cls.hyperparameter_defaults()  # built with the defaults: its values
 
 
 # ------------------------------------------------------------------------------------------- threads
@@ -454,7 +457,7 @@ def intra_op_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_fitted_state_and_scores_do_not_depend_on_the_number_of_threads(name) -> None:
     """Lightning gives each of N processes of a CPU run 1/N of the cores, so the fit and the scores of 2 processes
     run on fewer threads than those of 1 process: both must be the same bit for bit. 256-wide features, where

@@ -8,11 +8,11 @@ from metrics import (
     KAPPAS,
     MutualInformation,
     expected_entropy,
-    get_kappa,
     member_probabilities,
     mutual_information,
     mutual_information_from_logits,
     predictive_entropy,
+    resolve_detector,
 )
 from tests.distributed import run_distributed
 
@@ -183,7 +183,7 @@ def test_every_ensemble_kappa_against_numpy(background):
         assert scores.dtype == torch.float64 and scores.shape == (30,)
         np.testing.assert_allclose(scores.numpy(), ENSEMBLE_REFERENCES[name](logits, background),
                                    rtol=1e-10, atol=1e-13, err_msg=name)
-        assert get_kappa(name) is KAPPAS[name] and KAPPAS[name].parameters() == {}
+        assert resolve_detector(name).arguments() == {} and resolve_detector(name).kind == "ensemble"
 
 
 @pytest.mark.parametrize("background", [False, True])

@@ -3,8 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from metrics import KAPPAS, from_pytorch_ood
-from metrics.kappa import mc_dropout, odin
+from metrics import KAPPAS, resolve_detector
+from metrics.detectors import DETECTORS, Detector, ScoreFunction
+from metrics.detectors.perturbation import dropout_modules, mc_dropout, odin
 
 
 class LogitsModel(nn.Module):
@@ -18,15 +19,16 @@ class LogitsModel(nn.Module):
         return self.dropout(x)
 
 
-@pytest.mark.parametrize("name", sorted(k for k, v in KAPPAS.items() if v.detector is None))
+@pytest.mark.parametrize("name", sorted(k for k, v in DETECTORS.items() if issubclass(v, ScoreFunction)))
 def test_kappa_contract(name):
     kappa = KAPPAS[name]
+    kind = DETECTORS[name].kind
     confident = torch.eye(5)[[0, 1, 2, 3, 4, 0]] * 8.0
     uniform = torch.zeros(6, 5)
-    if kappa.kind == "model":
+    if kind == "model":
         model = LogitsModel().eval()
         scores_confident, scores_uniform = kappa(model, confident), kappa(model, uniform)
-    elif kappa.kind == "ensemble":
+    elif kind == "ensemble":
         # (M, N, C) member logits: 3 members that agree on the confident prediction, against 3 members that
         # are each confident of another class (uniform members would tie with agreeing ones on -MI = 0)
         agreeing = confident.expand(3, -1, -1)
@@ -92,9 +94,12 @@ def test_mc_dropout_varies_across_passes_and_restores_modes():
 def test_pytorch_ood_adapter_negates_outlier_scores():
     from pytorch_ood.detector import MaxSoftmax
 
-    kappa = from_pytorch_ood(MaxSoftmax(model=None), name="msp", kind="logits")
+    from metrics import build_detector
+
     logits = torch.randn(9, 4)
-    torch.testing.assert_close(kappa(logits), torch.softmax(logits, 1).max(1).values)
+    scores = build_detector("pood:MaxSoftmax").score({"logits": logits})
+    torch.testing.assert_close(scores, -MaxSoftmax(model=None).predict_logits(logits).double())
+    torch.testing.assert_close(scores, torch.softmax(logits.double(), 1).max(1).values, rtol=1e-6, atol=1e-7)
 
 
 # --- background-class models (DESIGN §3-§4): softmax over K+1, background column dropped afterwards ---
@@ -136,8 +141,6 @@ def test_odin_with_background_predicts_and_scores_known_classes():
 def test_mc_dropout_on_timm_models_with_functional_dropout():
     import timm
 
-    from metrics.kappa import dropout_modules
-
     torch.manual_seed(0)
     model = timm.create_model("test_resnet", pretrained=False, num_classes=5, drop_rate=0.5).eval()
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())  # timm applies F.dropout in its head
@@ -156,12 +159,12 @@ def test_mc_dropout_on_timm_models_with_functional_dropout():
 
 
 def test_kappa_parameters_resolve_defaults_and_refuse_unknown_names():
-    assert KAPPAS["odin"].parameters() == {"temperature": 2.0, "epsilon": 1e-5}
-    assert KAPPAS["odin"].parameters(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
-    assert KAPPAS["mc_dropout"].parameters() == {"passes": 30}
-    assert KAPPAS["softmax"].parameters() == {}
-    with pytest.raises(ValueError, match="has no parameters"):
-        KAPPAS["softmax"].parameters(temperature=2)
+    assert resolve_detector("odin").arguments() == {"temperature": 2.0, "epsilon": 1e-5}
+    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+    assert resolve_detector("mc_dropout").arguments() == {"passes": 30}
+    assert resolve_detector("softmax").arguments() == {}
+    with pytest.raises(ValueError, match="has no hyperparameter"):
+        resolve_detector("softmax").arguments(temperature=2)
 
 
 def test_one_dispatch_for_every_kind_of_kappa():
@@ -170,85 +173,102 @@ def test_one_dispatch_for_every_kind_of_kappa():
     logits = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
     members = torch.randn(5, 3, 4, generator=torch.Generator().manual_seed(1))  # per sample: (N, M, C)
     features = torch.randn(5, 6)
-    torch.testing.assert_close(kappa_scores(KAPPAS["softmax"], {"logits": logits}, background=False, parameters={}),
+    torch.testing.assert_close(kappa_scores(DETECTORS["softmax"], {"logits": logits}, background=False, parameters={}),
                                torch.softmax(logits, 1).max(1).values)
     torch.testing.assert_close(
-        kappa_scores(KAPPAS["ensemble_softmax"], {"logits": members}, background=False, parameters={}),
+        kappa_scores(DETECTORS["ensemble_softmax"], {"logits": members}, background=False, parameters={}),
         torch.softmax(members.double(), -1).mean(1).max(1).values)  # the ensemble κ accumulate in float64
-    norm = from_pytorch_ood(type("Norm", (), {"predict_features": staticmethod(lambda f: f.norm(dim=1))})(),
-                            name="norm", kind="features")
+    class Norm(Detector):  # a detector of the features with no fit
+        name, inputs = "norm", frozenset({"features"})
+
+        def _score(self, outputs):
+            return -outputs["features"].norm(dim=1)
+
+    norm = Norm
     torch.testing.assert_close(kappa_scores(norm, {"logits": logits, "features": features}, background=False,
                                             parameters={}), -features.norm(dim=1))
     odin_scores = torch.arange(5.0)
-    assert torch.equal(kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False, parameters={}),
+    assert torch.equal(kappa_scores(DETECTORS["odin"], {"scores/odin": odin_scores}, background=False, parameters={}),
                        odin_scores)
     with pytest.raises(ValueError, match="scores one model"):
-        kappa_scores(KAPPAS["softmax"], {"logits": members}, background=False, parameters={})
+        kappa_scores(DETECTORS["softmax"], {"logits": members}, background=False, parameters={})
     with pytest.raises(ValueError, match="needs an ensemble"):
-        kappa_scores(KAPPAS["ensemble_mi"], {"logits": logits}, background=False, parameters={})
+        kappa_scores(DETECTORS["ensemble_mi"], {"logits": logits}, background=False, parameters={})
     with pytest.raises(ValueError, match="needs the model's features"):
         kappa_scores(norm, {"logits": logits}, background=False, parameters={})
     # the pairing rules, refused when the run starts
-    assert pairs_with(KAPPAS["ensemble_mi"], ensemble=True) and not pairs_with(KAPPAS["softmax"], ensemble=True)
+    assert pairs_with(DETECTORS["ensemble_mi"], ensemble=True) and not pairs_with(DETECTORS["softmax"], ensemble=True)
     with pytest.raises(ValueError, match="'ensemble_mi' needs an ensemble.*m is one model"):
-        check_kappa(KAPPAS["ensemble_mi"], model="m", ensemble=False, background=False)
+        check_kappa(DETECTORS["ensemble_mi"], model="m", ensemble=False, background=False)
     with pytest.raises(ValueError, match="'softmax' scores one model; e is an ensemble"):
-        check_kappa(KAPPAS["softmax"], model="e", ensemble=True, background=False)
-    model_kind = from_pytorch_ood(object(), name="own", kind="model")
+        check_kappa(DETECTORS["softmax"], model="e", ensemble=True, background=False)
+    class Own(Detector):  # scores images through the model, with no rule for a background column
+        name, inputs, background_rule = "own", frozenset({"model"}), False
+
+    model_kind = Own
     with pytest.raises(ValueError, match="'own' has no rule for background-class models, and bg has a background"):
         check_kappa(model_kind, model="bg", ensemble=False, background=True)
-    check_kappa(KAPPAS["energy"], model="bg", ensemble=False, background=True)  # every κ of KAPPAS has one
+    check_kappa(DETECTORS["energy"], model="bg", ensemble=False, background=True)  # every κ of KAPPAS has one
 
 
 @pytest.mark.parametrize(("name", "arguments", "message"), [
-    ("odin", {"temperature": 0}, "temperature must be positive, got 0"),
-    ("odin", {"temperature": -2.0}, "temperature must be positive"),
-    ("odin", {"epsilon": -1e-3}, "epsilon must be non-negative"),
-    ("odin", {"temperature": "hot"}, "temperature must be positive, got 'hot'"),
-    ("mc_dropout", {"passes": 0}, "passes must be a positive integer, got 0"),
-    ("mc_dropout", {"passes": 2.5}, "passes must be a positive integer"),
+    ("odin", {"temperature": 0}, "'odin': temperature must be a positive finite number, got 0$"),
+    ("odin", {"temperature": -2.0}, "temperature must be a positive finite number, got -2.0"),
+    ("odin", {"epsilon": -1e-3}, "epsilon must be a non-negative finite number, got -0.001"),
+    ("odin", {"temperature": "hot"}, "temperature must be a positive finite number, got 'hot'"),
+    ("mc_dropout", {"passes": 0}, "'mc_dropout': passes must be an integer >= 1, got 0"),
+    ("mc_dropout", {"passes": 2.5}, "passes must be an integer >= 1, got 2.5"),
 ])
 def test_kappa_parameters_are_checked_by_value(name, arguments, message):
     with pytest.raises(ValueError, match=message):
-        KAPPAS[name].parameters(**arguments)
-    assert KAPPAS["odin"].parameters(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+        resolve_detector(name).arguments(**arguments)
+    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
 
 
-def test_every_detector_is_a_kappa_that_declares_its_pass_and_fit():
-    from metrics.detectors import DETECTORS, build_detector
-    from metrics.kappa import get_kappa
+def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
+    from metrics.detectors import build_detector
 
+    expected_kind = {"softmax": "logits", "max_logit": "logits", "entropy": "logits", "energy": "logits",
+                     "odin": "model", "mc_dropout": "model", "ensemble_mi": "ensemble", "ensemble_softmax": "ensemble",
+                     "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
+                     "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
+                     "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
+                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features"}
+    assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice"}
+    head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
     for name, cls in DETECTORS.items():
-        kappa = KAPPAS[name]
-        assert kappa.detector is cls and kappa.kind == ("features" if {"features", "head"} & cls.inputs else "logits")
-        assert kappa.needs_fit == (cls.fit_data or "head" in cls.inputs) and kappa.fit_data == cls.fit_data
-        assert kappa.parameters() == {k: v for k, v in kappa.parameters().items()}  # defaults resolve, validated
-        assert type(kappa.build(**kappa.parameters())) is type(build_detector(name))
-    assert KAPPAS["knn"].parameters(k=7)["k"] == 7
-    with pytest.raises(ValueError, match="has no parameters"):
-        KAPPAS["knn"].parameters(neighbours=7)
-    with pytest.raises(ValueError):
-        KAPPAS["react"].parameters(percentile=1.5)  # refused by the detector when the parameters are resolved
-    # the function κ are detectors with an empty fit
+        assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)
+        assert (cls.fit_data, cls.needs_fit) == (name in fitted, name in fitted | head_only)
+    # the hyperparameters are the constructor's keyword-only arguments, each with its default
+    assert resolve_detector("knn").arguments() == {"k": 50}
+    assert resolve_detector("gen").arguments(M=100) == {"gamma": 0.1, "M": 100, "clamp": False}
+    assert resolve_detector("ash_p").arguments() == {"percentile": 0.6}
+    assert resolve_detector("knn").arguments(k=7)["k"] == 7
+    with pytest.raises(ValueError, match="'knn' has no hyperparameter 'neighbours'; it takes \\['k'\\]"):
+        resolve_detector("knn").arguments(neighbours=7)
+    with pytest.raises(ValueError, match="percentile must be a fraction in \\(0, 1\\), got 1.5"):
+        resolve_detector("react").arguments(percentile=1.5)  # refused by the detector when the arguments resolve
+    # a function of the logits is a detector with an empty fit, scoring what its KAPPAS scorer scores
     logits = torch.randn(4, 3)
-    softmax = KAPPAS["softmax"].build()
-    assert not softmax.needs_fit() and torch.equal(softmax.score({"logits": logits}), KAPPAS["softmax"](logits))
+    softmax = build_detector("softmax")
+    assert softmax.fitted and torch.equal(softmax.score({"logits": logits}), torch.softmax(logits, 1).max(1).values)
     # any pytorch-ood detector by name, fitted by the same pass: its arguments are free keywords
-    pood = get_kappa("pood:KNN")
-    assert pood.fit_data and pood.kind == "features" and pood.parameters(k=3) == {"k": 3}
-    with pytest.raises(ValueError, match="unknown confidence function 'mahalanobis2'"):
-        get_kappa("mahalanobis2")
+    pood = resolve_detector("pood:KNN")
+    assert pood.fit_data and pood.kind == "features" and pood.arguments(k=3) == {"k": 3}
+    with pytest.raises(ValueError, match="unknown detector 'mahalanobis2'"):
+        resolve_detector("mahalanobis2")
 
 
 def test_non_finite_scores_name_the_kappa_its_arguments_the_set_and_the_rows():
     """``--kappa pood:EnergyBased --kappa-arg pood:EnergyBased.t=0``: pytorch-ood's energy ``-t logsumexp(z / t)``
     is NaN for every image at t = 0; the one κ dispatch says so, naming the detector, t and the set, instead of a
     metric's "scores contains NaN" after every pass."""
-    from metrics import get_kappa, kappa_scores
+    from metrics import kappa_scores
 
-    energy = get_kappa("pood:EnergyBased")
-    parameters = energy.parameters(t=0)
-    detector = energy.build(background=False, **parameters)
+    energy = resolve_detector("pood:EnergyBased")
+    parameters = energy.arguments(t=0)
+    detector = energy(background=False, **parameters)
     logits = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError) as raised:
         kappa_scores(energy, {"logits": logits}, background=False, parameters=parameters, detector=detector,
@@ -258,7 +278,7 @@ def test_non_finite_scores_name_the_kappa_its_arguments_the_set_and_the_rows():
         "(first rows: [0, 1, 2, 3, 4]): a detector's scores must be finite; check its arguments (--kappa-arg "
         "pood:EnergyBased.NAME=VALUE) and the model's outputs")
     # t = 1 is pytorch-ood's energy: -logsumexp, finite
-    fine = energy.build(background=False, t=1)
+    fine = energy(background=False, t=1)
     torch.testing.assert_close(kappa_scores(energy, {"logits": logits}, background=False, parameters={"t": 1},
                                             detector=fine), torch.logsumexp(logits.double(), dim=1))
 
@@ -268,12 +288,12 @@ def test_non_finite_rows_of_a_model_based_kappa_are_counted_and_evgs_search_may_
 
     odin_scores = torch.tensor([0.5, float("nan"), 0.7, float("inf"), 0.1, float("-inf")])
     with pytest.raises(ValueError) as raised:
-        kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False,
+        kappa_scores(DETECTORS["odin"], {"scores/odin": odin_scores}, background=False,
                      parameters={"temperature": 2.0, "epsilon": 1e-05})
     assert str(raised.value).startswith("confidence function 'odin' (epsilon=1e-05, temperature=2.0) gave NaN or "
                                         "infinite scores for 3 of 6 images (first rows: [1, 3, 5])")
     # EvG's search: a NaN κ is a rejected proposal, so it asks for the scores as they are
-    assert torch.equal(kappa_scores(KAPPAS["odin"], {"scores/odin": odin_scores}, background=False, parameters={},
+    assert torch.equal(kappa_scores(DETECTORS["odin"], {"scores/odin": odin_scores}, background=False, parameters={},
                                     finite=False).isnan(), odin_scores.isnan())
 
 

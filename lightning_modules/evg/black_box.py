@@ -1,7 +1,7 @@
 """A (model, κ) pair as EvG's black-box OOD detector (Yoon et al.; DESIGN.md §5.4).
 
-:class:`Detector` turns any scoring model of this project -- a timm or torchvision classifier, a checkpoint,
-a deep ensemble -- and any κ of :data:`metrics.KAPPAS` (pytorch-ood detectors wrapped as κ too) into a black
+:class:`BlackBox` turns any scoring model of this project -- a timm or torchvision classifier, a checkpoint,
+a deep ensemble -- and any detector of :mod:`metrics.detectors` (a κ: by name, ``pood:<Class>`` or class path) into a black
 box: ``scores(images)`` is κ (higher = more in-distribution) of the images a variation model makes, and
 ``energy(images)`` the standardised outlier score ``(-κ - μ) / (σ + 1e-3)``. No detector gradients are used
 by the search.
@@ -36,18 +36,25 @@ from torch import Tensor, nn
 
 from datamodules.transforms import TensorPipeline
 from lightning_modules.scoring import ScoringModel, forward_outputs
-from metrics import Kappa, check_kappa, energy_standardisation, get_kappa, kappa_scores, standardised_energy
+from metrics import (
+    Detector,
+    check_kappa,
+    energy_standardisation,
+    kappa_scores,
+    resolve_detector,
+    standardised_energy,
+)
 
 VariedImages = Literal["raw", "model_input"]
 VARIED_IMAGES: tuple[str, ...] = get_args(VariedImages)
 
 
-class Detector(nn.Module):
+class BlackBox(nn.Module):
     """A (model, κ) pair as a black-box OOD detector (see the module docstring).
 
     Args:
         model: the scoring model (its network, input and background rule).
-        kappa: the confidence function (a name of :data:`metrics.KAPPAS` or a :class:`metrics.Kappa`).
+        kappa: the confidence function (a name, :func:`metrics.resolve_detector`, or a detector class).
         name: how tables call it, e.g. ``demo-best/softmax`` (default: ``<model>/<κ>``).
         kappa_args: keyword arguments of κ (e.g. ODIN's temperature).
         varied_images: what the images it scores are: ``"raw"`` images (the model's whole input transform
@@ -59,23 +66,23 @@ class Detector(nn.Module):
             ``varied_images``.
     """
 
-    def __init__(self, model: ScoringModel, kappa: str | Kappa, *, name: str | None = None,
+    def __init__(self, model: ScoringModel, kappa: str | type[Detector], *, name: str | None = None,
                  kappa_args: dict[str, Any] | None = None, varied_images: VariedImages = "raw") -> None:
         super().__init__()
         if varied_images not in VARIED_IMAGES:
             raise ValueError(f"varied_images must be one of {list(VARIED_IMAGES)}, got {varied_images!r}")
         self.varied_images = varied_images
         self.model = model.eval().requires_grad_(False)
-        self.kappa = get_kappa(kappa) if isinstance(kappa, str) else kappa
+        self.kappa = resolve_detector(kappa)
         check_kappa(self.kappa, model=model.display_name, ensemble=model.ensemble, background=model.background_class)
         self.name = name or f"{model.display_name}/{self.kappa.name}"
         self.background = model.background_class
-        self.kappa_args = self.kappa.parameters(**(kappa_args or {}))
-        self.fitted: Any = None  # the κ's fitted detector (metrics.detectors), set by use() before the search
+        self.kappa_args = self.kappa.arguments(**(kappa_args or {}))
+        self.fitted: Detector | None = None  # the κ's fitted detector, set by use() before the search
         self.register_buffer("energy_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("energy_scale", torch.tensor(float("nan"), dtype=torch.float64))
 
-    def use(self, fitted: Any) -> None:
+    def use(self, fitted: Detector) -> None:
         """Score with this fitted detector of the κ (Mahalanobis, KNN, ...: fitted on in-distribution training
         outputs by the engine): a fixed black box of the search from now on."""
         self.fitted = fitted
@@ -124,8 +131,8 @@ class Detector(nn.Module):
         """κ ``(N,)`` (float32) of images ``(N, C, H, W)`` in ``[0, 1]``."""
         inputs = self.adapt(images)
         if self.kappa.kind == "model":  # e.g. ODIN: its own pass (with input gradients where it needs them)
-            outputs = {f"scores/{self.kappa.name}": self.kappa(self.model, inputs, background=self.background,
-                                                                **self.kappa_args)}
+            scorer = self.kappa(background=self.background, **self.kappa_args)
+            outputs = {f"scores/{self.kappa.name}": scorer.score_images(self.model, inputs)}
         else:
             with torch.no_grad():
                 outputs = forward_outputs(self.model, inputs, features=self.kappa.kind == "features")
