@@ -144,7 +144,7 @@ def normalise(command: str, argv: list[str]) -> list[str]:
                 if not sep or not key:
                     raise SystemExit(f"--{name.replace('_', '-')} expects KEY=VALUE, got {value!r}")
                 if target in NESTED:
-                    kind, dot, field = key.partition(".")
+                    kind, dot, field = key.rpartition(".")  # a κ may be a class path: NAME has no dot
                     if not dot or not field:
                         raise SystemExit(f"--{name.replace('_', '-')} expects KIND.NAME=VALUE (e.g. odin.temperature=1000), "
                                          f"got {value!r}")

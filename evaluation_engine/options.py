@@ -121,11 +121,16 @@ class DetectorOptions(OptionGroup):
         self.kappa_args, self.fit = dict(self.kappa_args or {}), dict(self.fit or {})
         if not self.kappa:
             raise ValueError("give at least one confidence function (--kappa)")
-        names = set(self.kappa) | {resolve_detector(name).name for name in self.kappa}  # an unknown κ is named here
-        for option, given in (("kappa_args", self.kappa_args), ("fit", self.fit)):
-            unknown = sorted(set(given) - names)
+        # each κ by its detector's name (a class path or an entry point gives the class; an unknown κ is named here),
+        # and so are the keys of its arguments and fit caps
+        named = {name: resolve_detector(name).name for name in self.kappa}
+        for option in ("kappa_args", "fit"):
+            given = getattr(self, option)
+            unknown = sorted(set(given) - set(named) - set(named.values()))
             if unknown:
                 raise ValueError(f"{option} for {unknown}, which are not among the kappas {self.kappa}")
+            setattr(self, option, {named.get(key, key): value for key, value in given.items()})
+        self.kappa = list(dict.fromkeys(named[name] for name in self.kappa))
 
     def only(self, kappa: Sequence[str]) -> dict[str, Any]:
         """This group's fields for a run of some of its κ (a report section's): their arguments and fit caps."""

@@ -7,7 +7,7 @@ subclass, found by one resolver, :func:`resolve_detector`, from any of:
                            (the built-in ones, and any a user's module registers when it is imported)
     an entry point         group ``openset_bench.detectors`` of an installed package
                            (``my_score = "my_package.detectors:MyScore"``), loaded when the registry is first read
-    a class path           ``my_package.detectors.MyScore``: a Detector subclass, imported
+    a class path           ``my_package.detectors.MyScore``: a Detector subclass, imported and registered
     ``pood:<Class>``       any pytorch-ood 0.4.0 detector that scores a model's outputs
                            (:mod:`metrics.detectors.pood`)
 
@@ -130,7 +130,7 @@ def resolve_detector(name: str | type[Detector]) -> type[Detector]:
                              f"{Detector.__module__}.Detector")
         if not target.name:
             target.name = name
-        return target
+        return register_detector(target)  # from now on its name finds it too (a clash is refused, naming both)
     raise ValueError(f"unknown detector {name!r}; choose from {sorted(registered)}, "
                      "pood:<a pytorch-ood detector class> or a class path (my_package.module.MyDetector, a subclass of "
                      "metrics.detectors.Detector)")

@@ -129,17 +129,20 @@ def test_a_fitted_detectors_scorer_says_it_must_be_fitted() -> None:
 
 @pytest.mark.slow
 def test_an_installed_detector_runs_through_severity_and_the_card(plugin: Path, demo_checkpoint: Path) -> None:
-    """``--kappa shifted_energy`` in ``evaluate.py severity`` and in a card: its severity AUROCs are the energy's
+    """``--kappa energy_plugin.ShiftedEnergy`` (a class path, its argument given by it) in ``evaluate.py severity``,
+    ``shifted_energy`` (its entry point's name) in a card: its severity AUROCs are the energy's
     (scaled by a power of two: no score's order changes, so no level and no AUROC), its rows named by it."""
     tables = evaluate.main(["severity", "--model", str(demo_checkpoint), "--data", "fashion", "--data-arg",
-                            "estimation=20", "--data-arg", "test=10", "--kappa", "energy", "shifted_energy",
-                            "--kappa-arg", "shifted_energy.scale=0.5", "--output-dir", str(plugin / "severity"),
+                            "estimation=20", "--data-arg", "test=10", "--kappa", "energy", "energy_plugin.ShiftedEnergy",
+                            "--kappa-arg", "energy_plugin.ShiftedEnergy.scale=0.5", "--output-dir", str(plugin / "severity"),
                             *CLI])
     by_kappa = {k: tables[k] for k in ("energy", "shifted_energy")}
     assert len(by_kappa["energy"]) == len(by_kappa["shifted_energy"]) == 11
     for ours, energy in zip(by_kappa["shifted_energy"], by_kappa["energy"], strict=True):
         assert float(ours["ood-auroc"]) == pytest.approx(float(energy["ood-auroc"]), abs=1e-12)
     assert len({round(float(r["ood-auroc"]), 6) for r in by_kappa["energy"]}) > 3  # levels of differing AUROC
+    written = (plugin / "severity" / "severity.csv").read_text()
+    assert written.count(",shifted_energy,") == 11 and "energy_plugin" not in written  # rows named by the detector
 
     from report_card.card import ReportCard
 
