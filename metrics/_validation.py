@@ -209,8 +209,9 @@ def check_score_pair(id_scores: Tensor | object, ood_scores: Tensor | object, wh
     promoted dtype; ``what`` names the metric in the error."""
     id_scores = check_scores(id_scores, name="id_scores")
     ood_scores = check_scores(ood_scores, name="ood_scores").to(id_scores.device)
-    if id_scores.numel() == 0 or ood_scores.numel() == 0:
-        raise ValueError(f"{what} needs both ID and OOD scores, got {id_scores.numel()} ID and "
-                         f"{ood_scores.numel()} OOD")
+    for name, scores in (("id_scores", id_scores), ("ood_scores", ood_scores)):
+        if scores.numel() == 0:
+            raise ValueError(f"{name} is empty: {what} needs both ID and OOD scores, got {id_scores.numel()} ID "
+                             f"and {ood_scores.numel()} OOD")
     dtype = torch.promote_types(id_scores.dtype, ood_scores.dtype)
     return id_scores.to(dtype), ood_scores.to(dtype)

@@ -229,7 +229,7 @@ def bootstrap_auroc(
     """AUROC of ``resamples`` stratified bootstrap resamples (ID stratum 0, OOD stratum 1).
 
     Resampling units: the samples of each side; with ``ood_clusters`` (``id_clusters``) the clusters of
-    that side instead (:func:`cluster_weights`; e.g. the OOD classes of a severity level). The weights are
+    that side instead (:func:`metrics.resampling.cluster_weights`; e.g. the OOD classes of a severity level). The weights are
     generated chunk by chunk, never all ``B x N`` at once: on the CPU one row at a time at large N, counted
     into a reused uint8 buffer and turned into its AUROC right away, with the blocks of rows
     (module docstring) spread over ``torch.get_num_threads()`` threads; the values do not depend on that.
@@ -257,7 +257,6 @@ def bootstrap_auroc(
         rows = min(step, resamples - start)
         parts.append(plan.area(id_side.weights(rows, id_scores.device), ood_side.weights(rows, id_scores.device)))
     return torch.cat(parts)
-
 
 
 def _bootstrap_auroc_cpu(plan: _AUROCPlan, id_units: tuple[Tensor, int] | None,

@@ -14,9 +14,8 @@ interval then reflects the other side's uncertainty only. The Wald interval is A
 ``z = Φ⁻¹((1 + level)/2)``, clipped to ``[0, 1]``.
 
 The interval methods built on it: :func:`auroc_interval` (``auto``, ``logit``, ``newcombe``, ``delong``,
-The interval methods built on it: :func:`auroc_interval` (``auto``, ``logit``, ``newcombe``, ``delong``,
 ``bootstrap``), :func:`newcombe_interval` (Newcombe 2006) and :func:`wilson_interval` (Wilson 1927, the
-interval of a proportion: EvG's MinRank, conditional on the search, and accuracies). The default ``auto``:
+interval of a proportion: EvG's MinRank, conditional on the search, and the accuracies). The default ``auto``:
 the logit-transformed DeLong interval where enough samples overlap, Newcombe's score interval elsewhere; the
 coverage of every interval is measured in ``benchmarks/interval_coverage.py`` (RESULTS.md). The percentile
 bootstrap intervals are in :mod:`metrics.bootstrap_intervals`.
@@ -42,8 +41,6 @@ from metrics.resampling import _cluster_inverse
 METHODS = ("auto", "logit", "newcombe", "delong", "bootstrap")
 # "auto": the logit DeLong interval needs this many samples of each side in a discordant or tied pair
 AUTO_INVOLVED = 40
-
-
 
 
 @dataclass(frozen=True)
@@ -218,7 +215,7 @@ def auroc_interval(
     - ``"newcombe"``: Newcombe's (2006) score interval alone (:func:`newcombe_interval`).
     - ``"delong"``: the Wald interval AUROC ± z·√Var(DeLong), z = Φ⁻¹((1 + level)/2), clipped to [0, 1]
       (under-covers at small n and near 1; ``[1, 1]`` at perfect separation).
-    - ``"bootstrap"``: the percentile interval of :func:`bootstrap_auroc` (``resamples`` rows, ``seed``);
+    - ``"bootstrap"``: the percentile interval of :func:`metrics.auroc.bootstrap_auroc` (``resamples`` rows, ``seed``);
       resampling units: ID and OOD samples, stratified (resampled separately).
 
     Args:

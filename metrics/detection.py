@@ -100,7 +100,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from metrics._validation import check_level, check_scores
+from metrics._validation import check_level, check_score_pair
 from metrics.bootstrap_intervals import percentile_interval
 from metrics.resampling import (
     BLOCK_ROWS,
@@ -126,17 +126,6 @@ PARALLEL_SIZE = 1 << 16
 
 # --------------------------------------------------------------------------------------------------
 # checks
-
-
-def _pair(id_scores: Tensor | object, ood_scores: Tensor | object, what: str) -> tuple[Tensor, Tensor]:
-    id_scores = check_scores(id_scores, name="id_scores")
-    ood_scores = check_scores(ood_scores, name="ood_scores").to(id_scores.device)
-    for name, scores in (("id_scores", id_scores), ("ood_scores", ood_scores)):
-        if scores.numel() == 0:
-            raise ValueError(f"{name} is empty: {what} needs at least one ID and one OOD score "
-                             f"(got {id_scores.numel()} ID and {ood_scores.numel()} OOD)")
-    dtype = torch.promote_types(id_scores.dtype, ood_scores.dtype)
-    return id_scores.to(dtype), ood_scores.to(dtype)
 
 
 def _check_tpr(tpr: float) -> float:
@@ -411,7 +400,7 @@ def fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95, *, conv
     """
     tpr = _check_tpr(tpr)
     convention = _check_convention(convention, FPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "FPR@TPR")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "FPR@TPR")
     return float(_unweighted(id_scores, ood_scores, tpr=tpr, fpr=convention)["fpr"][0])
 
 
@@ -427,7 +416,7 @@ def aupr_in(id_scores: Tensor, ood_scores: Tensor, *, convention: str = "trapezo
         The AUPR-In in ``[0, 1]``; higher is better (a random detector gets about ``N_id / (N_id + N_ood)``).
     """
     convention = _check_convention(convention, AUPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "AUPR-In")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "AUPR-In")
     return float(_unweighted(id_scores, ood_scores, aupr=("id",), aupr_convention=convention)["aupr_in"][0])
 
 
@@ -439,7 +428,7 @@ def aupr_out(id_scores: Tensor, ood_scores: Tensor, *, convention: str = "trapez
         The AUPR-Out in ``[0, 1]``; higher is better (a random detector gets about ``N_ood / (N_id + N_ood)``).
     """
     convention = _check_convention(convention, AUPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "AUPR-Out")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "AUPR-Out")
     return float(_unweighted(id_scores, ood_scores, aupr=("ood",), aupr_convention=convention)["aupr_out"][0])
 
 
@@ -453,7 +442,7 @@ def _chunk_rows(num_samples: int) -> int:
 
 def _weighted(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor, ood_weights: Tensor,
               what: str, **wanted) -> dict[str, Tensor]:
-    id_scores, ood_scores = _pair(id_scores, ood_scores, what)
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, what)
     id_weights, ood_weights = _check_weight_pair(id_scores, ood_scores, id_weights, ood_weights)
     plan = _DetectionPlan(id_scores, ood_scores)
     step = _chunk_rows(plan.num_id + plan.num_ood)
@@ -544,7 +533,7 @@ def bootstrap_detection(
     tpr = _check_tpr(tpr)
     fpr_convention = _check_convention(fpr_convention, FPR_CONVENTIONS, "fpr_convention")
     aupr_convention = _check_convention(aupr_convention, AUPR_CONVENTIONS, "aupr_convention")
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "the detection bootstrap")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "the detection bootstrap")
     num_id, num_ood = id_scores.numel(), ood_scores.numel()
     given_id = _given_weights(id_weights, num_id, resamples, name="id_weights", device=id_scores.device)
     given_ood = _given_weights(ood_weights, num_ood, resamples, name="ood_weights", device=id_scores.device)
@@ -595,7 +584,7 @@ def detection_intervals(
     level = check_level(level)
     replicates = bootstrap_detection(id_scores, ood_scores, resamples, seed, tpr=tpr,
                                      fpr_convention=fpr_convention, aupr_convention=aupr_convention)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "the detection intervals")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "the detection intervals")
     estimates = _unweighted(id_scores, ood_scores, tpr=tpr, fpr=fpr_convention, aupr=("id", "ood"),
                             aupr_convention=aupr_convention)
     key = fpr_at_tpr_key(tpr)

@@ -91,7 +91,8 @@ def weighted_gamma(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`gamma` of every row of weights: row ``b`` counts sample ``i`` ``w_bi`` times::
 
-        γ+_b = Σ_known w_bi S_y(x_i) / Σ_known w_bi,   γ-_b = Σ_neg w_bi (offset - max_c S_c(x_i)) / Σ_neg w_bi
+        γ+_b = Σ_known w_bi S_y(x_i) / Σ_known w_bi
+        γ-_b = Σ_neg w_bi (offset - max_c S_c(x_i)) / Σ_neg w_bi
 
     Args:
         probs, target, negative_label, background, num_classes: as :func:`gamma`.
@@ -115,13 +116,14 @@ def weighted_gamma(
     target_score = probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)[known]
     offset = 1.0 if background else 1.0 + 1.0 / num_known
     negative_values = offset - probs.amax(dim=1)[negative].double()
-    return _weighted_gamma_rows(target_score.double(), negative_values, weights[:, known], weights[:, negative])
+    return _weighted_gamma_rows(target_score.double(), negative_values, weights[:, known],
+                                weights[:, negative])
 
 
 def _weighted_gamma_rows(target_score: Tensor, negative_values: Tensor, known_weights: Tensor,
                          negative_weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """γ+, γ-, γ of weight rows: ``target_score`` ``(N_K,)`` float64 ``S_y`` of the knowns, ``negative_values``
-    ``(N_neg,)`` float64 ``offset - max_c S_c`` of the negatives, ``(B, N_K)`` / ``(B, N_neg)`` weights. The
+    """γ+, γ-, γ of weight rows: ``target_score`` ``(N_K,)`` float64 ``S_y`` of the knowns,
+    ``negative_values`` ``(N_neg,)`` float64 ``offset - max_c S_c`` of the negatives, ``(B, N_K)`` / ``(B, N_neg)`` weights. The
     weights' sums are taken in float64: exact for integer counts (below 2**53)."""
     known, negative = known_weights.double(), negative_weights.double()
     gamma_plus = (known @ target_score) / known.sum(dim=1)

@@ -137,19 +137,19 @@ def _gather_into(row: np.ndarray, index: Tensor, buffer: np.ndarray) -> np.ndarr
 
 class _OpenSetCPU:
     """The CPU bootstrap of :func:`bootstrap_open_set` with integer counts: blocks of rows (the generators
-    of :func:`bootstrap_auroc`, strata 0 / 1 / 2) spread over threads, each row counted into reused uint8
+    of :func:`metrics.auroc.bootstrap_auroc`, strata 0 / 1 / 2) spread over threads, each row counted into reused uint8
     buffers and turned into all its scalars in numpy, exact integer counts throughout:
 
     - closed-set accuracy and the correct knowns' cumulative weight ``K`` in ascending ``S_y`` (shared by
       the groups);
     - per group, exact convention: the unknowns' counts in descending score order, their cumulative sum,
-      ``np.searchsorted`` of the largest fitting count of each target (:func:`_fitting_counts`; every row of
-      a stratum sums to its size), and ``K_total - K[at_or_below]`` at that place (:class:`_ExactCCRPlan`);
+      ``np.searchsorted`` of the largest fitting count of each target (:func:`metrics.oscr._fitting_counts`; every row of
+      a stratum sums to its size), and ``K_total - K[at_or_below]`` at that place (:class:`metrics.oscr._ExactCCRPlan`);
       when every unknown fits, the lowest present score of the knowns and the group;
-    - per group, the AUROC of :class:`_AUROCPlan` (the numpy row path of :func:`bootstrap_auroc`);
+    - per group, the AUROC of :class:`metrics.auroc._AUROCPlan` (the numpy row path of :func:`metrics.auroc.bootstrap_auroc`);
     - per group, authors' convention: the knowns' counts grouped by distinct target score (present
       thresholds by ``np.maximum.reduceat``), the FPR at each from the same cumulative unknown counts, and
-      the first nearest present point per target, with the float64 operations of :func:`_authors_ccr`;
+      the first nearest present point per target, with the float64 operations of :func:`metrics.oscr._authors_ccr`;
     - γ from float64 dot products.
     """
 
@@ -271,7 +271,7 @@ class _OpenSetCPU:
 
     def authors_ccr(self, present: np.ndarray, cumulative: np.ndarray, above_place: np.ndarray, total: int,
                     cumulative_correct: np.ndarray, correct_total: int) -> np.ndarray:
-        """:func:`_authors_ccr` of one row in numpy, with the same float64 operations: the FPR at every
+        """:func:`metrics.oscr._authors_ccr` of one row in numpy, with the same float64 operations: the FPR at every
         distinct known score, per target the first nearest present threshold, NaN when ``|FPR - t|/t >= 0.1``."""
         fpr = cumulative[above_place].astype(np.float64) / float(total)
         absent = ~present
@@ -307,7 +307,7 @@ def bootstrap_open_set(
     θ over the scores present in the resample), computed from weighted cumulative sums over one sort per
     group shared by every resample; samples absent from a resample add no threshold. On the CPU each row is
     counted into reused uint8 buffers and turned into all its scalars in numpy (:class:`_OpenSetCPU`, the
-    blocks of rows spread over threads as in :func:`bootstrap_auroc`; the exact convention costs about
+    blocks of rows spread over threads as in :func:`metrics.auroc.bootstrap_auroc`; the exact convention costs about
     what the AUROC does); elsewhere batched torch. The values are the same either way.
 
     Returns:

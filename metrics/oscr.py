@@ -562,15 +562,15 @@ def weighted_ccr_at_fpr(
     background: bool = False,
     convention: Convention = "exact",
 ) -> Tensor:
-    """:func:`ccr_at_fpr` of every row of integer weights at once: row ``b`` counts sample ``i`` ``w_bi`` times.
+    """:func:`ccr_at_fpr` of every row of integer weights at once (row ``b`` counts sample ``i`` ``w_bi`` times).
 
     Per row, the curve is the one of the expanded resample (module docstring, "Weighted"): θ runs over the
     scores present in the row, so a row equals :func:`ccr_at_fpr` on the data expanded by it exactly.
 
     Args:
         probs, target, fpr_targets, unknown_label, background, convention: as :func:`ccr_at_fpr`.
-        weights: ``(B, N)`` non-negative integer counts, one column per sample (e.g. the stratified bootstrap
-            counts of :func:`metrics.resample_weights` of the knowns and of the unknowns, put in their
+        weights: ``(B, N)`` non-negative integer counts, one column per sample (e.g. the stratified
+            bootstrap counts of :func:`metrics.resample_weights` of the knowns and of the unknowns, put in their
             columns); columns of other labels are ignored.
 
     Returns:

@@ -1,4 +1,4 @@
-"""The bootstrap's resampling weights: integer multinomial counts, keyed by the identity of the resampled unit.
+"""The bootstrap's resampling weights: integer multinomial counts, keyed by the resampled unit's identity.
 
 A resample is a row of integer weights, ``w_b[i]`` = how often sample ``i`` was drawn
 (multinomial counts: ``n`` draws with replacement from ``n`` units, each row sums to ``n``). Every metric is
@@ -75,7 +75,6 @@ def _check_resamples(resamples: int, seed: int, stratum: int) -> None:
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
-
 def _check_weights(weights: Tensor, n: int, *, name: str, device: torch.device) -> Tensor:
     weights = torch.as_tensor(weights, device=device)
     if weights.ndim != 2 or weights.shape[1] != n:
@@ -101,7 +100,6 @@ def _check_weight_pair(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor
 
 def _chunk_rows(n: int) -> int:
     return max(1, CHUNK_ELEMENTS // max(n, 1))
-
 
 
 # --------------------------------------------------------------------------------------------------

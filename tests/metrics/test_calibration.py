@@ -70,7 +70,8 @@ def test_weighted_calibration_error_equals_torchmetrics_on_the_expanded_rows():
     assert math.isnan(ece[1])
     for b in [0, *range(2, 8)]:
         rows = np.repeat(np.arange(200), weights[b].numpy())
-        expected = multiclass_calibration_error(probs[rows], targets[rows], num_classes=4, n_bins=10, norm="l1")
+        expected = multiclass_calibration_error(probs[rows], targets[rows], num_classes=4, n_bins=10,
+                                                norm="l1")
         assert float(ece[b]) == pytest.approx(float(expected), abs=1e-6)  # torchmetrics sums in float32
     # the bootstrap's replicates are these rows
     replicates = bootstrap_accuracy_ece(probs, targets, bins=10, resamples=8, seed=1)["ece"]

@@ -366,7 +366,8 @@ def test_weighted_ccr_at_fpr_of_negatives_ignores_the_unknowns():
     ours = weighted_ccr_at_fpr(probs, target, weights, (0.1, 1.0), unknown_label=-1)
     for b in range(14):
         rows = np.repeat(np.arange(target.numel()), weights[b].numpy())
-        expected = ccr_at_fpr_reference(probs[rows].numpy(), target[rows].numpy(), (0.1, 1.0), unknown_label=-1)
+        expected = ccr_at_fpr_reference(probs[rows].numpy(), target[rows].numpy(), (0.1, 1.0),
+                                        unknown_label=-1)
         np.testing.assert_allclose(ours[b].numpy(), expected, rtol=0, atol=1e-12)
 
 
