@@ -1,6 +1,10 @@
 """Pure metric functions and their torchmetrics twins (DESIGN.md §4).
 
-This package imports nothing from the rest of the project.
+Each metric's module holds the metric, its weighted form over rows of resampling weights and its bootstrap
+(``auroc``, ``oscr``, ``gamma``, ``open_set``, ``detection``, ``evg``, ``calibration``); the weights themselves
+come from ``resampling``; ``closed_form_intervals`` (DeLong, Newcombe, Wilson, ``auroc_interval``) and
+``bootstrap_intervals`` (percentile interval, paired differences) turn estimates and replicates into intervals,
+``comparisons`` into marks. This package imports nothing from the rest of the project.
 """
 
 from metrics.auroc import OODAUROC, auroc, bootstrap_auroc, weighted_auroc
