@@ -229,10 +229,11 @@ def bootstrap_auroc(
     """AUROC of ``resamples`` stratified bootstrap resamples (ID stratum 0, OOD stratum 1).
 
     Resampling units: the samples of each side; with ``ood_clusters`` (``id_clusters``) the clusters of
-    that side instead (:func:`metrics.resampling.cluster_weights`; e.g. the OOD classes of a severity level). The weights are
-    generated chunk by chunk, never all ``B x N`` at once: on the CPU one row at a time at large N, counted
-    into a reused uint8 buffer and turned into its AUROC right away, with the blocks of rows
-    (module docstring) spread over ``torch.get_num_threads()`` threads; the values do not depend on that.
+    that side instead (:func:`metrics.resampling.cluster_weights`; e.g. the OOD classes of a severity level).
+    The weights are generated chunk by chunk, never all ``B x N`` at once: on the CPU one row at a time at
+    large N, counted into a reused uint8 buffer and turned into its AUROC right away, with the blocks of rows
+    (:mod:`metrics.resampling`) spread over ``torch.get_num_threads()`` threads; the values do not depend on
+    that.
 
     Returns:
         ``(resamples,)`` float64: row ``b`` equals ``weighted_auroc`` with row ``b`` of
