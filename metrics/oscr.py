@@ -511,7 +511,7 @@ class _ExactCCRPlan:
         return self._authors
 
     def ccr(self, plan: _OpenSetPlan, w_known: Tensor, w_unknown: Tensor, targets: Tensor) -> Tensor:
-        """``(B', M)`` exact CCR@FPR of weight rows, batched in torch (any device, any weights)."""
+        """``(B', M)`` exact CCR@FPR of integer weight rows, batched in torch (any device; counts: `.long()`)."""
         rows = w_known.shape[0]
         cumulative = torch.cumsum(w_unknown.index_select(1, self.order).long(), dim=1)
         total_unknown = cumulative[:, -1:].double()
