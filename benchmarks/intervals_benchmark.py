@@ -33,7 +33,8 @@ from metrics import (
     ccr_at_fpr,
     resample_weights,
 )
-from metrics.intervals import BLOCK_ROWS, _AUROCPlan, _block_generator, _RowStream
+from metrics.auroc import _AUROCPlan
+from metrics.resampling import BLOCK_ROWS, _block_generator, _RowStream
 
 SECTION = "Confidence intervals"
 FPR_TARGETS = (1e-3, 1e-2, 1e-1, 1.0)

@@ -66,7 +66,9 @@ from evaluation_engine.scoring import (
     write_fitted,
 )
 from metrics import auroc, min_rank
-from metrics.intervals import resample_weights, weighted_auroc, weighted_min_rank
+from metrics.auroc import weighted_auroc
+from metrics.evg import weighted_min_rank
+from metrics.resampling import resample_weights
 from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 
 RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "eV1 of", "chains", "steps", "clean auroc",

@@ -123,7 +123,8 @@ from metrics import (
     rank_agreement,
     resolve_detector,
 )
-from metrics.intervals import bootstrap_accuracy_ece, bootstrap_auroc
+from metrics.auroc import bootstrap_auroc
+from metrics.calibration import bootstrap_accuracy_ece
 from openset_common import (
     atomic_write_text,
     file_sha256,

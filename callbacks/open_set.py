@@ -56,7 +56,7 @@ from evaluation_engine.outputs import (
 )
 from evaluation_engine.plots import plot_oscr_curves, plot_score_histograms
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
-from metrics.intervals import bootstrap_open_set
+from metrics.open_set import bootstrap_open_set
 from openset_common import atomic_write_text, tensors_fingerprint
 
 

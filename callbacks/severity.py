@@ -83,7 +83,8 @@ from metrics import (
     severity_levels,
     severity_table,
 )
-from metrics.intervals import cluster_weights, resample_weights, weighted_auroc
+from metrics.auroc import weighted_auroc
+from metrics.resampling import cluster_weights, resample_weights
 from metrics.severity import PAPER_LEVELS, resolve_num_levels
 from openset_common import digest, known_columns
 

@@ -81,7 +81,7 @@ from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
 from metrics import resolve_detector
-from metrics.intervals import paired_difference
+from metrics.bootstrap_intervals import paired_difference
 from openset_common import (
     file_sha256,
     stale_staging_folders,

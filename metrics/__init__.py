@@ -1,9 +1,24 @@
 """Pure metric functions and their torchmetrics twins (DESIGN.md §4).
 
-This package imports nothing from the rest of the project.
+Each metric's module holds the metric, its weighted form over rows of resampling weights and its bootstrap
+(``auroc``, ``oscr``, ``gamma``, ``open_set``, ``detection``, ``evg``, ``calibration``); the weights themselves
+come from ``resampling``; ``closed_form_intervals`` (DeLong, Newcombe, Wilson, ``auroc_interval``) and
+``bootstrap_intervals`` (percentile interval, paired differences) turn estimates and replicates into intervals,
+``comparisons`` into marks. This package imports nothing from the rest of the project.
 """
 
-from metrics.auroc import OODAUROC, auroc
+from metrics.auroc import OODAUROC, auroc, bootstrap_auroc, weighted_auroc
+from metrics.bootstrap_intervals import paired_difference, percentile_interval, probability_first
+from metrics.calibration import bootstrap_accuracy_ece, weighted_calibration_error
+from metrics.closed_form_intervals import (
+    DeLongParts,
+    auroc_interval,
+    delong,
+    delong_parts,
+    newcombe_interval,
+    newcombe_variance,
+    wilson_interval,
+)
 from metrics.collect import IndexedPredictions, deduplicate_by_index
 from metrics.comparisons import share_first, worse_than_best
 from metrics.detection import (
@@ -27,29 +42,16 @@ from metrics.ensemble import (
     mutual_information_from_logits,
     predictive_entropy,
 )
-from metrics.evg import energy_standardisation, min_rank, standardised_energy
-from metrics.gamma import Gamma, gamma
-from metrics.intervals import (
-    DeLongParts,
-    auroc_interval,
-    bootstrap_accuracy_ece,
-    bootstrap_auroc,
+from metrics.evg import (
     bootstrap_min_rank,
-    bootstrap_open_set,
-    cluster_weights,
-    delong,
-    delong_parts,
-    newcombe_interval,
-    paired_difference,
-    percentile_interval,
-    probability_first,
-    resample_weights,
-    weighted_auroc,
+    energy_standardisation,
+    min_rank,
+    standardised_energy,
     weighted_min_rank,
-    wilson_interval,
 )
+from metrics.gamma import Gamma, gamma, weighted_gamma
 from metrics.kappa import KAPPAS, check_kappa, kappa_scores, pairs_with
-from metrics.open_set import GROUPS, fpr_key, open_set_report
+from metrics.open_set import GROUPS, bootstrap_open_set, fpr_key, open_set_report
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
     OSCR,
@@ -61,8 +63,10 @@ from metrics.oscr import (
     closed_set_accuracy,
     max_known_score,
     oscr_curve,
+    weighted_ccr_at_fpr,
 )
 from metrics.ranking import kendall_tau, rank_agreement
+from metrics.resampling import cluster_weights, resample_weights
 from metrics.seeds import SeedMean, seed_mean, seed_mean_replicates
 from metrics.severity import (
     TABLE_COLUMNS,
@@ -147,6 +151,10 @@ __all__ = [
     "DeLongParts",
     "delong_parts",
     "newcombe_interval",
+    "newcombe_variance",
+    "weighted_calibration_error",
+    "weighted_ccr_at_fpr",
+    "weighted_gamma",
     "wilson_interval",
     "share_first",
     "worse_than_best",

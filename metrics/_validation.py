@@ -194,3 +194,24 @@ def check_scores(scores: Tensor | object, *, name: str) -> Tensor:
         scores = scores.double()
     check_finite(scores, name=name)
     return scores
+
+
+def check_level(level: float) -> float:
+    """A confidence level in ``(0, 1)``, as a float."""
+    level = float(level)
+    if not (0.0 < level < 1.0):
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    return level
+
+
+def check_score_pair(id_scores: Tensor | object, ood_scores: Tensor | object, what: str) -> tuple[Tensor, Tensor]:
+    """Both sides' scores validated (:func:`check_scores`), non-empty, on the ID scores' device and in their
+    promoted dtype; ``what`` names the metric in the error."""
+    id_scores = check_scores(id_scores, name="id_scores")
+    ood_scores = check_scores(ood_scores, name="ood_scores").to(id_scores.device)
+    for name, scores in (("id_scores", id_scores), ("ood_scores", ood_scores)):
+        if scores.numel() == 0:
+            raise ValueError(f"{name} is empty: {what} needs both ID and OOD scores, got {id_scores.numel()} ID "
+                             f"and {ood_scores.numel()} OOD")
+    dtype = torch.promote_types(id_scores.dtype, ood_scores.dtype)
+    return id_scores.to(dtype), ood_scores.to(dtype)

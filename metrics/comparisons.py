@@ -37,7 +37,7 @@ import math
 import torch
 from torch import Tensor
 
-from metrics.intervals import probability_first
+from metrics.bootstrap_intervals import probability_first
 
 
 def _paired(estimates: Tensor, replicates: Tensor) -> tuple[Tensor, Tensor]:

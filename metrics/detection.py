@@ -76,8 +76,8 @@ pytorch-ood (exactly) and OpenOOD v1.5's tables (exactly where no threshold is d
 references for the AUPR (the trapezoid) and offers ``"average_precision"``.
 
 **Bootstrap.** :func:`weighted_fpr_at_tpr` and :func:`weighted_aupr` take resampling weights ``(R, N)`` per
-side, keyed by sample (integer counts of :func:`metrics.intervals.resample_weights` or
-:func:`metrics.intervals.cluster_weights`), and compute every row over one sort of each side: the row's
+side, keyed by sample (integer counts of :func:`metrics.resampling.resample_weights` or
+:func:`metrics.resampling.cluster_weights`), and compute every row over one sort of each side: the row's
 weights in sorted order, their cumulative sum, and the counts at and beyond every distinct value read from
 it at places found once. The curve of the AUPR-In needs only the distinct ID values (the point before a
 value counts what lies strictly above it), the AUPR-Out only the distinct OOD values, and the FPR one binary
@@ -87,7 +87,7 @@ over threads in :func:`bootstrap_detection`), elsewhere batched torch over chunk
 (a repeated point), and the terms are summed in order (torch's CPU ``cumsum`` is sequential), so a row equals
 the unweighted function on the data expanded by that row's weights *exactly* (on an accelerator, to
 rounding). :func:`bootstrap_detection` resamples ID and OOD separately with the strata of
-:func:`metrics.intervals.bootstrap_auroc` (ID 0, OOD 1), so its row ``b`` uses the weights of row ``b`` of
+:func:`metrics.auroc.bootstrap_auroc` (ID 0, OOD 1), so its row ``b`` uses the weights of row ``b`` of
 the AUROC bootstrap: the replicates pair with the AUROC's. Measured on 2 CPU cores, R = 1000: about 1.3 s at
 N_id = N_ood = 5·10^4, 2 s at 10^5 each (``bootstrap_auroc``: about 1 s; drawing the weights is much of either).
 """
@@ -95,27 +95,26 @@ N_id = N_ood = 5·10^4, 2 s at 10^5 each (``bootstrap_auroc``: about 1 s; drawin
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from metrics._validation import check_scores
-from metrics.intervals import (
+from metrics._validation import check_level, check_score_pair
+from metrics.bootstrap_intervals import percentile_interval
+from metrics.resampling import (
     BLOCK_ROWS,
     INT32_LIMIT,
-    _check_level,
     _check_resamples,
     _check_weight_pair,
     _check_weights,
     _Side,
-    percentile_interval,
+    run_blocks,
 )
 
 FPR_CONVENTIONS = ("id", "ood")
 AUPR_CONVENTIONS = ("trapezoid", "average_precision")
-# The strata of metrics.intervals.bootstrap_auroc: the same seed gives the same resamples (paired replicates).
+# The strata of metrics.auroc.bootstrap_auroc: the same seed gives the same resamples (paired replicates).
 ID_STRATUM = 0
 OOD_STRATUM = 1
 # Elements per work array of a chunk of rows (rows x (N_id + N_ood)): about 8 arrays of 8 bytes live at once.
@@ -127,17 +126,6 @@ PARALLEL_SIZE = 1 << 16
 
 # --------------------------------------------------------------------------------------------------
 # checks
-
-
-def _pair(id_scores: Tensor | object, ood_scores: Tensor | object, what: str) -> tuple[Tensor, Tensor]:
-    id_scores = check_scores(id_scores, name="id_scores")
-    ood_scores = check_scores(ood_scores, name="ood_scores").to(id_scores.device)
-    for name, scores in (("id_scores", id_scores), ("ood_scores", ood_scores)):
-        if scores.numel() == 0:
-            raise ValueError(f"{name} is empty: {what} needs at least one ID and one OOD score "
-                             f"(got {id_scores.numel()} ID and {ood_scores.numel()} OOD)")
-    dtype = torch.promote_types(id_scores.dtype, ood_scores.dtype)
-    return id_scores.to(dtype), ood_scores.to(dtype)
 
 
 def _check_tpr(tpr: float) -> float:
@@ -412,7 +400,7 @@ def fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95, *, conv
     """
     tpr = _check_tpr(tpr)
     convention = _check_convention(convention, FPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "FPR@TPR")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "FPR@TPR")
     return float(_unweighted(id_scores, ood_scores, tpr=tpr, fpr=convention)["fpr"][0])
 
 
@@ -428,7 +416,7 @@ def aupr_in(id_scores: Tensor, ood_scores: Tensor, *, convention: str = "trapezo
         The AUPR-In in ``[0, 1]``; higher is better (a random detector gets about ``N_id / (N_id + N_ood)``).
     """
     convention = _check_convention(convention, AUPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "AUPR-In")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "AUPR-In")
     return float(_unweighted(id_scores, ood_scores, aupr=("id",), aupr_convention=convention)["aupr_in"][0])
 
 
@@ -440,7 +428,7 @@ def aupr_out(id_scores: Tensor, ood_scores: Tensor, *, convention: str = "trapez
         The AUPR-Out in ``[0, 1]``; higher is better (a random detector gets about ``N_ood / (N_id + N_ood)``).
     """
     convention = _check_convention(convention, AUPR_CONVENTIONS)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "AUPR-Out")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "AUPR-Out")
     return float(_unweighted(id_scores, ood_scores, aupr=("ood",), aupr_convention=convention)["aupr_out"][0])
 
 
@@ -454,7 +442,7 @@ def _chunk_rows(num_samples: int) -> int:
 
 def _weighted(id_scores: Tensor, ood_scores: Tensor, id_weights: Tensor, ood_weights: Tensor,
               what: str, **wanted) -> dict[str, Tensor]:
-    id_scores, ood_scores = _pair(id_scores, ood_scores, what)
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, what)
     id_weights, ood_weights = _check_weight_pair(id_scores, ood_scores, id_weights, ood_weights)
     plan = _DetectionPlan(id_scores, ood_scores)
     step = _chunk_rows(plan.num_id + plan.num_ood)
@@ -472,7 +460,7 @@ def weighted_fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, id_weights: Tenso
     Args:
         id_scores: ``(N_id,)``; ood_scores: ``(N_ood,)``.
         id_weights: ``(R, N_id)``; ood_weights: ``(R, N_ood)`` non-negative weights, one row per resample
-            (integer counts from :func:`metrics.intervals.resample_weights` / ``cluster_weights``, keyed by
+            (integer counts from :func:`metrics.resampling.resample_weights` / ``cluster_weights``, keyed by
             sample; real weights are accepted and weight the counts).
         tpr, convention: as :func:`fpr_at_tpr`.
 
@@ -529,10 +517,10 @@ def bootstrap_detection(
     """FPR@TPR, AUPR-In and AUPR-Out of ``resamples`` stratified bootstrap resamples.
 
     Resampling units: the ID samples (stratum 0) and the OOD samples (stratum 1), resampled separately: the
-    weights of :func:`metrics.intervals.bootstrap_auroc` with the same ``seed`` (row ``b`` is row ``b`` of
+    weights of :func:`metrics.auroc.bootstrap_auroc` with the same ``seed`` (row ``b`` is row ``b`` of
     ``resample_weights(N_id, resamples, seed, stratum=0)`` and ``(N_ood, ..., stratum=1)``), so replicate ``b``
     of every metric here pairs with AUROC replicate ``b``. ``id_weights`` / ``ood_weights`` replace a side's
-    default weights (e.g. :func:`metrics.intervals.cluster_weights` of the OOD classes); they need
+    default weights (e.g. :func:`metrics.resampling.cluster_weights` of the OOD classes); they need
     ``resamples`` rows. The default weights are drawn chunk by chunk, never all ``R x N`` at once; on the CPU
     at large N the blocks of rows are spread over ``torch.get_num_threads()`` threads (the values do not
     depend on it).
@@ -545,7 +533,7 @@ def bootstrap_detection(
     tpr = _check_tpr(tpr)
     fpr_convention = _check_convention(fpr_convention, FPR_CONVENTIONS, "fpr_convention")
     aupr_convention = _check_convention(aupr_convention, AUPR_CONVENTIONS, "aupr_convention")
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "the detection bootstrap")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "the detection bootstrap")
     num_id, num_ood = id_scores.numel(), ood_scores.numel()
     given_id = _given_weights(id_weights, num_id, resamples, name="id_weights", device=id_scores.device)
     given_ood = _given_weights(ood_weights, num_ood, resamples, name="ood_weights", device=id_scores.device)
@@ -556,7 +544,7 @@ def bootstrap_detection(
     step = _chunk_rows(num_id + num_ood)
 
     def work(blocks: list[int]) -> None:
-        for block in blocks:  # a block of BLOCK_ROWS rows has its own generators (metrics.intervals)
+        for block in blocks:  # a block of BLOCK_ROWS rows has its own generators (metrics.resampling)
             first, last = block * BLOCK_ROWS, min((block + 1) * BLOCK_ROWS, resamples)
             id_side = _Side(num_id, seed, ID_STRATUM, None, first) if given_id is None else None
             ood_side = _Side(num_ood, seed, OOD_STRATUM, None, first) if given_ood is None else None
@@ -570,14 +558,7 @@ def bootstrap_detection(
                 arrays["aupr_in"][start:start + rows] = values["aupr_in"]
                 arrays["aupr_out"][start:start + rows] = values["aupr_out"]
 
-    blocks = list(range(-(-resamples // BLOCK_ROWS)))
-    large = plan.device.type == "cpu" and num_id + num_ood >= PARALLEL_SIZE
-    workers = max(1, min(torch.get_num_threads(), len(blocks))) if large else 1
-    if workers == 1:
-        work(blocks)
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(work, [blocks[k::workers] for k in range(workers)]))
+    run_blocks(resamples, work, parallel=plan.device.type == "cpu" and num_id + num_ood >= PARALLEL_SIZE)
     return arrays
 
 
@@ -597,12 +578,13 @@ def detection_intervals(
     Returns:
         ``{fpr_at_tpr_key(tpr): (estimate, low, high), "aupr_in": (...), "aupr_out": (...)}``: the estimate
         from all samples (:func:`fpr_at_tpr`, :func:`aupr_in`, :func:`aupr_out`), the interval the
-        ``(1 ± level)/2`` quantiles of :func:`bootstrap_detection` (:func:`metrics.intervals.percentile_interval`).
+        ``(1 ± level)/2`` quantiles of :func:`bootstrap_detection`
+        (:func:`metrics.bootstrap_intervals.percentile_interval`).
     """
-    level = _check_level(level)
+    level = check_level(level)
     replicates = bootstrap_detection(id_scores, ood_scores, resamples, seed, tpr=tpr,
                                      fpr_convention=fpr_convention, aupr_convention=aupr_convention)
-    id_scores, ood_scores = _pair(id_scores, ood_scores, "the detection intervals")
+    id_scores, ood_scores = check_score_pair(id_scores, ood_scores, "the detection intervals")
     estimates = _unweighted(id_scores, ood_scores, tpr=tpr, fpr=fpr_convention, aupr=("id", "ood"),
                             aupr_convention=aupr_convention)
     key = fpr_at_tpr_key(tpr)

@@ -7,7 +7,8 @@ On the validation set (known classes and negatives):
     γ- = mean over negative samples of (1 - max_{c<K} S_c)       (background class; background column dropped)
     γ  = (γ+ + γ-) / 2
 
-Higher is better; the checkpoint with the best γ is kept.
+Higher is better; the checkpoint with the best γ is kept. :func:`weighted_gamma` gives γ+, γ- and γ of every
+row of resampling weights at once (:mod:`metrics.resampling`): the means above, weighted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch import Tensor
 
 from metrics._validation import NEGATIVE_LABEL, check_probs_and_target
 from metrics.collect import IndexedPredictions
+from metrics.resampling import _check_weights
 
 
 def gamma(
@@ -75,6 +77,57 @@ def _gamma_checked(
             f"gamma: no negative samples (label {negative_label}), gamma_minus is NaN", RuntimeWarning, stacklevel=3
         )
         gamma_minus = nan
+    return gamma_plus, gamma_minus, (gamma_plus + gamma_minus) / 2
+
+
+def weighted_gamma(
+    probs: Tensor,
+    target: Tensor,
+    weights: Tensor,
+    negative_label: int = NEGATIVE_LABEL,
+    background: bool = False,
+    *,
+    num_classes: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`gamma` of every row of weights: row ``b`` counts sample ``i`` ``w_bi`` times::
+
+        γ+_b = Σ_known w_bi S_y(x_i) / Σ_known w_bi
+        γ-_b = Σ_neg w_bi (offset - max_c S_c(x_i)) / Σ_neg w_bi
+
+    Args:
+        probs, target, negative_label, background, num_classes: as :func:`gamma`.
+        weights: ``(B, N)`` non-negative weights, one column per sample (e.g. the stratified bootstrap counts of
+            :func:`metrics.resample_weights` of the knowns and of the negatives, put in their columns).
+
+    Returns:
+        ``(gamma_plus, gamma_minus, gamma)``, each ``(B,)`` float64: with integer weights row ``b`` equals
+        :func:`gamma` on the data expanded by row ``b`` (to float64 rounding: the sums run in another order);
+        NaN (and a warning) where a side has no sample or no weight.
+    """
+    if negative_label >= 0:
+        raise ValueError(f"negative_label must be negative, got {negative_label}")
+    probs, target, num_known = check_probs_and_target(probs, target, background=background, num_classes=num_classes)
+    weights = _check_weights(weights, target.numel(), name="weights", device=probs.device)
+    known = target >= 0
+    negative = target == negative_label
+    for name, side in (("known", known), (f"negative (label {negative_label})", negative)):
+        if not bool(side.any()):
+            warnings.warn(f"weighted_gamma: no {name} samples, its side of gamma is NaN", RuntimeWarning, stacklevel=2)
+    target_score = probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)[known]
+    offset = 1.0 if background else 1.0 + 1.0 / num_known
+    negative_values = offset - probs.amax(dim=1)[negative].double()
+    return _weighted_gamma_rows(target_score.double(), negative_values, weights[:, known],
+                                weights[:, negative])
+
+
+def _weighted_gamma_rows(target_score: Tensor, negative_values: Tensor, known_weights: Tensor,
+                         negative_weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """γ+, γ-, γ of weight rows: ``target_score`` ``(N_K,)`` float64 ``S_y`` of the knowns,
+    ``negative_values`` ``(N_neg,)`` float64 ``offset - max_c S_c`` of the negatives, ``(B, N_K)`` / ``(B, N_neg)`` weights. The
+    weights' sums are taken in float64: exact for integer counts (below 2**53)."""
+    known, negative = known_weights.double(), negative_weights.double()
+    gamma_plus = (known @ target_score) / known.sum(dim=1)
+    gamma_minus = (negative @ negative_values) / negative.sum(dim=1)
     return gamma_plus, gamma_minus, (gamma_plus + gamma_minus) / 2
 
 

@@ -30,18 +30,27 @@ CCR at a fixed FPR comes in two conventions (DESIGN.md §5.1):
   point whose FPR is nearest to ``t`` (it may lie above ``t``; among equally near points the one with the
   lowest threshold) and prints "—" when ``|FPR - t| / t >= 0.1``, which is NaN here
   (:func:`ccr_from_authors_curve`). Use it to compare with their tables, and say so in reports.
+
+**Weighted** (the bootstrap, :mod:`metrics.resampling`): :func:`weighted_ccr_at_fpr` gives CCR@FPR, in either
+convention, of every row of weights at once, over one sort of the knowns' target scores and one of the
+unknowns' scores shared by every row (``_OpenSetPlan``, ``_ExactCCRPlan``, ``_authors_ccr``): per row, the
+curve of the expanded resample (θ over the scores *present* in the row: a sample of weight 0 adds no
+threshold), read off weighted cumulative sums. :func:`metrics.bootstrap_open_set` runs the same kernels.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from metrics._validation import UNKNOWN_LABEL, check_probs_and_target, known_columns
 from metrics.collect import IndexedPredictions
+from metrics.resampling import _check_weights
 
 DEFAULT_FPR_TARGETS: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0)
 
@@ -423,3 +432,170 @@ class CCRAtFPR(OSCR):
             background=self.background,
             convention=self.convention,
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# weighted: every row of resampling weights at once
+
+
+class _OpenSetPlan:
+    """The knowns' target scores and correctness, sorted once, shared by every group and resample."""
+
+    def __init__(self, target_score: Tensor, correct: Tensor) -> None:
+        self.target_score, self.correct = target_score, correct
+        self.correct_index = correct.nonzero().squeeze(1)
+        correct_sorted, order = torch.sort(target_score[correct])
+        self.correct_sorted = correct_sorted
+        self.correct_order = self.correct_index[order]  # ascending S_y of the correct knowns
+        self._values: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def values(self) -> Tensor:
+        """The distinct target scores of the knowns, ascending (the authors' thresholds)."""
+        return self._unique()[0]
+
+    @property
+    def value_of(self) -> Tensor:
+        """Each known's index in :attr:`values`."""
+        return self._unique()[1]
+
+    def _unique(self) -> tuple[Tensor, Tensor]:
+        if self._values is None:  # only the authors' convention needs them
+            self._values = torch.unique(self.target_score, sorted=True, return_inverse=True)
+        return self._values
+
+    def correct_above(self, known_weights: Tensor, thresholds: Tensor) -> Tensor:
+        """``(B', M)`` weight of correct knowns with ``S_y > θ`` for per-row thresholds ``(B', M)``."""
+        ordered = known_weights.index_select(1, self.correct_order).long()
+        cumulative = torch.nn.functional.pad(torch.cumsum(ordered, dim=1), (1, 0))
+        at_or_below = torch.searchsorted(self.correct_sorted, thresholds.contiguous(), right=True)
+        return cumulative[:, -1:] - cumulative.gather(1, at_or_below)
+
+
+def _fitting_counts(total: int, targets: Sequence[float]) -> np.ndarray:
+    """Per target ``t``: the largest count ``c`` with ``c / total <= t`` in float64 (the curve's FPR, a
+    correctly rounded division, so monotone in ``c``: the counts that fit are ``0 .. c``)."""
+    out = []
+    for t in targets:
+        c = min(total, max(0, math.floor(t * total)))
+        while c < total and (c + 1) / total <= t:
+            c += 1
+        while c > 0 and c / total > t:
+            c -= 1
+        out.append(c)
+    return np.asarray(out, dtype=np.int64)
+
+
+class _ExactCCRPlan:
+    """What every resample shares for the exact CCR@FPR of one group: the group's scores sorted once
+    (descending), and for each place ``p`` of that order the number of correct knowns with ``S_y`` at or
+    below the score there.
+
+    For a resample, the exact CCR@FPR=t is the CCR at the lowest *present* threshold θ whose count of
+    unknowns above it fits (``c / N_U <= t``). With ``C_p`` the unknowns' cumulative weight in descending
+    order and ``p`` the first place where ``C_p`` no longer fits, θ is the score at ``p`` (it carries weight,
+    so it is present; every lower threshold has the unknown at ``p`` above it); when every unknown fits, θ
+    is the lowest present score of the knowns and the group (an absent score adds no curve point)."""
+
+    def __init__(self, plan: _OpenSetPlan, scores: Tensor) -> None:
+        self.num, self.scores = scores.numel(), scores
+        self._authors: tuple[Tensor, Tensor] | None = None
+        self.descending, self.order = torch.sort(scores, descending=True)
+        self.at_or_below = torch.searchsorted(plan.correct_sorted, self.descending.to(plan.correct_sorted.dtype),
+                                              right=True)
+
+    def authors_search(self, plan: _OpenSetPlan) -> tuple[Tensor, Tensor]:
+        """:func:`_authors_search` of the group, once (shared by every resample)."""
+        if self._authors is None:
+            self._authors = _authors_search(plan, self.scores)
+        return self._authors
+
+    def ccr(self, plan: _OpenSetPlan, w_known: Tensor, w_unknown: Tensor, targets: Tensor) -> Tensor:
+        """``(B', M)`` exact CCR@FPR of integer weight rows, batched in torch (any device; counts: `.long()`)."""
+        rows = w_known.shape[0]
+        cumulative = torch.cumsum(w_unknown.index_select(1, self.order).long(), dim=1)
+        total_unknown = cumulative[:, -1:].double()
+        fpr = cumulative.double() / total_unknown  # FPR once the first p+1 unknowns are above θ, as oscr_curve
+        passing = torch.searchsorted(fpr, targets.expand(rows, -1).contiguous(), right=True)
+        infinity = torch.tensor(math.inf, dtype=self.descending.dtype, device=self.descending.device)
+        lowest = torch.minimum(torch.where(w_known > 0, plan.target_score[None, :], infinity).min(dim=1).values,
+                               torch.where(w_unknown > 0, self.scores[None, :], infinity).min(dim=1).values)
+        theta = torch.where(passing < self.num, self.descending[passing.clamp(max=self.num - 1)], lowest[:, None])
+        total_known = w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
+        return plan.correct_above(w_known, theta).double() / total_known
+
+
+def _authors_search(plan: _OpenSetPlan, unknown_score: Tensor) -> tuple[Tensor, Tensor]:
+    """The group's ascending order and, per distinct known score, how many of its samples lie at or below."""
+    unknown_sorted, order = torch.sort(unknown_score)
+    return order, torch.searchsorted(unknown_sorted, plan.values.to(unknown_sorted.dtype), right=True)
+
+
+def _authors_ccr(plan: _OpenSetPlan, unknown_score: Tensor, w_known: Tensor, w_unknown: Tensor,
+                 targets: Tensor, exact: _ExactCCRPlan | None = None) -> Tensor:
+    """CCR@FPR by the authors' table rule for every row, thresholds = present distinct known scores but the
+    largest; the nearest FPR point (lowest threshold among ties), NaN ("—") when |FPR - t|/t >= 0.1."""
+    rows, num_values = w_known.shape[0], plan.values.numel()
+    present = torch.zeros(rows, num_values, dtype=torch.int64, device=w_known.device)
+    present.index_add_(1, plan.value_of, w_known.long())
+    present = present > 0
+    # the largest present value is not a threshold
+    last = num_values - 1 - present.flip(1).int().argmax(dim=1)
+    present[torch.arange(rows, device=present.device), last] = False
+    order, at_or_below = exact.authors_search(plan) if exact is not None else _authors_search(plan, unknown_score)
+    cumulative = torch.nn.functional.pad(torch.cumsum(w_unknown.index_select(1, order).long(), dim=1), (1, 0))
+    fpr = (cumulative[:, -1:] - cumulative.index_select(1, at_or_below)).double() / cumulative[:, -1:].double()
+    distance = (fpr[:, None, :] - targets[None, :, None]).abs()  # (B', M, V)
+    distance = torch.where(present[:, None, :], distance, math.inf)
+    best = distance.argmin(dim=2)  # first minimum: the lowest threshold among equally near points
+    nearest = distance.gather(2, best[:, :, None]).squeeze(2)
+    ccr = plan.correct_above(w_known, plan.values[best]).double() / w_known.sum(dim=1, dtype=torch.int64).double()[:, None]
+    return torch.where(nearest / targets[None, :] >= AUTHORS_RELATIVE_TOLERANCE, math.nan, ccr)
+
+
+def weighted_ccr_at_fpr(
+    probs: Tensor,
+    target: Tensor,
+    weights: Tensor,
+    fpr_targets: Sequence[float] | Tensor = DEFAULT_FPR_TARGETS,
+    unknown_label: int = UNKNOWN_LABEL,
+    background: bool = False,
+    convention: Convention = "exact",
+) -> Tensor:
+    """:func:`ccr_at_fpr` of every row of integer weights at once (row ``b`` counts sample ``i`` ``w_bi`` times).
+
+    Per row, the curve is the one of the expanded resample (module docstring, "Weighted"): θ runs over the
+    scores present in the row, so a row equals :func:`ccr_at_fpr` on the data expanded by it exactly.
+
+    Args:
+        probs, target, fpr_targets, unknown_label, background, convention: as :func:`ccr_at_fpr`.
+        weights: ``(B, N)`` non-negative integer counts, one column per sample (e.g. the stratified
+            bootstrap counts of :func:`metrics.resample_weights` of the knowns and of the unknowns, put in their
+            columns); columns of other labels are ignored.
+
+    Returns:
+        ``(B, len(fpr_targets))`` float64; NaN for a row without weight on the knowns or on the unknowns (no
+        curve), and for "authors" where their table prints "—".
+
+    Raises:
+        TypeError: real or boolean weights (the curve counts samples).
+    """
+    _check_convention(convention)
+    _check_unknown_label(unknown_label)
+    probs, target, _ = check_probs_and_target(probs, target, background=background)
+    targets = _fpr_targets(fpr_targets, convention=convention, device=probs.device)
+    weights = _check_weights(weights, target.numel(), name="weights", device=probs.device)
+    if weights.is_floating_point() or weights.dtype == torch.bool:
+        raise TypeError(f"weights must be integer counts (how often each sample is drawn), got {weights.dtype}; "
+                        "round real weights or use resample_weights / cluster_weights")
+    known, unknown, _, _ = _groups(target, unknown_label)
+    target_score, correct, unknown_score = _known_and_unknown_scores_checked(probs, target, unknown_label=unknown_label)
+    plan = _OpenSetPlan(target_score, correct)
+    exact = _ExactCCRPlan(plan, unknown_score)
+    w_known, w_unknown = weights[:, known], weights[:, unknown]
+    if convention == "exact":
+        values = exact.ccr(plan, w_known, w_unknown, targets)
+    else:
+        values = _authors_ccr(plan, unknown_score, w_known, w_unknown, targets, exact)
+    empty = (w_known.sum(dim=1) == 0) | (w_unknown.sum(dim=1) == 0)
+    return torch.where(empty[:, None], math.nan, values)

@@ -1,8 +1,8 @@
 """Several training runs of one recipe as one model: the mean over the seeds with an interval that combines
 the sampling of the test data and the seeds.
 
-The intervals elsewhere in :mod:`metrics.intervals` cover the sampling of the test data for *one* trained
-model. A recipe's number also varies with its training seed (OpenOOD v1.5 reports mean ± std over three
+The intervals elsewhere in :mod:`metrics` (:mod:`metrics.closed_form_intervals`,
+:mod:`metrics.bootstrap_intervals`) cover the sampling of the test data for *one* trained model. A recipe's number also varies with its training seed (OpenOOD v1.5 reports mean ± std over three
 training runs, which leaves the test sampling out). With ``S`` seeds scored on the same test data, a
 one-way random-effects model (``θ̂_s = θ + u_s + e + e_s``: ``u_s`` the seed's deviation, ``e`` the test
 sampling error the seeds share, ``e_s`` the part of it specific to seed ``s``) gives::

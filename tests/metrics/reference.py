@@ -10,6 +10,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+from sklearn.metrics import roc_auc_score
 
 
 def split_background(probs: np.ndarray, background: bool) -> np.ndarray:
@@ -119,3 +120,12 @@ def severity_reference_exact(class_scores, group_size, num_levels):
     starts = [math.floor(Fraction(i, num_levels - 1) * num_windows) for i in range(num_levels)]
     starts[-1] -= 1
     return [windows[s] for s in starts], [means[s] for s in starts]
+
+
+def sklearn_auroc(id_scores, ood_scores):
+    labels = np.r_[np.ones(len(id_scores)), np.zeros(len(ood_scores))]
+    return roc_auc_score(labels, np.r_[id_scores, ood_scores])
+
+
+def expanded(values, counts):
+    return np.repeat(np.asarray(values), np.asarray(counts), axis=0)

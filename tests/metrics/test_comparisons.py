@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from metrics import auroc, bootstrap_auroc, paired_difference, share_first, worse_than_best
-from metrics.intervals import probability_first
+from metrics.bootstrap_intervals import probability_first
 
 
 def stepdown_reference(estimates, replicates, level=0.95, higher_is_better=True, single_step=False):

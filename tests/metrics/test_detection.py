@@ -13,7 +13,8 @@ from pytorch_ood.metrics import OODMetrics
 from sklearn import metrics as sk
 
 import metrics.detection as detection
-from metrics.auroc import auroc
+from metrics.auroc import auroc, bootstrap_auroc, weighted_auroc
+from metrics.bootstrap_intervals import percentile_interval
 from metrics.detection import (
     aupr_in,
     aupr_out,
@@ -24,13 +25,7 @@ from metrics.detection import (
     weighted_aupr,
     weighted_fpr_at_tpr,
 )
-from metrics.intervals import (
-    bootstrap_auroc,
-    cluster_weights,
-    percentile_interval,
-    resample_weights,
-    weighted_auroc,
-)
+from metrics.resampling import cluster_weights, resample_weights
 
 # -- references ----------------------------------------------------------------------------------------------
 

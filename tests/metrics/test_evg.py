@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from metrics import auroc, energy_standardisation, min_rank, standardised_energy
+from metrics import (
+    auroc,
+    bootstrap_min_rank,
+    energy_standardisation,
+    min_rank,
+    resample_weights,
+    standardised_energy,
+    weighted_min_rank,
+)
+from tests.metrics.reference import expanded
 
 
 def direct_min_rank(id_scores: np.ndarray, ood_scores: np.ndarray) -> int:
@@ -61,3 +70,21 @@ def test_nan_scores_are_a_clear_error() -> None:
         standardised_energy(torch.tensor([float("inf"), 0.0, -float("inf")]), 0.0, 1.0)
     with pytest.raises(ValueError, match="at least 2"):
         energy_standardisation(torch.tensor([1.0]))
+
+
+# -- weighted, and the bootstrap -------------------------------------------------------------------------
+
+
+# -- MinRank, accuracy and ECE ---------------------------------------------------------------------------
+
+
+def test_min_rank_replicates_equal_loop():
+    rng = np.random.default_rng(10)
+    id_scores, chains = rng.integers(0, 30, 200).astype(float), rng.integers(0, 25, 12).astype(float)
+    ours = bootstrap_min_rank(torch.tensor(id_scores), torch.tensor(chains), 50, 3)
+    w_id, w_chain = resample_weights(200, 50, 3), resample_weights(12, 50, 3, stratum=1)
+    assert torch.equal(weighted_min_rank(torch.tensor(id_scores), torch.tensor(chains), w_id, w_chain), ours)
+    reference = [min_rank(torch.tensor(expanded(id_scores, w_id[b])), torch.tensor(expanded(chains, w_chain[b])))
+                 for b in range(50)]
+    assert ours.tolist() == reference
+    assert len(set(reference)) > 1

@@ -1,8 +1,10 @@
+import math
+
 import numpy as np
 import pytest
 import torch
 
-from metrics import Gamma, gamma
+from metrics import Gamma, gamma, resample_weights, weighted_gamma
 from tests.distributed import run_distributed
 from tests.metrics.reference import gamma_reference, random_open_set_data
 
@@ -62,3 +64,33 @@ def test_ddp_two_processes_equal_one_process():
     for result in run_distributed(_distributed_gamma, probs, target):
         for a, b in zip(result, expected, strict=True):
             assert torch.equal(a, b)
+
+
+# -- weighted ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_weighted_gamma_equals_the_reference_on_the_expanded_rows(background):
+    probs, target = random_open_set_data(np.random.default_rng(5), n=180, k=5, background=background)
+    probs, target = torch.from_numpy(probs), torch.from_numpy(target)
+    weights = resample_weights(180, 10, 2)
+    weights[0] = 1
+    plus, minus, both = weighted_gamma(probs, target, weights, background=background)
+    for b in range(10):
+        rows = np.repeat(np.arange(180), weights[b].numpy())
+        expected = gamma_reference(probs[rows].numpy(), target[rows].numpy(), background=background)
+        np.testing.assert_allclose([plus[b], minus[b], both[b]], expected, rtol=0, atol=1e-12)
+    # a row of ones is gamma itself (to float64 rounding: the weighted sums run in another order)
+    np.testing.assert_allclose([plus[0], minus[0], both[0]], gamma(probs, target, background=background),
+                               rtol=0, atol=1e-15)
+
+
+def test_weighted_gamma_side_without_weight_is_nan():
+    probs = torch.tensor([[0.9, 0.1], [0.4, 0.6], [0.8, 0.2], [0.5, 0.5]])
+    target = torch.tensor([0, 1, -1, -1])
+    plus, minus, both = weighted_gamma(probs, target, torch.tensor([[1, 2, 0, 0], [0, 0, 1, 1]]))
+    assert plus[0].item() == pytest.approx((0.9 + 2 * 0.6) / 3)
+    assert math.isnan(minus[0]) and math.isnan(both[0])
+    assert math.isnan(plus[1]) and minus[1].item() == pytest.approx(((1.5 - 0.8) + (1.5 - 0.5)) / 2)
+    with pytest.raises(ValueError, match=r"\(B, 4\)"):
+        weighted_gamma(probs, target, torch.ones(1, 3, dtype=torch.int64))

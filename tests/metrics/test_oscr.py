@@ -11,6 +11,8 @@ from metrics import (
     ccr_from_authors_curve,
     closed_set_accuracy,
     oscr_curve,
+    resample_weights,
+    weighted_ccr_at_fpr,
 )
 from tests.distributed import run_distributed
 from tests.metrics.reference import (
@@ -324,3 +326,56 @@ def test_stateful_authors_convention_matches_function_across_batches():
     _equal_with_nan(result, expected)
     _equal_with_nan(result, authors_ccr_at_fpr_reference(probs.numpy(), target.numpy(), targets, -1, True))
     assert torch.isnan(result).any() and not torch.isnan(result).all()
+
+
+# -- weighted: every row of resampling weights at once ---------------------------------------------------------
+
+
+def _weighted_case(seed: int, background: bool, n: int = 260) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tied probabilities, and 14 rows of weights: bootstrap counts, one row of ones, one without unknowns."""
+    probs, target = random_open_set_data(np.random.default_rng(seed), n, 4, background=background)
+    probs = torch.tensor(probs / probs.sum(axis=1, keepdims=True))
+    target = torch.from_numpy(target)
+    weights = resample_weights(n, 14, seed)
+    weights[0] = 1
+    weights[1, target == -2] = 0
+    return probs, target, weights
+
+
+@pytest.mark.parametrize("convention", ["exact", "authors"])
+@pytest.mark.parametrize("background", [False, True])
+def test_weighted_ccr_at_fpr_equals_the_references_on_the_expanded_rows(convention, background):
+    probs, target, weights = _weighted_case(3 + background, background)
+    fpr_targets = (0.01, 0.05, 0.1, 0.5, 1.0)
+    ours = weighted_ccr_at_fpr(probs, target, weights, fpr_targets, background=background, convention=convention)
+    reference = authors_ccr_at_fpr_reference if convention == "authors" else ccr_at_fpr_reference
+    assert bool(torch.isnan(ours[1]).all())  # no unknown in the row: no curve
+    nan_seen = 0
+    for b in [0, *range(2, 14)]:
+        rows = np.repeat(np.arange(target.numel()), weights[b].numpy())
+        expected = reference(probs[rows].numpy(), target[rows].numpy(), fpr_targets, background=background)
+        np.testing.assert_allclose(ours[b].numpy(), expected, rtol=0, atol=1e-12)
+        direct = ccr_at_fpr(probs[rows], target[rows], fpr_targets, background=background, convention=convention)
+        assert torch.equal(ours[b].isnan(), direct.isnan())
+        nan_seen += int(direct.isnan().sum())
+    assert convention == "exact" or nan_seen > 0  # the authors' "—" was exercised
+
+
+def test_weighted_ccr_at_fpr_of_negatives_ignores_the_unknowns():
+    probs, target, weights = _weighted_case(9, False)
+    ours = weighted_ccr_at_fpr(probs, target, weights, (0.1, 1.0), unknown_label=-1)
+    for b in range(14):
+        rows = np.repeat(np.arange(target.numel()), weights[b].numpy())
+        expected = ccr_at_fpr_reference(probs[rows].numpy(), target[rows].numpy(), (0.1, 1.0),
+                                        unknown_label=-1)
+        np.testing.assert_allclose(ours[b].numpy(), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("weights", "error", "message"), [
+    (torch.ones(2, 5), TypeError, "integer counts"),
+    (torch.ones(2, 4, dtype=torch.int64), ValueError, r"\(B, 5\)"),
+    (-torch.ones(2, 5, dtype=torch.int64), ValueError, "negative"),
+])
+def test_weighted_ccr_at_fpr_refuses_bad_weights(weights, error, message):
+    with pytest.raises(error, match=message):
+        weighted_ccr_at_fpr(HAND_PROBS, HAND_TARGET, weights)
