@@ -98,6 +98,8 @@ class OpenSetEvaluation(pl.Callback):
         conventions: CCR@FPR conventions to report: ``"exact"`` (DESIGN.md §5.1) and/or ``"authors"`` (the
             procedure of the published tables, keys ``authors_ccr@fpr=...``, NaN where they print "—").
         intervals: level, bootstrap resamples and seed of the test report's intervals.
+        checkpoint: the checkpoint the tested model was built from, where the test runs on a built model (no
+            ``ckpt_path``): the report names it.
     """
 
     def __init__(
@@ -110,8 +112,10 @@ class OpenSetEvaluation(pl.Callback):
         plot_every_n_epochs: int = 10,
         conventions: Sequence[str] = ("exact",),
         intervals: Intervals | None = None,
+        checkpoint: str | None = None,
     ) -> None:
         super().__init__()
+        self.checkpoint = checkpoint
         self.intervals = Intervals.of(intervals)
         self.fpr_targets = tuple(float(t) for t in fpr_targets)
         for convention in conventions:
@@ -271,7 +275,8 @@ class OpenSetEvaluation(pl.Callback):
             writer.writerows(zip(fpr.tolist(), ccr.tolist(), thresholds.double().tolist(), strict=True))
             files[f"oscr_{group}"] = str(atomic_write_text(directory / f"oscr_{group}.csv", buffer.getvalue()))
         if self.plots:
-            name = Path(trainer.ckpt_path).stem if trainer.ckpt_path else "model"
+            tested = trainer.ckpt_path or self.checkpoint
+            name = Path(tested).stem if tested else "model"
             files["oscr_curves"] = str(
                 plot_oscr_curves(report["curves"], directory / "oscr_curves.png", fpr_targets=self.fpr_targets,
                                  title=f"OSCR ({name})")
@@ -285,7 +290,7 @@ class OpenSetEvaluation(pl.Callback):
             directory,
             report["scalars"],
             {
-                "checkpoint": str(trainer.ckpt_path) if trainer.ckpt_path else None,
+                "checkpoint": str(trainer.ckpt_path or self.checkpoint) if trainer.ckpt_path or self.checkpoint else None,
                 "background_class": background,
                 "fpr_targets": list(self.fpr_targets),
                 "ccr_conventions": list(self.conventions),

@@ -213,6 +213,9 @@ class Evaluation:
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
     shared_passes: Any = None
+    # the models a run of several evaluations built (the report card's), by spec: each section scores those
+    # (its checkpoints are read once per card); else None and each evaluation builds its own
+    built_models: dict[str, Any] | None = None
     # the command's scoring passes read image files and can decode them on the device (--decode device)
     decodes_on_device: bool = False
 
@@ -246,6 +249,17 @@ class Evaluation:
         from evaluation_engine.scoring import ScoringPasses
 
         return self.shared_passes or ScoringPasses(cache_dir, decode=self.options.decode)
+
+    def scoring_model(self, spec: Any, **build: Any) -> Any:
+        """The :class:`lightning_modules.scoring.ScoringModel` of ``spec``: a model given built, the run's built one
+        of that spec (the report card's), else built now with ``build`` (``pretrained``, ``model_args``, ...)."""
+        from lightning_modules.scoring import ScoringModel
+
+        if isinstance(spec, ScoringModel):
+            return spec
+        if self.built_models is not None and spec in self.built_models:
+            return self.built_models[spec]
+        return ScoringModel(spec, **build)
 
     def prepare(self) -> None:
         """What the command checks and builds before its first pass, for a run of several evaluations to do for

@@ -46,7 +46,6 @@ from datamodules.overlap import (
 )
 from datamodules.transforms import ModelInput
 from evaluation_engine.outputs import slug
-from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
 from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
@@ -711,10 +710,10 @@ def command_fit_set(scoring: Any, fit_data: str | None, kappas: Sequence[type[De
         return None
     if fit_data is not None:
         return fit_folder_set(fit_data, getattr(scoring, "classes", None))
-    spec = str(getattr(scoring, "spec", ""))
-    if spec.endswith(".ckpt") and not spec.startswith("ensemble:"):
-        return default_fit_set(datamodule_from_checkpoint(read_checkpoint(spec), spec))
-    return None
+    if getattr(scoring, "ensemble", False) or not callable(getattr(scoring, "training_datamodule", None)):
+        return None
+    datamodule = scoring.training_datamodule()  # kept by the built model: its checkpoint is not read again
+    return default_fit_set(datamodule) if datamodule is not None else None
 
 
 def check_detectors(kappas: Sequence[type[Detector]], pl_module: nn.Module, fit_set: EvaluationSet | None) -> None:

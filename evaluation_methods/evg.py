@@ -215,7 +215,7 @@ class EvGEvaluation(Evaluation):
                          f"{reason}): each seed through the models' transform, the variation after it")
 
     def run(self) -> MethodResult | None:
-        models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
+        models = {spec: self.scoring_model(spec, pretrained=not self.random_weights) for spec in dict.fromkeys(self.model)}
         for model in models.values():
             if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
                 model.network.to(memory_format=torch.channels_last)  # runs the demo's CNN about 1.6x faster

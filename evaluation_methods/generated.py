@@ -302,8 +302,7 @@ class GeneratedEvaluation(Evaluation):
         self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
 
     def run(self) -> MethodResult:
-        models = [m if isinstance(m, ScoringModel) else ScoringModel(m, pretrained=not self.random_weights)
-                  for m in self.model]
+        models = [self.scoring_model(m, pretrained=not self.random_weights) for m in self.model]
         detector_pairs(models, [resolve_detector(k) for k in self.kappa])  # before any data are read
         data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
         if self._fit_set is None and self.fit_data and isinstance(self.data, GeneratedBenchmarkData):

@@ -33,7 +33,7 @@ from evaluation_methods.registry import (
     cell,
     register,
 )
-from lightning_modules.checkpoint import load_run
+from lightning_modules.checkpoint import check_classes, checkpoint_classes, load_run
 from lightning_modules.open_set_classifier import OpenSetClassifier
 from lightning_modules.scoring import checkpoint_display_name
 from metrics import DEFAULT_FPR_TARGETS
@@ -79,19 +79,29 @@ class OSCREvaluation(Evaluation):
     def run(self) -> MethodResult | None:
         # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
         # test step to score), and a report folder that cannot be written (by default next to the checkpoint)
-        model, datamodule, checkpoint = load_run(
-            self.model, self.data_args, expected=OpenSetClassifier,
-            hint="oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test set holds "
-                 "its protocol's negatives and unknowns")
+        built = (self.built_models or {}).get(self.model)  # a report card's: its network and record, no second read
+        if built is not None and isinstance(built.network, OpenSetClassifier) and built.checkpoint is not None:
+            model, checkpoint = built.network, built.checkpoint
+            datamodule = built.training_datamodule(self.data_args)
+            names = getattr(datamodule, "class_names", None)
+            check_classes(checkpoint_classes(checkpoint, self.model), list(names) if names is not None else None,
+                          model=f"checkpoint {self.model}", data=f"its datamodule with {self.data_args or {}}")
+        else:
+            model, datamodule, checkpoint = load_run(
+                self.model, self.data_args, expected=OpenSetClassifier,
+                hint="oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test set "
+                     "holds its protocol's negatives and unknowns")
         checkpoint_path = Path(self.model)
-        check_output_dir(self.output_dir if self.output_dir is not None
-                         else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
-        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
-                                       conventions=self.conventions, intervals=self.intervals)
+        output_dir = Path(self.output_dir if self.output_dir is not None
+                          else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
+        check_output_dir(output_dir)
+        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=str(output_dir), plots=self.plots,
+                                       conventions=self.conventions, intervals=self.intervals,
+                                       checkpoint=self.model)
         with evaluation_logger(self.options, name=f"oscr-{Path(self.model).stem}",
                                version=checkpoint.get("logger_version")) as logger:
             trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
-            trainer.test(model, datamodule=datamodule, ckpt_path=self.model)
+            trainer.test(model, datamodule=datamodule)  # the weights the model was built with: the checkpoint's
         if not (trainer.is_global_zero and evaluation.report_path is not None):
             return None
         folder = evaluation.report_path

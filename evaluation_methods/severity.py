@@ -42,7 +42,6 @@ from evaluation_methods.registry import (
     detection_cells,
     register,
 )
-from lightning_modules.checkpoint import datamodule_from_checkpoint, read_checkpoint
 from lightning_modules.scoring import ScoringModel
 from metrics import TABLE_COLUMNS, pairs_with, resolve_detector
 
@@ -93,9 +92,8 @@ class SeverityEvaluation(Evaluation):
         before any section's pass, so a severity section it would refuse costs no other section's pass."""
         if self._prepared is not None:
             return
-        scoring = self.model if isinstance(self.model, ScoringModel) else ScoringModel(
-            self.model, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
-            model_args=self.model_args)
+        scoring = self.scoring_model(self.model, pretrained=not self.random_weights,
+                                     pretrained_file=self.pretrained_file, model_args=self.model_args)
         data = self.data if isinstance(self.data, SeverityData) else build_severity_data(
             self.data, self.data_args, datamodule=training_datamodule(scoring))
         output_dir = Path(self.output_dir or Path("runs/severity") / slug(scoring.display_name))
@@ -253,7 +251,6 @@ class SeverityMethod(Method):
 
 
 def training_datamodule(scoring: ScoringModel) -> Any:
-    """The training datamodule of a checkpoint model (rebuilt from its arguments), else ``None``."""
-    if not scoring.spec.endswith(".ckpt"):
-        return None
-    return datamodule_from_checkpoint(read_checkpoint(scoring.spec), scoring.spec)
+    """The training datamodule of a checkpoint model (kept by the built model), else ``None`` (an ensemble's
+    severity data are the ones named, as a timm model's)."""
+    return None if scoring.ensemble else scoring.training_datamodule()

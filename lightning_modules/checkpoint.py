@@ -87,6 +87,17 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 _VERIFIED: set[tuple[str, int, int]] = set()
 
 
+WEIGHT_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "callbacks")
+"""The keys of a Lightning checkpoint that hold tensors of the run (weights, optimiser and loop state)."""
+
+
+def checkpoint_record(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint says of its run without its tensors (:data:`WEIGHT_KEYS` left out): its hyper-parameters,
+    its datamodule's class and arguments, its classes. Kept by a built model, so that its training data are
+    rebuilt without reading the file again (:func:`datamodule_from_checkpoint` reads only these keys)."""
+    return {key: value for key, value in checkpoint.items() if key not in WEIGHT_KEYS}
+
+
 def check_archive(path: str | Path) -> None:
     """Verify every member of a checkpoint archive against its CRC-32 (once per file version and process).
 

@@ -32,6 +32,7 @@ from datamodules.protocols import imagenet1k_wnids
 from datamodules.transforms import ModelInput
 from lightning_modules.checkpoint import (
     CheckpointError,
+    checkpoint_record,
     datamodule_from_checkpoint,
     import_class,
     load_module,
@@ -118,23 +119,25 @@ def load_scoring_network(
     model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
 ) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None]:
     """``(network, model input, display name, background_class, classes)`` for a model name or checkpoint."""
-    network, model_input, name, background, classes, _ = load_scoring_recipe(
+    network, model_input, name, background, classes, _, _ = load_scoring_recipe(
         model, pretrained=pretrained, pretrained_file=pretrained_file, model_args=model_args)
     return network, model_input, name, background, classes
 
 
 def load_scoring_recipe(
     model: str, *, pretrained: bool = True, pretrained_file: str | None = None, model_args: dict[str, Any] | None = None
-) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None, dict[str, Any]]:
-    """:func:`load_scoring_network` and the model's recipe: ``kind`` (``checkpoint``, ``ensemble``, ``timm``,
+) -> tuple[nn.Module, ModelInput, str, bool, list[str] | None, dict[str, Any], dict[str, Any] | None]:
+    """:func:`load_scoring_network`, the model's recipe: ``kind`` (``checkpoint``, ``ensemble``, ``timm``,
     ``torchvision``) and what the spec says of its architecture, classes and data (a checkpoint's:
     :func:`checkpoint_recipe`; an ensemble's: its number of members and its first member's recipe, the members
-    agree on it; a timm/torchvision model's: its name and head), from the checkpoints already read to build it."""
+    agree on it; a timm/torchvision model's: its name and head), and the checkpoint's record
+    (:func:`lightning_modules.checkpoint.checkpoint_record`, an ensemble's first member's; ``None`` for a timm or
+    torchvision model), all from the checkpoints read once to build it."""
     if model.startswith("ensemble:"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to {model}")
         ensemble = DeepEnsemble.from_checkpoints(model.removeprefix("ensemble:"))
-        checkpoint = read_checkpoint(ensemble.paths[0])
+        checkpoint = ensemble.first_checkpoint
         model_input, classes = checkpoint_input(checkpoint, ensemble.paths[0])
         spec = model.removeprefix("ensemble:")
         if "," not in spec and not spec.endswith(".ckpt"):  # a members file: named by its folder (two ensembles
@@ -142,7 +145,7 @@ def load_scoring_recipe(
         else:
             name = f"ensemble{ensemble.num_members}-{checkpoint_display_name(Path(ensemble.paths[0]))}"
         recipe = {"kind": "ensemble", "members": ensemble.num_members, **checkpoint_recipe(checkpoint)}
-        return ensemble, model_input, name, ensemble.background, classes, recipe
+        return ensemble, model_input, name, ensemble.background, classes, recipe, checkpoint
     if model.endswith(".ckpt"):
         if model_args:
             raise ValueError(f"model_args {sorted(model_args)} apply to timm/torchvision models, not to checkpoint {model}")
@@ -151,14 +154,14 @@ def load_scoring_recipe(
                              hint="scoring needs a classifier of train.py (an OpenSetClassifier checkpoint)")
         model_input, classes = checkpoint_input(checkpoint, model)
         return (module, model_input, checkpoint_display_name(Path(model)), bool(module.background_class), classes,
-                {"kind": "checkpoint", **checkpoint_recipe(checkpoint)})
+                {"kind": "checkpoint", **checkpoint_recipe(checkpoint)}, checkpoint_record(checkpoint))
     network, transform = build_classifier(model, pretrained=pretrained, pretrained_file=pretrained_file,
                                           model_args=model_args)
     kind, _, name = model.partition(":")
     recipe = {"kind": kind, "architecture": {"name": name, **dict(model_args or {})},
               "classes": {"num_classes": head_width(network)}}
     return network, ModelInput.from_transform(transform, channels=3), name, False, \
-        imagenet_classes(head_width(network)), recipe
+        imagenet_classes(head_width(network)), recipe, None
 
 
 def weights_fingerprint(network: nn.Module) -> str:
@@ -280,9 +283,10 @@ class ScoringModel(pl.LightningModule):
             self.spec = f"module:{type(model).__name__}"
             self.recipe: dict[str, Any] = {"kind": "module",
                                            "model class": f"{type(model).__module__}.{type(model).__qualname__}"}
+            self.checkpoint: dict[str, Any] | None = None
         elif isinstance(model, str):
-            self.network, found_input, found_name, self.background_class, found_classes, self.recipe = \
-                load_scoring_recipe(model, pretrained=pretrained, pretrained_file=pretrained_file,
+            self.network, found_input, found_name, self.background_class, found_classes, self.recipe, \
+                self.checkpoint = load_scoring_recipe(model, pretrained=pretrained, pretrained_file=pretrained_file,
                                     model_args=model_args)
             self.model_input = model_input or found_input
             self.display_name = name or found_name
@@ -292,10 +296,30 @@ class ScoringModel(pl.LightningModule):
             raise TypeError(f"model must be a name, a checkpoint path or an nn.Module, got {type(model).__name__}")
         self.network.eval()
         self.forward_calls = 0  # batches the network saw (tests count passes with it)
+        self._training_datamodule: pl.LightningDataModule | None = None
 
     @property
     def ensemble(self) -> bool:
         return isinstance(self.network, DeepEnsemble)
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """The checkpoint of train.py the model comes from (an ensemble's first member), else ``None``."""
+        if self.checkpoint is None:
+            return None
+        return self.network.paths[0] if self.ensemble else self.spec
+
+    def training_datamodule(self, overrides: dict[str, Any] | None = None) -> pl.LightningDataModule | None:
+        """The datamodule its checkpoint was trained on (an ensemble's first member's), with ``overrides``, built
+        from the record kept when the model was built (the file is not read again); ``None`` for a timm,
+        torchvision or in-memory model. Without overrides it is built once and kept."""
+        if self.checkpoint is None:
+            return None
+        if overrides:
+            return datamodule_from_checkpoint(self.checkpoint, self.checkpoint_path, overrides)
+        if self._training_datamodule is None:
+            self._training_datamodule = datamodule_from_checkpoint(self.checkpoint, self.checkpoint_path)
+        return self._training_datamodule
 
     def forward(self, images: Tensor) -> Tensor:
         """Logits ``(N, C)`` (``(M, N, C)`` for an ensemble); ``C = K+1`` with the background class last."""

@@ -273,6 +273,7 @@ class ReportCard(Evaluation):
                                    what=f"report section {name}"),
                          trainer=dataclasses.replace(self.options, wandb_mode="disabled", decode=decode))
         evaluation.shared_passes = self.passes
+        evaluation.built_models = self.built_models
         return evaluation
 
     # -- the run ----------------------------------------------------------------------------------
@@ -280,6 +281,7 @@ class ReportCard(Evaluation):
     def run(self) -> list[dict[str, Any]]:
         check_output_dir(self.output_dir)
         models = {spec: ScoringModel(spec, pretrained=not self.random_weights) for spec in self.model}
+        self.built_models = models  # every section scores these: each checkpoint is read once per card
         names = {spec: m.display_name for spec, m in models.items()}
         self.members = {group: [names[spec] for spec in specs] for group, specs in self.groups.items()}
         clash = sorted(set(self.groups) & set(names.values()))

@@ -7,9 +7,13 @@ at most once per run -- a second run with the same cache runs none.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import csv
 import json
 import math
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -151,9 +155,42 @@ def card(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     for _ in range(2):
         command, evaluation = evaluate.parse(["report", "--config", str(path), *CLI])
         assert command == "report" and isinstance(evaluation, ReportCard)
-        rows = evaluation.run()
-        runs.append({"rows": rows, "log": list(evaluation.passes.log), "card": evaluation.card})
+        with counted_checkpoint_reads() as reads:
+            rows = evaluation.run()
+        runs.append({"rows": rows, "log": list(evaluation.passes.log), "card": evaluation.card, "reads": reads})
     return {"runs": runs, "root": root, "checkpoint": demo_checkpoint, "members": members}
+
+
+@contextlib.contextmanager
+def counted_checkpoint_reads() -> Iterator[collections.Counter]:
+    """Count :func:`lightning_modules.checkpoint.read_checkpoint` calls per file, wherever a module imported it."""
+    from lightning_modules import checkpoint as checkpoint_module
+
+    original, reads = checkpoint_module.read_checkpoint, collections.Counter()
+
+    def counting(path: str | Path) -> dict:
+        reads[str(Path(path).resolve())] += 1
+        return original(path)
+
+    patched = [m for m in list(sys.modules.values()) if vars(m).get("read_checkpoint") is original]
+    for module in patched:
+        module.read_checkpoint = counting
+    try:
+        yield reads
+    finally:
+        for module in patched:
+            module.read_checkpoint = original
+
+
+@pytest.mark.slow
+def test_each_checkpoint_is_read_once_per_card(card: dict) -> None:
+    """The card builds each model once and every section scores it (OSCR's test pass included): the demo
+    checkpoint and each ensemble member are read once per card (18 reads of these 3 files before: the demo
+    checkpoint 6 times, the first member 8, the second 4)."""
+    members = [str(Path(p).resolve()) for p in card["members"].read_text().split()]
+    expected = {str(card["checkpoint"].resolve()): 1, **{member: 1 for member in members}}
+    for run in card["runs"]:
+        assert dict(run["reads"]) == expected
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
-from lightning_modules.checkpoint import CheckpointError, load_module, read_checkpoint
+from lightning_modules.checkpoint import CheckpointError, checkpoint_record, load_module, read_checkpoint
 from lightning_modules.open_set_classifier import OpenSetClassifier
 
 # datamodule arguments that decide the input a member sees: members must agree on them
@@ -159,6 +159,7 @@ class DeepEnsemble(nn.Module):
         self.background = background
         self.num_classes = num_classes
         self.paths = [str(p) for p in paths]
+        self.first_checkpoint: dict[str, Any] | None = None  # the first member's record (from_checkpoints)
         self.input_size = input_size
         params, buffers = stack_module_state(wrapped)
         self._names = {"params": sorted(params), "buffers": sorted(buffers)}
@@ -194,9 +195,11 @@ class DeepEnsemble(nn.Module):
         data = checkpoints[0].get("datamodule_hyper_parameters", {})
         input_size = data.get("image_size", data.get("crop_size"))
         mean, std = member_normalisation(data, paths[0])
-        return cls([m.network for m in modules], background=bool(modules[0].background_class),
-                   num_classes=modules[0].num_classes, paths=[str(p) for p in paths],
-                   input_size=int(input_size) if input_size is not None else None, mean=mean, std=std)
+        ensemble = cls([m.network for m in modules], background=bool(modules[0].background_class),
+                       num_classes=modules[0].num_classes, paths=[str(p) for p in paths],
+                       input_size=int(input_size) if input_size is not None else None, mean=mean, std=std)
+        ensemble.first_checkpoint = checkpoint_record(checkpoints[0])  # its recipe and data: no second read
+        return ensemble
 
     def _stacked(self, kind: str) -> dict[str, Tensor]:
         return {name: getattr(self, self._slots[f"{kind}:{name}"]) for name in self._names[kind]}
