@@ -91,7 +91,8 @@ def detectors_markdown() -> str:
         if cls is not None:
             body += [module_doc, "", own_doc]
         else:
-            body += [own_doc]
+            # a κ without a docstring (a wrapped pytorch-ood score) is shown by its line of its module's list
+            body += [own_doc or (f"    {name}  {' '.join(listed.group(1).split())}" if listed else "")]
         sections.append("\n".join(body))
     table = ["| κ | paper | reads | fit | defaults | score |", "|---|---|---|---|---|---|", *rows]
     return "\n".join([*table, "", "## Every detector", "", *sections]) + "\n"
