@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -30,7 +31,7 @@ def example(name: str) -> str:
     return re.search(rf"```python\n# example: {name}\n(.*?)```", EXTENDING, flags=re.S).group(1)
 
 
-def hooks():
+def hooks() -> ModuleType:
     """docs/hooks.py, the site's MkDocs hooks, as a module."""
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
     module = importlib.util.module_from_spec(spec)
