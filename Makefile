@@ -13,7 +13,7 @@ DEBIAN_PACKAGES := wordnet-base wordnet-sense-index dataset-fashion-mnist
 BROWSER_STAMP := $(VENV)/.browser-packages
 BROWSER_PACKAGES := chromium chromium-driver
 
-.PHONY: setup demo demo-generated demo-evg demo-report test test-all lint benchmark clean
+.PHONY: setup demo demo-generated demo-evg demo-report test test-all lint docs benchmark clean
 
 setup: $(PIP_STAMP) $(WORDNET)
 
@@ -118,12 +118,18 @@ test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
-# Every tier: the default one plus ddp (2 processes = 1 process), sweep (every config), journey (the README's
-# ImageNet journey), benchmark (the benchmarks' tiny modes) and browser (the report card in headless Chromium,
-# which REQUIRE_BROWSER=1 turns from a skip into a failure when the browser is missing). CI runs this.
+# Every tier: the default one plus ddp (2 processes = 1 process), sweep (every config), journey (the ImageNet
+# journey of docs/journey.md), benchmark (the benchmarks' tiny modes), docs (the site builds strictly, offline,
+# and its links resolve) and browser (the report card in headless Chromium, which REQUIRE_BROWSER=1 turns from a
+# skip into a failure when the browser is missing). CI runs this.
 test-all: setup $(BROWSER_STAMP)
 	$(PY) -m ruff check .
 	REQUIRE_BROWSER=1 $(PY) -m pytest -m ""
+
+# The documentation site (mkdocs.yml, docs/) into site/: strict (a broken link or reference fails it), offline,
+# with file URLs, so site/index.html opens from the disk.
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # Re-measure every CPU benchmark into benchmarks/RESULTS.md (each script also takes --tiny, a toy run that
 # writes nothing). The GPU one, on a machine with CUDA: python -m benchmarks.gpu_throughput --write
@@ -141,4 +147,4 @@ benchmark: setup
 	else echo "benchmarks.report_card needs the demo's runs: make demo first"; fi
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs site .pytest_cache .ruff_cache

@@ -1,7 +1,7 @@
-"""The ImageNet journey of the README, as a researcher with ImageNet walks it: every command of its
+"""The ImageNet journey of the docs (``docs/journey.md``), as a researcher with ImageNet walks it: every command of its
 ``# journey:`` blocks, run as written (a subprocess each, in a fresh working folder), on a tiny
 ILSVRC2012-shaped tree of the real P1 classes, a tiny ImageNet-21k pool and an OOD folder, shrunk only by
-options the commands document (the README lists them). Each command reads what the one before it wrote;
+options the commands document (the page lists them). Each command reads what the one before it wrote;
 each exits 0 and writes finite numbers. Then the same for a user's own class folders, and EvG with P1
 classifiers on a timm backbone of each family timm sizes differently (ResNet, ConvNeXt, MobileNetV3).
 """
@@ -23,9 +23,11 @@ import pytest
 from datamodules.imagenet21k import ood_classes
 from tests.conftest import ROOT, child_env, make_imagenet_folder, protocol_wnids, write_jpeg
 
+JOURNEY_PAGE = ROOT / "docs" / "journey.md"  # the page whose commands this test runs as written
+
 pytestmark = [pytest.mark.journey, pytest.mark.timeout(1800)]  # a long walk: longer than one test
 
-# -- the options that shrink the journey (README, "Trying the journey on a small machine") ----------------
+# -- the options that shrink the journey (docs/journey.md, "Trying the journey on a small machine") --------
 
 CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
        "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false"]
@@ -73,15 +75,15 @@ ANIMALS = ["bat", "cat", "dog", "emu", "fox", "owl", "yak"]
 
 
 def journey_commands() -> dict[str, str]:
-    """``step -> command`` of the README's ``# journey: <step>`` blocks, continuation lines joined."""
-    text = (ROOT / "README.md").read_text()
+    """``step -> command`` of ``docs/journey.md``'s ``# journey: <step>`` blocks, continuation lines joined."""
+    text = JOURNEY_PAGE.read_text()
     blocks = re.findall(r"```bash\n# journey: ([\w-]+)\n(.*?)```", text, flags=re.S)
     return {step: " ".join(line.rstrip("\\").strip() for line in body.strip().splitlines()) for step, body in blocks}
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The tiny data of the journey and a working folder in which the README's relative paths resolve."""
+    """The tiny data of the journey and a working folder in which the page's relative paths resolve."""
     root = tmp_path_factory.mktemp("journey")
     imagenet = make_imagenet_folder(root / "ILSVRC2012", protocol_wnids(1), train=5, val=2)
     rng = np.random.default_rng(7)
@@ -151,7 +153,7 @@ def assert_finite(values: list[float], what: str) -> None:
 
 def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
     commands = journey_commands()
-    assert list(SHRINK) == list(commands), "every journey block of the README has its shrink options here"
+    assert list(SHRINK) == list(commands), "every journey block of docs/journey.md has its shrink options here"
     work = world["work"]
     for step, command in commands.items():
         run(world, command, SHRINK[step])
@@ -259,7 +261,7 @@ def test_generate_and_evg_on_two_processes_and_resumed(world: dict[str, Path]) -
     """The journey's ``generate`` and ``evg`` on 2 CPU processes (gloo) give the 1-process files; EvG's chains
     split into fewer batches than processes (a fresh run with one batch, a resumed run with one left)."""
     commands, work = journey_commands(), world["work"]
-    assert (work / "runs/p1-generators/shift/last.ckpt").is_file(), "the README journey runs first"
+    assert (work / "runs/p1-generators/shift/last.ckpt").is_file(), "the docs' journey runs first"
     generate = commands["generate"].replace("data/p1-shift data/p1-near-ood", "data/p1-shift-2 data/p1-near-ood-2")
     run(world, generate, [*SHRINK["generate"][len(EVALUATE):], *TWO_PROCESSES])
     for name in ("p1-shift", "p1-near-ood"):
