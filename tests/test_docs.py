@@ -43,7 +43,6 @@ def hooks() -> ModuleType:
 def registry_kept() -> Iterator[None]:
     """Whatever a test adds to the detector registry or the data catalog's real OOD sets is gone after it."""
     from datamodules import catalog
-
     from metrics.detectors import registry
 
     kept = [(table, dict(table)) for table in (registry._REGISTRY, catalog.REAL_OOD)]
