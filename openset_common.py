@@ -224,6 +224,26 @@ def check_writable_folder(path: str | os.PathLike, *, what: str) -> Path:
     return path
 
 
+def plugins(group: str, what: str) -> Iterator[tuple[str, str, Any]]:
+    """``(name, origin, object)`` of each entry point of ``group`` (installed packages' plug-ins: methods,
+    detectors): its name, how an error names it (``origin``: ``the <what> '<name>' of entry point '<value>' (<group>, package <dist> <version>)``) and what it loads.
+
+    Raises:
+        ImportError: a plug-in that does not import, named (not a traceback of the import machinery).
+    """
+    import importlib.metadata
+
+    for entry in importlib.metadata.entry_points(group=group):
+        dist = getattr(entry, "dist", None)
+        package = f", package {dist.name} {dist.version}" if dist is not None else ""
+        origin = f"the {what} {entry.name!r} of entry point {entry.value!r} ({group}{package})"
+        try:
+            loaded = entry.load()
+        except Exception as error:  # noqa: BLE001 - any error of a plug-in's import is named with it
+            raise ImportError(f"{origin} does not import: {error}") from error
+        yield entry.name, origin, loaded
+
+
 def import_object(path: str) -> Any:
     """``"package.module.Name"`` -> the object (a class, a function)."""
     module, _, name = path.rpartition(".")

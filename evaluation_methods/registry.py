@@ -28,6 +28,7 @@ from torch import Tensor
 
 from evaluation_engine.intervals import DETECTION_METRICS, Intervals
 from evaluation_engine.run import Evaluation
+from openset_common import plugins
 
 ENTRY_POINTS = "openset_bench.methods"
 # the methods of this project, each registered by its own module when imported
@@ -259,33 +260,21 @@ def methods() -> dict[str, Method]:
     return {method.key: method for method in ordered}
 
 
-def entry_point_origin(entry: importlib.metadata.EntryPoint) -> str:
-    """How an error names a plug-in: the entry point's name and value, its group, and the installed package
-    (distribution and version) that declares it, where importlib.metadata knows it."""
-    dist = getattr(entry, "dist", None)
-    package = f", package {dist.name} {dist.version}" if dist is not None else ""
-    return f"the evaluation method {entry.name!r} of entry point {entry.value!r} ({ENTRY_POINTS}{package})"
-
-
 def _load() -> None:
     for module in BUILT_IN:
         importlib.import_module(module)
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        try:
-            loaded = entry.load()
-        except Exception as error:  # a broken plug-in is named, not a traceback of the import machinery
-            raise ImportError(f"{entry_point_origin(entry)} does not import: {error}") from error
+    for _, origin, loaded in plugins(ENTRY_POINTS, "evaluation method"):
         if not (isinstance(loaded, Method) or (isinstance(loaded, type) and issubclass(loaded, Method))):
             what = (f"the class {loaded.__module__}.{loaded.__qualname__}" if isinstance(loaded, type) else
                     f"a {type(loaded).__name__} ({getattr(loaded, '__module__', '?')}."
                     f"{getattr(loaded, '__qualname__', repr(loaded))})")
-            raise TypeError(f"{entry_point_origin(entry)} loads {what}, not a method: it must name a subclass (or an "
+            raise TypeError(f"{origin} loads {what}, not a method: it must name a subclass (or an "
                             f"instance) of {Method.__module__}.{Method.__qualname__}")
         if not any(type(m) is loaded or m is loaded for m in _REGISTRY.values()):
             try:
                 register(loaded)
             except (TypeError, ValueError) as error:  # its class attributes, a key another method has, ...
-                raise type(error)(f"{entry_point_origin(entry)}: {error}") from error
+                raise type(error)(f"{origin}: {error}") from error
 
 
 def commands() -> dict[str, type[Evaluation]]:

@@ -122,3 +122,20 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def install_package(folder: Path, *, distribution: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]],
+                    version: str = "0.1") -> Path:
+    """A package as pip would leave it in ``folder`` (put that on ``sys.path``): its modules (name -> source), and
+    a dist-info whose ``entry_points.txt`` declares ``entry_points`` (group -> name -> ``module:object``), so that
+    ``importlib.metadata`` finds its plug-ins."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(source)
+    info = folder / f"{distribution.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in entries.items())
+        for group, entries in entry_points.items()))
+    return folder

@@ -22,6 +22,7 @@ import yaml
 import evaluate
 from evaluation_methods import registry
 from evaluation_methods.registry import Headline, Method, MethodResult, register
+from tests.conftest import install_package
 
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
 
@@ -97,13 +98,8 @@ class ToyMethod(Method):
 @pytest.fixture
 def toy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The toy method installed as a package: its module, its config, and an entry point naming it."""
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "toy_method.py").write_text(TOY_MODULE)
-    info = folder / "toy_method-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-method\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\ntoy = toy_method:ToyMethod\n")
+    folder = install_package(tmp_path / "site", distribution="toy-method", modules={"toy_method": TOY_MODULE},
+                             entry_points={registry.ENTRY_POINTS: {"toy": "toy_method:ToyMethod"}})
     (tmp_path / "toy.yaml").write_text("offset: 0.25\n")
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setattr(registry, "_LOADED", False)  # the entry points are read again

@@ -22,7 +22,7 @@ import importlib.metadata
 from typing import Any, TypeVar
 
 from metrics.detectors.base import Detector
-from openset_common import import_object
+from openset_common import import_object, plugins
 
 ENTRY_POINTS = "openset_bench.detectors"
 POOD_PREFIX = "pood:"
@@ -65,30 +65,19 @@ def unregister_detector(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def entry_point_origin(entry: importlib.metadata.EntryPoint) -> str:
-    """How an error names a plug-in detector: its entry point, group and installed package."""
-    dist = getattr(entry, "dist", None)
-    package = f", package {dist.name} {dist.version}" if dist is not None else ""
-    return f"the detector {entry.name!r} of entry point {entry.value!r} ({ENTRY_POINTS}{package})"
-
-
 def _load() -> None:
     for module in BUILT_IN:
         importlib.import_module(module)
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        try:
-            loaded = entry.load()
-        except Exception as error:  # a broken plug-in is named, not a traceback of the import machinery
-            raise ImportError(f"{entry_point_origin(entry)} does not import: {error}") from error
+    for name, origin, loaded in plugins(ENTRY_POINTS, "detector"):
         if not (isinstance(loaded, type) and issubclass(loaded, Detector)):
-            raise TypeError(f"{entry_point_origin(entry)} loads {loaded!r}, not a detector: it must name a subclass of "
+            raise TypeError(f"{origin} loads {loaded!r}, not a detector: it must name a subclass of "
                             f"{Detector.__module__}.Detector")
         if not loaded.name:
-            loaded.name = entry.name
+            loaded.name = name
         try:
             register_detector(loaded)
         except (TypeError, ValueError) as error:
-            raise type(error)(f"{entry_point_origin(entry)}: {error}") from error
+            raise type(error)(f"{origin}: {error}") from error
 
 
 def detectors() -> dict[str, type[Detector]]:

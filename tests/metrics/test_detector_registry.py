@@ -15,6 +15,7 @@ import torch
 import evaluate
 from metrics import KAPPAS, build_detector, resolve_detector
 from metrics.detectors import DETECTORS, Detector, DetectorNotFitted, registry
+from tests.conftest import install_package
 
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
 
@@ -51,13 +52,8 @@ class NotADetector:
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``shifted_energy`` installed as a package: its module and an entry point of ``openset_bench.detectors``."""
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "energy_plugin.py").write_text(PLUGIN_MODULE)
-    info = folder / "energy_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: energy-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\nshifted_energy = energy_plugin:ShiftedEnergy\n")
+    folder = install_package(tmp_path / "site", distribution="energy-plugin", modules={"energy_plugin": PLUGIN_MODULE},
+                             entry_points={registry.ENTRY_POINTS: {"shifted_energy": "energy_plugin:ShiftedEnergy"}})
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setattr(registry, "_LOADED", False)  # the entry points are read again
     yield tmp_path
@@ -106,11 +102,9 @@ def test_a_class_path_and_the_decorator_register_and_resolve(plugin: Path) -> No
 
 
 def test_a_broken_entry_point_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = tmp_path / "site"
+    folder = install_package(tmp_path / "site", distribution="broken-detector", version="0.2", modules={},
+                             entry_points={registry.ENTRY_POINTS: {"broken": "no_such_module:Score"}})
     info = folder / "broken_detector-0.2.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-detector\nVersion: 0.2\n")
-    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\nbroken = no_such_module:Score\n")
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setattr(registry, "_LOADED", False)
     with pytest.raises(ImportError, match="the detector 'broken' of entry point 'no_such_module:Score' "
