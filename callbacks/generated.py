@@ -686,7 +686,7 @@ class GeneratedBenchmark(pl.Callback):
             chosen = balanced_choice(self.data["id_test"].labels(), count, self.reference_seed).tolist()
             reference = torch.stack([model_input.pipeline(id_set[i].image) for i in chosen]).to(pl_module.device)
             for name, evaluation_set in self.data.sets.items():
-                found = self.passes.custom(
+                found = self.passes.per_sample_pass(
                     trainer, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
                     name=slug(f"lpips-{name}"),
                     part={"lpips": perceptual.description, "reference": count, "reference_seed": self.reference_seed},

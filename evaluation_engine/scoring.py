@@ -294,9 +294,10 @@ class ScoringPasses:
                        "input": model_input.key(), "precision": str(trainer.precision),
                        "memory_format": memory_format(pl_module), **part})
 
-    def custom(self, trainer: pl.Trainer, module: nn.Module, evaluation_set: EvaluationSet, *, model_input: ModelInput,
-               name: str, part: dict[str, Any], step: Callable[[Tensor], dict[str, Tensor]], keys: list[str],
-               batch_size: int = 256, num_workers: int = 0) -> dict[str, Tensor]:
+    def per_sample_pass(self, trainer: pl.Trainer, module: nn.Module, evaluation_set: EvaluationSet, *,
+                        model_input: ModelInput, name: str, part: dict[str, Any],
+                        step: Callable[[Tensor], dict[str, Tensor]], keys: list[str], batch_size: int = 256,
+                        num_workers: int = 0) -> dict[str, Tensor]:
         """A pass of any per-sample ``step`` (e.g. the LPIPS to the nearest reference image) under the same rules:
         sharded, gathered, kept, cached under ``module``'s weights, the set, ``model_input`` and ``part``."""
         return self._run(trainer, module, evaluation_set, name=name, part=part, step=step, keys=keys,
