@@ -7,8 +7,14 @@ how fast anything ran.
 
 from __future__ import annotations
 
+import gc
+import json
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,16 +63,47 @@ def test_severity_tiny_shares_one_pass_per_set_between_the_kappas() -> None:
     assert passes["images"]["ood_estimation"] == 2 * passes["images"]["ood_test"]  # 20 and 10 per OOD class
 
 
-def test_training_overhead_tiny_runs_the_same_steps_in_both_loops() -> None:
-    result = training_overhead.main(["--tiny"])
+def test_training_overhead_tiny_runs_the_same_steps_in_both_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every timed epoch as its loop measured it (its own step and image counts, its loop time), with a second
+    # clock around the whole call; the warm-ups (a few steps, ``max_steps``) apart
+    timed: dict[str, list[tuple[training_overhead.Run, float]]] = {"lightning": [], "plain": []}
+
+    def spy(side: str, epoch: Callable[..., training_overhead.Run]) -> Callable[..., training_overhead.Run]:
+        def measured(*args: Any, **kwargs: Any) -> training_overhead.Run:
+            start = time.perf_counter()
+            run = epoch(*args, **kwargs)
+            if kwargs.get("max_steps") is None:
+                timed[side].append((run, time.perf_counter() - start))
+            return run
+        return measured
+
+    for side in timed:
+        monkeypatch.setattr(training_overhead, f"{side}_epoch", spy(side, getattr(training_overhead, f"{side}_epoch")))
+    repeat = 2  # two timed epochs of each loop: a spread and a best epoch that can differ from any one epoch
+    result = training_overhead.main(["--tiny", "--repeat", str(repeat)])
 
     demo, resnet = result["comparisons"]
+    demo_data = training_overhead.DemoData(max_train_per_class=50, batch_size=128, num_workers=0)
+    demo_data.setup("fit")  # the tiny demo's training split, counted apart from both loops
+    assert demo["images"] == len(demo_data.train_set)
     assert demo["steps"] == math.ceil(demo["images"] / 128) and demo["batch_size"] == 128
     assert (resnet["steps"], resnet["batch_size"], resnet["images"]) == (2, 2, 4)
-    for row in (demo, resnet):
+    assert (demo["paired_steps"], resnet["paired_steps"]) == (repeat * demo["steps"], resnet["steps"])  # lockstep
+    assert [len(epochs) for epochs in timed.values()] == [2 * repeat, 2 * repeat]  # the demo's, then the ResNet's
+    for number, row in enumerate((demo, resnet)):
+        lightning, plain = (timed[side][number * repeat:(number + 1) * repeat] for side in ("lightning", "plain"))
         assert row["loss_difference"] == 0  # the same initial weights and batches: the same first losses
-        assert row["epochs"] == 2 and row["paired_steps"] == row["steps"]  # one lockstep epoch
-        assert row["ratio"] == row["lightning_s"] / row["plain_s"] and row["plain_spread"] == 1.0  # one epoch each
+        assert row["epochs"] == len(lightning) + len(plain)
+        # both loops did the same work, each counting the steps and images it ran
+        assert {(run.steps, run.images) for run, _ in lightning + plain} == {(row["steps"], row["images"])}
+        # each epoch loop lies inside the wall time of its own call, and the row's timings are the best timed
+        # epochs of each loop (not a warm-up, not the whole call): Lightning's over the plain loop's
+        assert all(0 < run.loop_s < wall for run, wall in lightning + plain)
+        best_lightning, best_plain = (min(run.loop_s for run, _ in side) for side in (lightning, plain))
+        assert (row["lightning_s"], row["plain_s"]) == (best_lightning, best_plain)
+        assert row["ratio"] == pytest.approx(best_lightning / best_plain, rel=1e-12)
+        loops = [run.loop_s for run, _ in plain]
+        assert row["plain_spread"] == pytest.approx(max(loops) / min(loops), rel=1e-12)  # slowest / fastest
     assert result["log_calls"] == 20 * min(10, demo["steps"])
     labels = [cost["label"] for cost in result["callbacks"]]
     assert len(labels) == 4 and labels[1].startswith("+ `OpenSetEvaluation") and "plots=False" in labels[3]
@@ -161,10 +198,47 @@ def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     assert "--write records a full run" in capsys.readouterr().err
 
 
-def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
-    batch, steps = 3, 2  # not the tiny defaults (4, 2 after 1): the table must report what was configured
+class RecordingStepTimer(gpu_throughput.StepTimer):
+    """A :class:`~benchmarks.gpu_throughput.StepTimer` that also notes, apart from the timer's own clock, when
+    each step was reported (a clock read before and after it) and how many images it had."""
+
+    made: list[RecordingStepTimer] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[tuple[float, float, int]] = []  # (before, after, images) per step
+        RecordingStepTimer.made.append(self)
+
+    def step_done(self, images: int) -> None:
+        before = time.perf_counter()
+        super().step_done(images)
+        self.calls.append((before, time.perf_counter(), images))
+
+
+def hook_clock(cls: type, durations: list[float]) -> Callable[..., Any]:
+    """``cls.on_validation_epoch_end`` (where an evaluation callback does its work) timed into ``durations``."""
+    hook = cls.on_validation_epoch_end
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            durations.append(time.perf_counter() - start)
+
+    return timed
+
+
+def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch, steps, warmup = 3, 2, 1  # not the tiny defaults (4, 2 after 1): the table must report what was configured
+    monkeypatch.setattr(RecordingStepTimer, "made", [])
+    monkeypatch.setattr(gpu_throughput, "StepTimer", RecordingStepTimer)
+    epoch_ends: dict[str, list[float]] = {"OSCR": [], "severity": []}
+    for cls, durations in zip((gpu_throughput.OpenSetEvaluation, gpu_throughput.SeverityAUROC), epoch_ends.values(),
+                              strict=True):
+        monkeypatch.setattr(cls, "on_validation_epoch_end", hook_clock(cls, durations))
     table = gpu_throughput.main(["--tiny", "--work-dir", str(tmp_path), "--batch-sizes", str(batch),
-                                 "--steps", str(steps), "--warmup-steps", "1"])
+                                 "--steps", str(steps), "--warmup-steps", str(warmup)])
 
     assert [row["row"] for row in table] == list(gpu_throughput.ROWS)
     rows = {row["row"]: row for row in table}
@@ -172,10 +246,19 @@ def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
         assert math.isfinite(row["images_per_s"]) and row["images_per_s"] > 0, row
         assert math.isfinite(row["seconds"]) and row["seconds"] > 0, row
         assert row["batch_size"] == batch, row
-    for name in gpu_throughput.TRAINING_ROWS:
-        assert rows[name]["steps"] == steps
-        assert rows[name]["images"] == steps * batch  # the timed steps stay within one epoch
-        assert rows[name]["images_per_s"] == rows[name]["images"] / rows[name]["seconds"]
+    # the batch-size probe's timer (1 + 1 steps), then one per training row, in the order of the rows
+    timers = RecordingStepTimer.made
+    assert [(timer.warmup, timer.steps) for timer in timers] == [(1, 1)] + [(warmup, steps)] * 3
+    for name, timer in zip(gpu_throughput.TRAINING_ROWS, timers[1:], strict=True):
+        assert rows[name]["steps"] == steps and len(timer.calls) == warmup + steps  # the steps that ran
+        timed = timer.calls[warmup:]
+        assert rows[name]["images"] == sum(images for _, _, images in timed) == steps * batch  # within one epoch
+        # the timed span runs from the end of the last warm-up step to the end of the last timed step: between
+        # the reports of those two steps as the second clock saw them (the warm-up step is not in it)
+        shortest = timed[-1][0] - timer.calls[warmup - 1][1]
+        longest = timed[-1][1] - timer.calls[warmup - 1][0]
+        assert shortest <= rows[name]["seconds"] <= longest, (name, shortest, longest)
+        assert rows[name]["images"] / longest <= rows[name]["images_per_s"] <= rows[name]["images"] / shortest
         assert rows[name]["added_s"] is None
 
     # P2 has 30 known + 31 negative classes with 5 training images each in the tiny folder: the protocol's
@@ -191,11 +274,14 @@ def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
     assert oscr["images"] == val_images
     assert severity["images"] == (len(protocol.known) * settings.val_per_class
                                   + len(protocol.unknown) * (settings.estimation + settings.severity_test))
-    for row in (oscr, severity):
+    for row, durations in zip((oscr, severity), epoch_ends.values(), strict=True):
         assert row["steps"] == validation["steps"]
-        assert math.isfinite(row["added_s"]) and row["added_s"] >= 0
-        assert row["added_s"] == row["seconds"]
         assert math.isfinite(row["added_wall_s"])  # a difference of two timings: may be negative by noise
+        # one timed validate call per variant (tiny: no warm-up round), whose callback evaluated once; the time
+        # in its hooks holds its epoch end (timed apart) and lies inside the wall time of that validate call
+        assert len(durations) == gpu_throughput.TINY.val_repeat == 1
+        for key in ("seconds", "added_s"):
+            assert durations[0] <= row[key] < validation["seconds"] + row["added_wall_s"], (row["row"], key)
     assert (tmp_path / "protocols" / "p2_train.csv").is_file()  # the data pipeline row read the generated folder
     files = len(list((tmp_path / "imagenet").rglob("*.JPEG")))
     for name in gpu_throughput.DECODE_ROWS:  # every JPEG of the folder once, from files and from shards
@@ -203,19 +289,78 @@ def test_gpu_throughput_tiny_reports_every_row(tmp_path: Path) -> None:
     assert (tmp_path / "shards" / "shards.json").is_file()
 
 
-def test_evg_sampler_tiny_reports_both_samplers() -> None:
+def note_sampler_runs(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Have each measuring child of :mod:`benchmarks.evg_sampler` (forked, so it writes to ``notes``, one JSON
+    line per event) note every sampler run (method, chains, steps, the chain states its energy evaluated, a
+    second clock around it), the end of the ``gc.collect()`` before the timed runs and the start of the random
+    number timing after them: the timed runs lie between these two."""
+
+    def note(**event: Any) -> None:
+        with notes.open("a") as file:
+            file.write(json.dumps(event) + "\n")
+
+    run_sampler, collect, random_ms = evg_sampler.run_sampler, gc.collect, evg_sampler.random_numbers_ms
+
+    def counted(method: str, energy: Callable[..., Any], domain: Any, chains: int, steps: int) -> Any:
+        states: list[int] = []
+
+        def counting(points: Any) -> Any:
+            states.append(points.shape[0])
+            return energy(points)
+
+        start = time.perf_counter()
+        found = run_sampler(method, counting, domain, chains, steps)
+        note(event="run", method=method, chains=chains, steps=steps, states=sum(states), start=start,
+             end=time.perf_counter())
+        return found
+
+    def collected() -> None:
+        collect()
+        note(event="collected", at=time.perf_counter())
+
+    def timed_random(*args: Any, **kwargs: Any) -> float:
+        note(event="random", at=time.perf_counter())
+        return random_ms(*args, **kwargs)
+
+    monkeypatch.setattr(evg_sampler, "run_sampler", counted)
+    monkeypatch.setattr(evg_sampler, "gc", SimpleNamespace(collect=collected))
+    monkeypatch.setattr(evg_sampler, "random_numbers_ms", timed_random)
+
+
+def test_evg_sampler_tiny_reports_both_samplers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     chains, toy_steps, detector_steps = 3, (2, 11), (4,)  # not the tiny defaults: report what was configured
+    notes = tmp_path / "runs.jsonl"
+    note_sampler_runs(notes, monkeypatch)
     table = evg_sampler.main(["--tiny", "--chains", str(chains), "--toy-steps", *map(str, toy_steps),
                               "--detector-steps", *map(str, detector_steps)])
 
+    # one measurement per (row, sampler), in the order they ran: a warm-up run, the collection, the timed run
+    # (one in the tiny settings), the random numbers' timing
+    events = [json.loads(line) for line in notes.read_text().splitlines()]
+    starts = [i for i, event in enumerate(events) if event["event"] == "run" and events[i + 1]["event"] == "collected"]
+    measurements = [events[start:end] for start, end in zip(starts, [*starts[1:], len(events)], strict=True)]
+    assert [[event["event"] for event in m] for m in measurements] == [["run", "collected", "run", "random"]] * (
+        2 * len(table))
+
     assert [(row["energy"], row["steps"]) for row in table] == (
         [("toy", steps) for steps in toy_steps] + [("detector", steps) for steps in detector_steps])
-    for row in table:
-        assert (row["chains"], row["chain_steps"], row["dim"]) == (chains, chains * row["steps"], 5)
+    for number, row in enumerate(table):
+        assert (row["chains"], row["chain_steps"], row["dim"], row["repeat"]) == (chains, chains * row["steps"], 5, 1)
+        timed = {m[2]["method"]: m for m in measurements[2 * number:2 * number + 2]}
+        assert set(timed) == set(evg_sampler.METHODS)
         for method in evg_sampler.METHODS:
             measured = row[method]
-            assert math.isfinite(measured["seconds"]) and measured["seconds"] > 0, row
-            assert measured["chain_steps_per_s"] == row["chain_steps"] / measured["seconds"]
+            _, collected, run, random_start = timed[method]
+            # both samplers did the row's work: its chains for its steps, each step one energy evaluation per
+            # chain (one chain-step), after the chains' start states
+            assert (run["chains"], run["steps"]) == (row["chains"], row["steps"])
+            chain_steps = run["states"] - run["chains"]
+            assert chain_steps == row["chain_steps"]
+            # the benchmark's timing of the run lies between the second clock's span of the run itself and the
+            # span from the collection before it to the random numbers after it; so does its rate
+            inside, outside = run["end"] - run["start"], random_start["at"] - collected["at"]
+            assert 0 < inside <= measured["seconds"] <= outside, (row, method)
+            assert chain_steps / outside <= measured["chain_steps_per_s"] <= chain_steps / inside, (row, method)
             assert math.isfinite(measured["lowest"]) and measured["lowest"] <= measured["start"], row
             assert 0 <= measured["acceptance"] <= 1
             assert measured["rss_growth_kib"] is None or measured["rss_growth_kib"] >= 0

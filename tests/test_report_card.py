@@ -10,8 +10,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import itertools
 import json
 import math
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +51,11 @@ RESAMPLES = 200
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def split_row(line: str) -> list[str]:
+    """The cells of one line of a Markdown table."""
+    return [cell.strip() for cell in line.strip().strip("|").split(" | ")]
 
 
 def percentile(values: np.ndarray, level: float) -> tuple[float, float]:
@@ -153,8 +160,7 @@ def card(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     path.write_text(json.dumps(config))
     runs = []
     for _ in range(2):
-        command, evaluation = evaluate.parse(["report", "--config", str(path), *CLI])
-        assert command == "report" and isinstance(evaluation, ReportCard)
+        _, evaluation = evaluate.parse(["report", "--config", str(path), *CLI])
         with counted_checkpoint_reads() as reads:
             rows = evaluation.run()
         runs.append({"rows": rows, "log": list(evaluation.passes.log), "card": evaluation.card, "reads": reads})
@@ -292,7 +298,25 @@ def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
     images = [i for s in written["sections"] for i in s["images"]]
     assert {Path(i["path"]).name for i in images} >= {"oscr_curves.png", "severity_auroc.png"}
     assert all(not Path(i["path"]).is_absolute() and (root / i["path"]).is_file() for i in images)  # the page's own
-    assert (root / "report.md").read_text().count("|") > 20
+    # report.md's leaderboard: a line per row of report.json, in its order, each cell's numbers (as printed: three
+    # decimals, whole numbers as such) those of the row's cell under the column's heading; "—" where it has none
+    lines = (root / "report.md").read_text().splitlines()
+    start = lines.index("## Leaderboard") + 2
+    columns = written["leaderboard"]["columns"]
+    assert split_row(lines[start]) == ["model", "κ", *[c["title"] + (" ↑" if c["higher_is_better"] else " ↓")
+                                                        for c in columns]]
+    table = list(itertools.takewhile(bool, lines[start + 2:]))
+    assert len(table) == len(written["leaderboard"]["rows"])
+    for line, row in zip(table, written["leaderboard"]["rows"], strict=True):
+        texts = split_row(line)
+        assert texts[:2] == [row["model"], row["kappa"]]
+        for text, column in zip(texts[2:], columns, strict=True):
+            cell = row["cells"].get(column["key"]) or {}
+            numbers = [cell.get(k) for k in ("value", "low", "high")]
+            finite = [n is not None and math.isfinite(n) for n in numbers]
+            expected = numbers if all(finite) else numbers[:1] if finite[0] else []
+            printed = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", text.split("<sup>")[0])]  # no share
+            assert printed == pytest.approx(expected, abs=5e-4 + 1e-12), (row, text)  # printed half-up or down
     assert not math.isnan(written["leaderboard"]["rows"][0]["cells"]["severity_mean"]["value"])
 
 

@@ -34,9 +34,22 @@ def test_logits_are_refused(metric):
         metric(scaled, TARGET)
 
 
-def test_rows_within_tolerance_pass():
-    rounded = torch.tensor([[0.33, 0.33, 0.33], [0.5, 0.25, 0.26]])  # sums 0.99 and 1.01
-    oscr_curve(rounded, torch.tensor([0, -2]))
+def test_rows_within_tolerance_are_scored_as_given():
+    # rounded rows (sums 0.99 and 1.01) pass the check and are scored as they are, not renormalised
+    rounded = torch.tensor([[0.40, 0.30, 0.29], [0.5, 0.25, 0.26], [0.2, 0.7, 0.11], [0.1, 0.3, 0.61]])
+    target = torch.tensor([0, -2, 1, -2])
+    fpr, ccr, thresholds = oscr_curve(rounded, target)
+    # the OSCR formula in numpy: at each distinct score t, CCR(t) the share of knowns classified correctly with
+    # their class's probability above t, FPR(t) the share of unknowns whose largest probability is above t
+    probs, labels = rounded.numpy().astype(np.float64), target.numpy()
+    known = labels >= 0
+    correct = probs[known].argmax(axis=1) == labels[known]
+    known_scores = probs[known, labels[known]]
+    unknown_scores = probs[labels == -2].max(axis=1)
+    expected = np.unique(np.r_[known_scores, unknown_scores])[::-1]
+    np.testing.assert_allclose(thresholds.numpy(), expected, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(ccr.numpy(), [np.mean(correct & (known_scores > t)) for t in expected])
+    np.testing.assert_allclose(fpr.numpy(), [np.mean(unknown_scores > t) for t in expected])
 
 
 def test_labels_below_minus_two_are_refused():
