@@ -1,7 +1,7 @@
 """The report card in a real browser: Debian's headless Chromium, driven by Selenium through Debian's
 chromedriver (the two come from one source package, so their versions always match; nothing is downloaded).
 
-The page of the fixture report (tests/callbacks/test_report_page.py) loads without a console error, a page
+The page of the fixture report (tests/report_card/test_page.py) loads without a console error, a page
 error or a request beyond file:// and data:; its leaderboard shows report.json's rows, cell for cell; a click
 on a header sorts the rows by value (again: reversed; "—" last); a full-page screenshot is not blank. The
 screenshot is kept under pytest's tmp folder and, when ``REPORT_SCREENSHOT`` names a file (or a folder), copied
@@ -25,7 +25,7 @@ import pytest
 from PIL import Image
 
 from report_card.page import MISSING, format_cell, write_page
-from tests.callbacks import test_report_page as fixtures
+from tests.report_card import test_page as fixtures
 
 pytestmark = pytest.mark.browser
 

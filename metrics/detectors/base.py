@@ -386,7 +386,8 @@ def thread_independent() -> Iterator[None]:
     scores of 2 processes are those of 1 bit for bit. These calls are ``O(D³)`` on a ``D × D`` matrix
     (measured on one core of a 2-core machine at D = 2048: eigh 2.6 s, Cholesky 0.2 s); the ``N``-sized work
     around them (the Gram matrix, the matrix products) stays on every thread: its results, partitioned over the
-    output only, do not depend on the count (measured, and asserted by ``tests/metrics/test_detectors.py``)."""
+    output only, do not depend on the count (measured, and asserted by
+    ``tests/metrics/detectors/test_base.py``)."""
     threads = torch.get_num_threads()
     if threads == 1:
         yield

@@ -459,7 +459,7 @@ def test_the_identity_variation_of_a_seed_scores_its_clean_score(rule: str) -> N
     """The clean OOD images (the engine's pass, the model's own transform) and the identity variation of each
     seed (the detector) are the same input: the same κ, to float tolerance (another batch composition). Two
     detectors of other inputs, a PIL pipeline among them (as timm's: bicubic resize, then a crop; the
-    timm model itself in tests/lightning_modules/evg/test_detector.py)."""
+    timm model itself in tests/lightning_modules/evg/test_black_box.py)."""
     from torchvision import transforms as T
 
     from datamodules.transforms import PILPipeline

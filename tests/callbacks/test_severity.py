@@ -114,7 +114,7 @@ def test_table_equals_an_independent_computation(demo_checkpoint, tmp_path):
         torch.testing.assert_close(logits[split], recomputed[split], rtol=LOGITS_RTOL, atol=LOGITS_ATOL)
     # grouping and AUROC recomputed here from the paper's procedure (numpy, scikit-learn), from the kappa of
     # the float32 logits the benchmark scored (the kappa itself is tested against numpy in
-    # tests/metrics/test_kappa.py)
+    # tests/metrics/detectors/test_confidence.py)
     scores = {s: KAPPAS["entropy"](z).double().numpy() for s, z in logits.items()}
     expected = _expected_aurocs(scores, data, group_size=4, num_classes=16)
     rows = list(csv.DictReader(open(tmp_path / "out" / "demo-best_entropy_n11.csv")))

@@ -133,7 +133,7 @@ def test_scoring_passes_decode_on_the_device_path(tmp_path):
     from datamodules.evaluation import EvaluationSet
     from evaluation_engine.scoring import ScoringPasses
     from lightning_modules.scoring import ScoringModel
-    from tests.callbacks.test_scoring import fake_trainer
+    from tests.evaluation_engine.test_scoring import fake_trainer
 
     torch.manual_seed(0)
     network = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),

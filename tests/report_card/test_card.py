@@ -43,7 +43,7 @@ from metrics import worse_than_best
 from report_card.card import ReportCard
 from report_card.leaderboard import compare_column
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
 RESAMPLES = 200
 
@@ -703,7 +703,7 @@ def test_a_card_fitted_on_exports_of_its_test_images_marks_the_rows_and_tables_i
     """The demo's severity section with KNN fitted on a folder of training images and PNG exports of 2 ID test images
     per class (allowed): the KNN row of the leaderboard is marked, and every severity table of the card has the
     ``fit overlap`` column; softmax (no fit) is not marked."""
-    from tests.callbacks.test_fit_pass import export_demo_test_images
+    from tests.evaluation_engine.test_scoring import export_demo_test_images
 
     export_demo_test_images(tmp_path / "fit", 2, train=5)
     card = ReportCard.of(model=[str(demo_checkpoint)], kappa=["softmax", "knn"],

@@ -1,7 +1,8 @@
 """One detector concept (:mod:`metrics.detectors.registry`): a detector is found by its registered name, an entry
 point of an installed package, a class path or ``pood:<Class>``, through one resolver; a detector of a package
-outside the tree runs by name through ``evaluate.py severity`` and the report card. And the fixes of the
-independent check of every detector: SHE refuses logits of another width, GEN takes ``clamp``."""
+outside the tree runs by name through ``evaluate.py severity`` and the report card; unknown names and arguments
+are refused, and every κ declares its pass and its fit. (The fixes of the independent check of every detector:
+test_she.py, test_gen.py.)"""
 
 from __future__ import annotations
 
@@ -149,60 +150,68 @@ def test_an_installed_detector_runs_through_severity_and_the_card(plugin: Path, 
     assert leaderboard == pytest.approx({"energy": mean, "shifted_energy": mean}, abs=1e-12)
 
 
-# -- the detector fixes -------------------------------------------------------------------------------------------
+# -- names, arguments and declarations -----------------------------------------------------------------------
 
 
-def she_fitted(classes: int = 4, dim: int = 6) -> tuple[Detector, torch.Tensor]:
-    g = torch.Generator().manual_seed(3)
-    weight = torch.randn(classes, dim, generator=g, dtype=torch.float64)
-    features = torch.randn(200, dim, generator=g, dtype=torch.float64)
-    logits = features @ weight.T
-    targets = logits.argmax(dim=1)
-    she = build_detector("she").fit({"features": features, "logits": logits, "targets": targets})
-    return she, weight
+def test_unknown_names_hyperparameters_and_invalid_values_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown detector 'mahalanobi'; choose from \['ash_b'"):
+        build_detector("mahalanobi")
+    with pytest.raises(ValueError, match=r"'knn' has no hyperparameter 'kk'; it takes \['k'\]"):
+        build_detector("knn", kk=3)
+    with pytest.raises(ValueError, match="'she' has no hyperparameter 'p'; it takes none"):
+        build_detector("she", p=3)
+    for name, kwargs, message in [("react", {"percentile": 1.5}, "percentile must be a fraction in \\(0, 1\\), got 1.5"),
+                                  ("ash_b", {"percentile": 0}, "got 0"), ("knn", {"k": 0}, "k must be an integer >= 1, got 0"),
+                                  ("knn_imagenet", {"k": 2.5}, "got 2.5"), ("dice", {"p": -0.1}, "got -0.1"),
+                                  ("gen", {"gamma": 0}, "gamma must be a positive finite number, got 0"),
+                                  ("mahalanobis", {"shrinkage": -1}, "got -1"), ("vim", {"d": 0}, "got 0")]:
+        with pytest.raises(ValueError, match=message):
+            build_detector(name, **kwargs)
+    with pytest.raises(ValueError, match="ODIN scores images through the model.*not supported by name"):
+        build_detector("pood:ODIN")
+    with pytest.raises(ValueError, match="MCD scores images through the model"):
+        build_detector("pood:MCD")
+    with pytest.raises(ValueError, match=r"no detector class 'Knn'; the supported ones: \['ASH', 'DICE'"):
+        build_detector("pood:Knn")
+    with pytest.raises(ValueError, match="ViM needs the argument 'd'"):
+        build_detector("pood:ViM")
+    with pytest.raises(ValueError, match=r"has no argument 'temperature' to set; it takes \['detector', 'percentile', "
+                                         r"'threshold'\]"):
+        build_detector("pood:ReAct", temperature=2)
+    with pytest.raises(ValueError, match="refused the arguments.*percentile must be a fraction"):
+        build_detector("pood:ASH", percentile=3)
 
 
-def test_she_refuses_logits_of_another_width_naming_both() -> None:
-    """SHE's prediction indexes its patterns: K−1 columns used to pick wrong patterns silently, K+1 an IndexError."""
-    she, weight = she_fitted()
-    features = torch.randn(5, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    logits = features @ weight.T
-    expected = (features * she.patterns[logits.argmax(dim=1)]).sum(dim=1)
-    torch.testing.assert_close(she.score({"features": features, "logits": logits}), expected)
-    for width in (3, 5):
-        wrong = torch.randn(5, width, dtype=torch.float64)
-        with pytest.raises(ValueError, match=f"'she' was fitted on logits of 4 known classes; the logits to score "
-                                             f"have {width} known columns"):
-            she.score({"features": features, "logits": wrong})
+def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
+    from metrics.detectors import build_detector
 
-
-def gen_reference(logits: np.ndarray, gamma: float, m: int | None, clamp: bool) -> np.ndarray:
-    """The GEN score from the paper's equation (numpy, float64): minus the mean over the M largest probabilities of
-    ``p^γ (1 - p)^γ``, the probabilities clamped to [1e-7, 1 - 1e-7] first where ``clamp``."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
-    if clamp:
-        p = np.clip(p, 1e-7, 1 - 1e-7)
-    p = -np.sort(-p, axis=1)[:, :m] if m is not None else p
-    return -(p ** gamma * (1 - p) ** gamma).mean(axis=1)
-
-
-def test_gen_is_the_papers_form_unclamped_and_pytorch_oods_with_clamp() -> None:
-    from pytorch_ood.detector import GEN as PoodGEN
-
-    logits = torch.randn(64, 1000, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 4
-    logits[0, :] = 0.0  # a uniform row, and ties
-    logits[1, :3] = logits[1].max() + 1.0
-    plain = build_detector("gen").score({"logits": logits})
-    clamped = build_detector("gen", clamp=True).score({"logits": logits})
-    np.testing.assert_allclose(plain.numpy(), gen_reference(logits.numpy(), 0.1, None, clamp=False), rtol=1e-12)
-    np.testing.assert_allclose(clamped.numpy(), gen_reference(logits.numpy(), 0.1, None, clamp=True), rtol=1e-12)
-    theirs = -PoodGEN(model=None, gamma=0.1, M=1000).predict_logits(logits).numpy()
-    np.testing.assert_allclose(clamped.numpy(), theirs, rtol=1e-10)
-    top = build_detector("gen", M=100).score({"logits": logits})
-    np.testing.assert_allclose(top.numpy(), gen_reference(logits.numpy(), 0.1, 100, clamp=False), rtol=1e-12)
-    # the two forms are not a rescaling of each other: on 1,000 classes the clamp moves the scores by up to ~24%
-    relative = ((clamped - plain).abs() / plain.abs()).max().item()
-    assert 0.05 < relative < 0.5
-    with pytest.raises(ValueError, match="clamp must be true or false, got 'yes'"):
-        build_detector("gen", clamp="yes")
+    expected_kind = {"softmax": "logits", "max_logit": "logits", "entropy": "logits", "energy": "logits",
+                     "odin": "model", "mc_dropout": "model", "ensemble_mi": "ensemble", "ensemble_softmax": "ensemble",
+                     "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
+                     "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
+                     "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
+                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features"}
+    assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice"}
+    head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
+    for name, cls in DETECTORS.items():
+        assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)
+        assert (cls.fit_data, cls.needs_fit) == (name in fitted, name in fitted | head_only)
+    # the hyperparameters are the constructor's keyword-only arguments, each with its default
+    assert resolve_detector("knn").arguments() == {"k": 50}
+    assert resolve_detector("gen").arguments(M=100) == {"gamma": 0.1, "M": 100, "clamp": False}
+    assert resolve_detector("ash_p").arguments() == {"percentile": 0.6}
+    assert resolve_detector("knn").arguments(k=7)["k"] == 7
+    with pytest.raises(ValueError, match="'knn' has no hyperparameter 'neighbours'; it takes \\['k'\\]"):
+        resolve_detector("knn").arguments(neighbours=7)
+    with pytest.raises(ValueError, match="percentile must be a fraction in \\(0, 1\\), got 1.5"):
+        resolve_detector("react").arguments(percentile=1.5)  # refused by the detector when the arguments resolve
+    # a function of the logits is a detector with an empty fit, scoring what its KAPPAS scorer scores
+    logits = torch.randn(4, 3)
+    softmax = build_detector("softmax")
+    assert softmax.fitted and torch.equal(softmax.score({"logits": logits}), torch.softmax(logits, 1).max(1).values)
+    # any pytorch-ood detector by name, fitted by the same pass: its arguments are free keywords
+    pood = resolve_detector("pood:KNN")
+    assert pood.fit_data and pood.kind == "features" and pood.arguments(k=3) == {"k": 3}
+    with pytest.raises(ValueError, match="unknown detector 'mahalanobis2'"):
+        resolve_detector("mahalanobis2")
