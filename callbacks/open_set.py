@@ -259,7 +259,10 @@ class OpenSetEvaluation(pl.Callback):
             background = bool(getattr(pl_module, "background_class", False))
             for dataloader_idx, report in reports.items():
                 suffix = "oscr" if dataloader_idx == 0 else f"oscr-dataloader_{dataloader_idx}"
-                directory = report_dir(trainer, self.output_dir, suffix)
+                if self.output_dir is None and not trainer.ckpt_path and self.checkpoint:  # a built model's
+                    directory = Path(self.checkpoint).parent / f"{Path(self.checkpoint).stem}-{suffix}"
+                else:
+                    directory = report_dir(trainer, self.output_dir, suffix)
                 if self.output_dir is not None and dataloader_idx > 0:
                     directory = directory / f"dataloader_{dataloader_idx}"
                 path = self._write(trainer, report, directory, background=background)

@@ -129,13 +129,20 @@ class DetectorOptions(OptionGroup):
             unknown = sorted(set(given) - set(named) - set(named.values()))
             if unknown:
                 raise ValueError(f"{option} for {unknown}, which are not among the kappas {self.kappa}")
+            keys: dict[str, str] = {}
+            for key in given:
+                other = keys.setdefault(named.get(key, key), key)
+                if other != key:
+                    raise ValueError(f"{option} for {other!r} and {key!r}, which name one detector "
+                                     f"({named.get(key, key)!r}): give its arguments once")
             setattr(self, option, {named.get(key, key): value for key, value in given.items()})
         self.kappa = list(dict.fromkeys(named[name] for name in self.kappa))
 
     def only(self, kappa: Sequence[str]) -> dict[str, Any]:
         """This group's fields for a run of some of its κ (a report section's): their arguments and fit caps."""
+        kappa = list(dict.fromkeys(resolve_detector(k).name for k in kappa))  # a class path: its detector's name
         keep = set(kappa)
-        return {"kappa": list(kappa), "kappa_args": {k: v for k, v in self.kappa_args.items() if k in keep},
+        return {"kappa": kappa, "kappa_args": {k: v for k, v in self.kappa_args.items() if k in keep},
                 "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in keep},
                 "allow_fit_overlap": self.allow_fit_overlap}
 

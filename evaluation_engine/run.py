@@ -252,13 +252,16 @@ class Evaluation:
 
     def scoring_model(self, spec: Any, **build: Any) -> Any:
         """The :class:`lightning_modules.scoring.ScoringModel` of ``spec``: a model given built, the run's built one
-        of that spec (the report card's), else built now with ``build`` (``pretrained``, ``model_args``, ...)."""
-        from lightning_modules.scoring import ScoringModel
+        of that spec (the report card's) where this evaluation would build it alike, else built now with ``build``
+        (``pretrained``, ``pretrained_file``, ``model_args``: a section's own ``model_args`` get a model of their
+        own)."""
+        from lightning_modules.scoring import ScoringModel, build_arguments
 
         if isinstance(spec, ScoringModel):
             return spec
-        if self.built_models is not None and spec in self.built_models:
-            return self.built_models[spec]
+        built = (self.built_models or {}).get(spec)
+        if built is not None and built.build_arguments == build_arguments(spec, **build):
+            return built
         return ScoringModel(spec, **build)
 
     def prepare(self) -> None:

@@ -95,7 +95,7 @@ class OSCREvaluation(Evaluation):
         output_dir = Path(self.output_dir if self.output_dir is not None
                           else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
         check_output_dir(output_dir)
-        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=str(output_dir), plots=self.plots,
+        evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
                                        conventions=self.conventions, intervals=self.intervals,
                                        checkpoint=self.model)
         with evaluation_logger(self.options, name=f"oscr-{Path(self.model).stem}",

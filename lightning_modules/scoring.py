@@ -164,6 +164,15 @@ def load_scoring_recipe(
         imagenet_classes(head_width(network)), recipe, None
 
 
+def build_arguments(model: str, *, pretrained: bool = True, pretrained_file: str | None = None,
+                    model_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a :class:`ScoringModel` of the spec ``model`` is built from besides the spec: another model is another
+    build (``pretrained`` does not apply to a checkpoint or an ensemble, whose weights are their own)."""
+    own_weights = model.startswith("ensemble:") or model.endswith(".ckpt")
+    return {"pretrained": None if own_weights else bool(pretrained), "pretrained_file": pretrained_file,
+            "model_args": dict(model_args or {})}
+
+
 def weights_fingerprint(network: nn.Module) -> str:
     """sha256 over every parameter and buffer (non-persistent ones too, e.g. an ensemble's stacked weights):
     a cache made with other weights is never reused."""
@@ -284,12 +293,15 @@ class ScoringModel(pl.LightningModule):
             self.recipe: dict[str, Any] = {"kind": "module",
                                            "model class": f"{type(model).__module__}.{type(model).__qualname__}"}
             self.checkpoint: dict[str, Any] | None = None
+            self.build_arguments: dict[str, Any] = {}
         elif isinstance(model, str):
             self.network, found_input, found_name, self.background_class, found_classes, self.recipe, \
                 self.checkpoint = load_scoring_recipe(model, pretrained=pretrained, pretrained_file=pretrained_file,
                                     model_args=model_args)
             self.model_input = model_input or found_input
             self.display_name = name or found_name
+            self.build_arguments = build_arguments(model, pretrained=pretrained, pretrained_file=pretrained_file,
+                                                   model_args=model_args)
             self.classes = list(classes) if classes is not None else found_classes
             self.spec = model
         else:

@@ -143,7 +143,7 @@ class Detector(nn.Module):
     @classmethod
     def hyperparameter_defaults(cls) -> dict[str, Any]:
         """The hyperparameters with their defaults: the constructor's keyword-only arguments but ``background``
-        (their one declaration)."""
+        (their one declaration); one without a default holds ``inspect.Parameter.empty``."""
         return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
                 if p.kind == p.KEYWORD_ONLY and name != "background"}
 
@@ -162,6 +162,10 @@ class Detector(nn.Module):
             ValueError: an argument the detector does not take (naming the valid ones), or an invalid value.
         """
         defaults = cls.hyperparameter_defaults()
+        required = sorted(k for k, v in defaults.items() if v is inspect.Parameter.empty and k not in overrides)
+        if required:
+            raise ValueError(f"detector {cls.name!r} needs the hyperparameters {required}, which have no default "
+                             f"(--kappa-arg {cls.name}.{required[0]}=VALUE)")
         if not cls.open_hyperparameters():
             unknown = sorted(set(overrides) - set(defaults))
             if unknown:

@@ -117,8 +117,12 @@ def resolve_detector(name: str | type[Detector]) -> type[Detector]:
         if not (isinstance(target, type) and issubclass(target, Detector)):
             raise ValueError(f"detector {name!r} is {getattr(target, '__qualname__', target)!r}, not a subclass of "
                              f"{Detector.__module__}.Detector")
-        if not target.name:
-            target.name = name
+        if target._score is Detector._score and target.score_images is Detector.score_images:
+            raise ValueError(f"detector {name!r} is a base class that scores nothing (it defines neither _score nor "
+                             "score_images): name a detector")
+        if not target.name:  # named by its path: a subclass of that name (the class itself, and its other
+            target = type(target.__name__, (target,), {"name": name, "__module__": target.__module__,  # subclasses,
+                                                       "__qualname__": target.__qualname__})  # stay unnamed)
         return register_detector(target)  # from now on its name finds it too (a clash is refused, naming both)
     raise ValueError(f"unknown detector {name!r}; choose from {sorted(registered)}, "
                      "pood:<a pytorch-ood detector class> or a class path (my_package.module.MyDetector, a subclass of "

@@ -142,3 +142,15 @@ def test_a_report_section_is_checked_by_its_command_s_own_parser() -> None:
                          generated={"allow_fit_overlap": False})
     assert card._evaluation("severity", "m.ckpt", ["knn"], card.output_dir / "s").allow_fit_overlap is True
     assert card._evaluation("generated", "m.ckpt", ["knn"], card.output_dir / "g").allow_fit_overlap is False
+
+
+def test_a_kappa_by_class_path_keeps_its_arguments_in_a_section_and_two_keys_of_one_detector_are_refused() -> None:
+    path = "metrics.detectors.knn.KNN"
+    options = DetectorOptions(kappa=[path, "softmax"], kappa_args={path: {"k": 3}}, fit={path: {"fraction": 0.5}})
+    assert options.kappa == ["knn", "softmax"] and options.kappa_args == {"knn": {"k": 3}}
+    # a report section naming the κ by its class path gets the card's arguments and cap of that detector
+    assert options.only([path]) == {"kappa": ["knn"], "kappa_args": {"knn": {"k": 3}}, "fit_data": None,
+                                    "fit": {"knn": {"fraction": 0.5}}, "allow_fit_overlap": False}
+    with pytest.raises(ValueError, match=r"kappa_args for 'metrics.detectors.knn.KNN' and 'knn', which name one "
+                                         r"detector \('knn'\): give its arguments once"):
+        DetectorOptions(kappa=[path], kappa_args={path: {"k": 3}, "knn": {"k": 5}})

@@ -97,3 +97,18 @@ def test_ensembles_of_members_files_are_named_by_their_folders(demo_checkpoint, 
     assert names == ["ensemble2-ensemble", "ensemble2-ensemble_independent"]
     listed = ScoringModel(f"ensemble:{demo_checkpoint},{demo_checkpoint}").display_name
     assert listed == f"ensemble2-{demo_checkpoint.parent.parent.name}-best"  # listed members: the first's name
+
+
+def test_a_built_model_is_shared_only_with_an_evaluation_that_would_build_it_alike() -> None:
+    """The report card hands its built models to its sections; a section with model options of its own (its
+    model_args, another pretrained file) gets a model of its own, never the card's silently."""
+    from evaluation_engine.run import Evaluation
+    from lightning_modules.scoring import ScoringModel
+
+    built = ScoringModel("timm:resnet10t", pretrained=False)
+    evaluation = Evaluation()
+    evaluation.built_models = {"timm:resnet10t": built}
+    assert evaluation.scoring_model("timm:resnet10t", pretrained=False) is built
+    own = evaluation.scoring_model("timm:resnet10t", pretrained=False, model_args={"drop_rate": 0.2})
+    assert own is not built and own.network.drop_rate == 0.2 and built.network.drop_rate == 0.0
+    assert evaluation.scoring_model("timm:resnet18", pretrained=False) is not built

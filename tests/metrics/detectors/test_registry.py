@@ -215,3 +215,23 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
     assert pood.fit_data and pood.kind == "features" and pood.arguments(k=3) == {"k": 3}
     with pytest.raises(ValueError, match="unknown detector 'mahalanobis2'"):
         resolve_detector("mahalanobis2")
+
+
+def test_class_paths_of_base_classes_and_nameless_detectors() -> None:
+    with pytest.raises(ValueError, match="'metrics.detectors.base.Detector' is a base class that scores nothing"):
+        resolve_detector("metrics.detectors.base.Detector")
+    # the shaping base takes its percentile without a default: a run must give it, and is told so
+    needy = type("Needy", (resolve_detector("ash_s").__mro__[1],), {"name": "needy", "variant": "p"})
+    with pytest.raises(ValueError, match=r"'needy' needs the hyperparameters \['percentile'\], which have no "
+                                         r"default \(--kappa-arg needy.percentile=VALUE\)"):
+        needy.arguments()
+    assert needy.arguments(percentile=0.5) == {"percentile": 0.5}
+    nameless = type("Nameless", (DETECTORS["softmax"],), {"name": "", "__module__": __name__})
+    globals()["Nameless"] = nameless
+    try:
+        resolved = resolve_detector(f"{__name__}.Nameless")
+        assert resolved.name == f"{__name__}.Nameless" and issubclass(resolved, nameless) and nameless.name == ""
+        assert resolve_detector(f"{__name__}.Nameless") is resolved  # registered: the same class again
+    finally:
+        registry.unregister_detector(f"{__name__}.Nameless")
+        del globals()["Nameless"]
