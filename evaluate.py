@@ -262,5 +262,18 @@ def main(argv: list[str] | None = None) -> Any:
 __all__ = ["COMMANDS", "main", "parse", "report"]
 
 
+def close_process_group() -> None:
+    """Destroy the run's process group (DDP's, gloo or NCCL) before the interpreter exits, as PyTorch asks of a
+    program that made one: left to the interpreter's shutdown, its communication threads are torn down in no set
+    order, which now and then aborted a finished two-process run ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        close_process_group()
