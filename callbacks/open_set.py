@@ -60,9 +60,9 @@ from metrics.open_set import bootstrap_open_set
 from openset_common import atomic_write_text, tensors_fingerprint
 
 
-def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str) -> Path:
+def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str, checkpoint: str | None = None) -> Path:
     """``output_dir`` if given, else ``<checkpoint dir>/<checkpoint stem>-<suffix>``, else under the log dir."""
-    return Path(output_dir) if output_dir is not None else default_report_dir(trainer, suffix)
+    return Path(output_dir) if output_dir is not None else default_report_dir(trainer, suffix, checkpoint)
 
 
 def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, Any],
@@ -259,10 +259,7 @@ class OpenSetEvaluation(pl.Callback):
             background = bool(getattr(pl_module, "background_class", False))
             for dataloader_idx, report in reports.items():
                 suffix = "oscr" if dataloader_idx == 0 else f"oscr-dataloader_{dataloader_idx}"
-                if self.output_dir is None and not trainer.ckpt_path and self.checkpoint:  # a built model's
-                    directory = Path(self.checkpoint).parent / f"{Path(self.checkpoint).stem}-{suffix}"
-                else:
-                    directory = report_dir(trainer, self.output_dir, suffix)
+                directory = report_dir(trainer, self.output_dir, suffix, self.checkpoint)
                 if self.output_dir is not None and dataloader_idx > 0:
                     directory = directory / f"dataloader_{dataloader_idx}"
                 path = self._write(trainer, report, directory, background=background)

@@ -105,10 +105,11 @@ def check_output_dir(path: str | Path, *, overwrite: bool = True, what: str = "t
 # written by global rank zero alone, so asking for it there would hang the other ranks.
 
 
-def default_report_dir(trainer: pl.Trainer, suffix: str) -> Path:
-    """Next to the tested checkpoint (``<dir>/<stem>-<suffix>``), else in the trainer's root folder."""
-    if trainer.ckpt_path:
-        checkpoint = Path(trainer.ckpt_path)
+def default_report_dir(trainer: pl.Trainer, suffix: str, checkpoint: str | None = None) -> Path:
+    """Next to the tested checkpoint (``<dir>/<stem>-<suffix>``: the trainer's ``ckpt_path``, else ``checkpoint``, the
+    one a built model under test came from), else in the trainer's root folder."""
+    if trainer.ckpt_path or checkpoint:
+        checkpoint = Path(trainer.ckpt_path or checkpoint)
         return checkpoint.parent / f"{checkpoint.stem}-{suffix}"
     return Path(trainer.default_root_dir) / suffix
 
