@@ -40,7 +40,7 @@ from datamodules.images import UnreadableImageError
 from datamodules.shard_store import ShardError
 from evaluation_engine import TrainerOptions
 from evaluation_engine.options import add_command_arguments, compose, flat_options
-from evaluation_engine.run import release_peers
+from evaluation_engine.runner import release_peers
 from evaluation_methods.registry import commands, methods
 from report_card.card import ReportCard, report
 

@@ -36,7 +36,7 @@ from pytorch_lightning.cli import LightningCLI
 
 from datamodules.images import UnreadableImageError
 from datamodules.shard_store import ShardError
-from evaluation_engine.run import wandb_env_mode
+from evaluation_engine.runner import wandb_env_mode
 from lightning_modules.checkpoint import load_module, read_checkpoint
 from lightning_modules.ensemble_quality import (
     QUALITY_FILE,

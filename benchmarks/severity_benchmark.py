@@ -28,7 +28,7 @@ from benchmarks.common import benchmark_parser, best_time, finish, machine, pars
 from callbacks import SeverityAUROC
 from datamodules.severity import FashionSeverityData
 from datamodules.transforms import ModelInput, TensorPipeline
-from evaluation_engine.run import launch_loader
+from evaluation_engine.runner import Runner
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
 from metrics import class_mean_scores, resolve_detector, severity_levels, severity_table
@@ -116,9 +116,7 @@ def kappa_passes(*, estimation: int, test: int) -> dict[str, Any]:
         def run(kappas: list, cache: str) -> int:
             severity = SeverityAUROC(data=data, kappas=kappas, every_n_epochs=0, cache_dir=cache,
                                      output_dir=str(Path(tmp) / "out"))
-            bench_trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[severity],
-                                       limit_test_batches=1, enable_progress_bar=False, enable_model_summary=False)
-            bench_trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
+            severity.evaluate(Runner.local(), scoring)
             return severity.model_passes
 
         start = time.perf_counter()

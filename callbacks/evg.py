@@ -1,17 +1,18 @@
 """The report of EvG, the adversarial evaluation of OOD detectors (Yoon et al.; DESIGN.md §5.4).
 
-:class:`EvGReport` runs around ``trainer.test`` and ``trainer.predict`` of an
-:class:`lightning_modules.evg.EvGSearch`:
+:meth:`EvGReport.evaluate` runs an :class:`lightning_modules.evg.EvGSearch` in the processes of an
+:class:`evaluation_engine.runner.Runner`:
 
-1. ``on_test_epoch_end``: κ of every detector on the ID validation, ID test and clean OOD images, from the
+1. :meth:`EvGReport.score_fixed_sets`: κ of every detector on the ID validation, ID test and clean OOD images, from the
    engine's scoring passes (one pass per model and set, whatever the number of κ of the model; sharded over
    the devices, every rank joins every gather, cached on disk). The command then fits each detector's
    energy standardisation on its **ID validation** scores (the paper's text; ``standardise_on: id_test``
    takes the ID test scores, as the authors' code did), explicitly (``EvGSearch.fit_standardisation``).
-2. ``on_predict_batch_end``: the results of a batch of chains are written at once (atomically) to
+2. :meth:`EvGReport.run_chains`, the search's prediction loop (rank ``r`` of ``W`` runs the batches ``r, r + W, ...``):
+   the results of a batch of chains are written at once (atomically) to
    ``chains/<run key>/chains-<first>-<last>.pt``; a resumed run with the same detectors, data, variation
    models, samplers and seed skips the batches found there (:meth:`done`).
-3. ``on_predict_end`` (global rank zero, after every rank finished): per (detector, variation model, sampler)
+3. the report (global rank zero, after every rank finished): per (detector, variation model, sampler)
    the clean AUROC (ID test vs the unmodified OOD test images), the worst-case AUROC (ID test vs each
    chain's lowest-energy image), MinRank of both, the acceptance rate and the step at which each chain
    found its minimum; the transferability matrices (worst cases found against detector A scored by
@@ -36,18 +37,16 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 
 from datamodules.evaluation import EvaluationSet
-from datamodules.evg import SEED_RULES, EvGData, SeedChoice
+from datamodules.evg import SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
 from evaluation_engine.chains import ChainStore
 from evaluation_engine.intervals import Intervals, interval_columns, with_bounds
 from evaluation_engine.outputs import (
     log_images,
-    log_scalars,
     log_table,
     markdown_table,
     metric_key,
@@ -58,6 +57,8 @@ from evaluation_engine.outputs import (
     write_tables,
 )
 from evaluation_engine.plots import plot_energy_traces, plot_heatmap, save_image_grid
+from evaluation_engine.results import MethodResult
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
@@ -161,7 +162,7 @@ def _variation_config(variation: torch.nn.Module) -> dict[str, Any]:
     return {"class": type(variation).__name__, **config, "weights": tensors_fingerprint(weights) if weights else ""}
 
 
-class EvGReport(pl.Callback):
+class EvGReport:
     """See the module docstring.
 
     Args:
@@ -178,7 +179,7 @@ class EvGReport(pl.Callback):
         seed: the seed of a balanced choice (recorded in the report).
         vary_at: what the variations act on, in words (recorded in the report and its run key).
         standardise_on: the ID set whose κ standardise the energy (recorded in the report and the run key).
-        precision: the trainer's precision (chains of another precision are another run).
+        precision: the run's precision (chains of another precision are another run).
         intervals: level, bootstrap resamples and seed of the intervals: the clean AUROC gets DeLong's (images),
             the worst-case AUROC and MinRank a percentile bootstrap whose units are the chains (each gives one
             worst case, an independent search) and the ID test images, resampled separately.
@@ -260,45 +261,66 @@ class EvGReport(pl.Callback):
         if any(detector.kappa.fit_data for detector in detectors):
             self.passes.check_fit_overlap(self.fit_set, self.data, allow=self.allow_fit_overlap)
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.check(getattr(pl_module, "detectors", {}).values())
+    def evaluate(self, runner: Runner, module: Any, *, chains_per_batch: int) -> MethodResult | None:
+        """The whole evaluation in ``runner``'s processes: the fixed sets' κ (:meth:`score_fixed_sets`), each
+        detector's energy standardisation on them, the chains not yet in :meth:`chain_dir` in batches of
+        ``chains_per_batch`` (:meth:`run_chains`), and the report (global rank zero). Returns the rows, the
+        transfer matrices, their replicates and units on global rank zero, ``None`` on the others."""
+        self.score_fixed_sets(runner, module)
+        module.fit_standardisation({name: scores[self.standardise_on] for name, scores in self.scores.items()})
+        batches = ChainBatches(self.chains, chains_per_batch, done=self.done(module))
+        self.check_batches(module, batches.all_bounds)
+        skipped = [b for b in batches.all_bounds if b not in batches.bounds]
+        if skipped and runner.is_global_zero:
+            print(f"resuming: chains {chain_ranges(skipped)} have results in {self.chain_dir(module)} and are not rerun")
+        if batches.bounds:
+            self.run_chains(runner, module, batches)
+        elif runner.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
+            print(f"every chain has its result in {self.chain_dir(module)}: only the report is written")
+            self.chain_dir(module).mkdir(parents=True, exist_ok=True)
+            self._report(runner, module)
+        if not runner.is_global_zero:  # the report (its rows, replicates, figures) is global rank zero's
+            return None
+        return MethodResult("evg", {"rows": self.rows, "transfer": self.transfer, "output_dir": self.output_dir},
+                            folder=self.output_dir, replicates=self.replicates, units=self.units)
 
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """κ of every detector on the fixed sets (one pass per model and set, through the engine)."""
+    def score_fixed_sets(self, runner: Runner, module: Any) -> None:
+        """κ of every detector on the fixed sets (one pass per model and set, through the engine); a fitted
+        detector is fitted first, then a fixed black box of the search."""
+        self.check(module.detectors.values())
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
-        with torch.inference_mode(False):  # model-based κ such as ODIN take input gradients
-            for detector in pl_module.detectors.values():
-                if detector.kappa.needs_fit:  # fitted once, then a fixed black box of the search
+        models = list(dict.fromkeys(detector.model for detector in module.detectors.values()))
+        with runner.on_device(*models):
+            for detector in module.detectors.values():
+                if detector.kappa.needs_fit:
                     with torch.no_grad():
                         detector.use(self.passes.fitted_detector(
-                            trainer, detector.model, detector.kappa, detector.kappa_args, self.fit_set,
+                            runner, detector.model, detector.kappa, detector.kappa_args, self.fit_set,
                             fit=self.fit.get(detector.kappa.name), **batch))
-            self.scores = {name: {split: self.passes.scores(trainer, detector.model, self.data[split], detector.kappa,
+            self.scores = {name: {split: self.passes.scores(runner, detector.model, self.data[split], detector.kappa,
                                                             detector.kappa_args, **batch) for split in SPLITS}
-                           for name, detector in pl_module.detectors.items()}
+                           for name, detector in module.detectors.items()}
 
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def run_chains(self, runner: Runner, module: Any, batches: ChainBatches) -> None:
+        """The search's prediction loop: rank ``r`` of ``W`` runs batches ``r, r + W, ...`` of
+        :meth:`ChainBatches.loader` (every rank at least one), each written as it finishes; then, after every rank
+        finished, the report on global rank zero."""
         if not self.scores:
-            raise RuntimeError("EvGReport has no scores of the fixed sets: run trainer.test of the search first")
+            raise RuntimeError("EvGReport has no scores of the fixed sets: call score_fixed_sets first")
+        module.check_standardised()
         self._started = time.perf_counter()
-        self.chain_dir(pl_module).mkdir(parents=True, exist_ok=True)
-
-    def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                             batch_idx: int, dataloader_idx: int = 0) -> None:
-        first, stop = self.store(pl_module).write(outputs)
-        rank_zero_info(f"chains {first}-{stop - 1}: {len(outputs['results'])} searches done "
-                       f"({time.perf_counter() - self._started:.1f} s since the start)")
-
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.strategy.barrier()  # every rank's chain files are written
-        if trainer.is_global_zero:
-            self._report(trainer, pl_module)
-        trainer.strategy.barrier()
-
-    def write(self, trainer: pl.Trainer, module: Any) -> None:
-        """The report from the chain files alone, on global rank zero, when no chain is left to run."""
         self.chain_dir(module).mkdir(parents=True, exist_ok=True)
-        self._report(trainer, module)
+        loader = batches.loader(runner.world_size)
+        with runner.on_device(module), torch.no_grad(), runner.forward_context():
+            for index in range(runner.global_rank, len(loader.dataset), runner.world_size):
+                outputs = module.predict_step(loader.dataset[index], index)
+                first, stop = self.store(module).write(outputs)
+                rank_zero_info(f"chains {first}-{stop - 1}: {len(outputs['results'])} searches done "
+                               f"({time.perf_counter() - self._started:.1f} s since the start)")
+        runner.barrier()  # every rank's chain files are written
+        if runner.is_global_zero:
+            self._report(runner, module)
+        runner.barrier()
 
     # -- the report -------------------------------------------------------------------------------
 
@@ -306,7 +328,7 @@ class EvGReport(pl.Callback):
         """Every chain's result, per (detector, variation, sampler), ordered by chain index."""
         return self.store(module).assemble()
 
-    def _report(self, trainer: pl.Trainer, module: Any) -> None:
+    def _report(self, runner: Runner, module: Any) -> None:
         out = self.output_dir
         marker = out / "report.json"
         marker.unlink(missing_ok=True)  # until the whole report is written again, it is not complete
@@ -416,11 +438,11 @@ class EvGReport(pl.Callback):
         if self.plots:
             figures.update(self._figures(module, results))
         self.figures = dict(figures)
-        log_scalars(trainer, {metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
+        runner.log_metrics({metric_key("predict", "evg", row["detector"], row["variation"], row["sampler"], name):
                               row[column] for row in self.rows for name, column in
                               (("auroc", "clean auroc"), ("worst_auroc", "worst-case auroc"), ("min_rank", "min rank"))})
-        log_table(trainer, metric_key("predict", "evg", "results"), self.rows, result_columns)
-        log_images(trainer, {metric_key("predict", "evg", name): path for name, path in figures.items()})
+        log_table(runner, metric_key("predict", "evg", "results"), self.rows, result_columns)
+        log_images(runner, {metric_key("predict", "evg", name): path for name, path in figures.items()})
         # written last: a report without it (a run killed while writing) is rewritten whole by the next run
         atomic_write_text(marker, json.dumps({"run_key": self.run_key(module), "rows": self.rows,
                                               "standardise_on": self.standardise_on, "seeds": self.seed_rule(),

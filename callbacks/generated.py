@@ -8,8 +8,9 @@ is renamed into place when complete. :class:`GenerationModeSetter` runs the gene
 generation mode (``eval`` or ``pix2pix``, :mod:`lightning_modules.generated.modes`). :class:`SampleGrids`
 logs image grids from the generator's fixed inputs every N steps.
 
-:class:`GeneratedBenchmark` runs on ``trainer.test`` of any model (a :class:`ScoringModel`: a timm or
-torchvision classifier, a checkpoint, or an ensemble): collect -> score -> metric -> log/write.
+:meth:`GeneratedBenchmark.evaluate` scores any models (:class:`ScoringModel` s: timm or torchvision classifiers,
+checkpoints, ensembles) in the processes of an :class:`evaluation_engine.runner.Runner`: collect -> score ->
+metric -> log/write.
 
 - Detectors, per κ: near-OOD AUROC (ID test vs each generated near-OOD set) and the same for every real OOD
   set, side by side; on each shifted set and each real shifted set the accuracy against the (source) labels,
@@ -87,7 +88,6 @@ from evaluation_engine.intervals import (
 )
 from evaluation_engine.outputs import (
     log_images,
-    log_scalars,
     log_table,
     metric_key,
     slug,
@@ -98,6 +98,8 @@ from evaluation_engine.outputs import (
     write_tables,
 )
 from evaluation_engine.plots import save_image_grid
+from evaluation_engine.results import MethodResult
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
@@ -343,7 +345,7 @@ class SampleGrids(pl.Callback):
         folder = Path(self.output_dir) / "samples" if self.output_dir else training_report_dir(trainer, "samples")
         path = save_image_grid(pl_module.fixed_samples().cpu(), folder / f"step_{step:06d}.png", columns=8)
         self.written.append(path)
-        log_images(trainer, {"samples": path}, step=trainer.global_step)
+        log_images(Runner.of(trainer), {"samples": path}, step=trainer.global_step)
 
 
 DETECTOR_COLUMNS = ("model", "confidence function", "set", "kind", "auroc", "accuracy", "ece", "images", "weak ensemble",
@@ -449,7 +451,11 @@ class GeneratedBenchmark(pl.Callback):
         return detector_pairs(list(models if models is not None else self.models or []), self.kappas)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        models = self.models if self.models is not None else [pl_module]
+        self.check(self.models if self.models is not None else [pl_module])
+
+    def check(self, models: Sequence[pl.LightningModule]) -> None:
+        """Refuse, before any pass, what the benchmark cannot score: a κ a model cannot serve, a fit set without
+        the data a detector needs or holding the benchmark's images, a model without the ID classes."""
         for model, kappa in self.pairs(models):
             check_detectors([kappa], model, self.fit_set)
         if any(kappa.fit_data for _, kappa in self.pairs(models)):  # no detector is fitted on the data it is tested on
@@ -459,14 +465,21 @@ class GeneratedBenchmark(pl.Callback):
                           data="the ID test set of the generated benchmark", subset=True)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        models = self.models if self.models is not None else [pl_module]
+        self.evaluate(Runner.of(trainer), [pl_module] if self.models is None else None)
+
+    def evaluate(self, runner: Runner, models: Sequence[pl.LightningModule] | None = None) -> MethodResult:
+        """Every detector on every set, the sets' description and the rank agreement, in ``runner``'s processes
+        (``models``: default the benchmark's own); files and W&B on global rank zero."""
+        models = list(models if models is not None else self.models or [])
+        self.check(models)
         kinds = self.data.kinds
         self._probabilities, self._calibrations = {}, {}  # per (model, set): this evaluation's only
-        with torch.inference_mode(False), torch.no_grad():
-            description = self._describe(trainer, pl_module)
+        helpers = [m for m in (self.describer, self.perceptual) if m is not None]
+        with runner.on_device(*models, *helpers), torch.inference_mode(False), torch.no_grad():
+            description = self._describe(runner, models)
             self.kept = self._label_kept(description)
             self.detectors = [row for model, kappa in self.pairs(models)
-                              for row in self._detector_rows(trainer, pl_module, model, kappa)]
+                              for row in self._detector_rows(runner, model, kappa)]
         self.sets = [self._set_row(name, description) for name in self.data.sets] if description else []
         shifted = [n for n, k in kinds.items() if k == "shift"]
         if self.label_filter:
@@ -488,9 +501,11 @@ class GeneratedBenchmark(pl.Callback):
                 row[FIT_OVERLAP] = "; ".join(notes)
         for row in self.detectors:  # a "(label kept)" row's images are the describer's choice
             row["weak ensemble"] = self.weak_ensemble(row["set"], described=row["set"].endswith(LABEL_KEPT))
-        self._log(trainer)
-        if trainer.is_global_zero:
-            self._write(trainer)
+        self._log(runner)
+        if runner.is_global_zero:
+            self._write(runner)
+        return MethodResult("generated", {"detectors": self.detectors, "sets": self.sets, "agreement": self.agreement},
+                            folder=self.output_dir, replicates=self.replicates)
 
     # -- independence of the evidence ------------------------------------------------------------------
 
@@ -527,10 +542,10 @@ class GeneratedBenchmark(pl.Callback):
 
     # -- detectors ---------------------------------------------------------------------------------
 
-    def _classification(self, trainer: pl.Trainer, model: pl.LightningModule, name: str, background: bool,
+    def _classification(self, runner: Runner, model: pl.LightningModule, name: str, background: bool,
                         batch: dict[str, int]) -> tuple[Tensor, Tensor]:
         """``(probabilities over the data's known classes as the model's columns, targets)`` of a labelled set."""
-        outputs = self.passes.outputs(trainer, model, self.data[name], **batch)
+        outputs = self.passes.outputs(runner, model, self.data[name], **batch)
         probs = torch.softmax(outputs["logits"].float(), dim=-1)
         probs = known_columns(probs.mean(dim=1) if probs.ndim == 3 else probs, background)
         targets = outputs["targets"]
@@ -539,13 +554,13 @@ class GeneratedBenchmark(pl.Callback):
             targets = columns[targets]
         return probs, targets
 
-    def _classified(self, trainer: pl.Trainer, model: pl.LightningModule, name: str, background: bool,
+    def _classified(self, runner: Runner, model: pl.LightningModule, name: str, background: bool,
                     batch: dict[str, int]) -> tuple[Tensor, Tensor]:
         """:meth:`_classification` once per (model, set): every κ of a model reads the same predictions (an
         ensemble's mean probabilities are computed once, not once per κ)."""
         memo = (id(model), name)  # the model object: two models may share a display name
         if memo not in self._probabilities:
-            self._probabilities[memo] = self._classification(trainer, model, name, background, batch)
+            self._probabilities[memo] = self._classification(runner, model, name, background, batch)
         return self._probabilities[memo]
 
     def _accuracy_ece(self, probs: Tensor, targets: Tensor, key: str = "", *,
@@ -591,17 +606,16 @@ class GeneratedBenchmark(pl.Callback):
         self.replicates.update({f"{key}|{column}": values for column, values in replicates.items()})
         return row
 
-    def _detector_rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule, model: pl.LightningModule,
+    def _detector_rows(self, runner: Runner, model: pl.LightningModule,
                        kappa: type[Detector]) -> list[dict[str, Any]]:
-        model.to(pl_module.device).eval()
         background = bool(getattr(model, "background_class", False))
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         note = ""
         if kappa.needs_fit:  # fitted once per (model, κ) on the fit set; scores() then uses it
-            self._fitted.append(self.passes.fitted_detector(trainer, model, kappa, self.kappa_parameters[kappa.name],
+            self._fitted.append(self.passes.fitted_detector(runner, model, kappa, self.kappa_parameters[kappa.name],
                                                    self.fit_set, fit=self.fit.get(kappa.name), **batch))
             note = self.passes.fit_notes(self._fitted[-1], self.data)  # an allowed overlap of its fit set with these sets
-        scores = {name: self.passes.scores(trainer, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
+        scores = {name: self.passes.scores(runner, model, s, kappa, self.kappa_parameters[kappa.name], **batch)
                   for name, s in self.data.sets.items()}
         common = {"model": model_name(model), "confidence function": kappa.name,
                   "shares generator ensemble": self._shared_sets(model), **({FIT_OVERLAP: note} if note else {})}
@@ -610,7 +624,7 @@ class GeneratedBenchmark(pl.Callback):
             key = f"{common['model']}|{kappa.name}|{name}"
             memo = (id(model), name)  # the model object (two models may share a display name), the set
             if kind == "id":  # the baseline every shift result is read against
-                probs, targets = self._classified(trainer, model, name, background, batch)
+                probs, targets = self._classified(runner, model, name, background, batch)
                 rows.append({**common, "set": name, "kind": kind, "auroc": None,
                              **self._accuracy_ece(probs, targets, key, memo=memo), "images": int(targets.numel())})
                 continue
@@ -619,7 +633,7 @@ class GeneratedBenchmark(pl.Callback):
             rows.append(row)
             if kind not in ("shift", "real_shift"):
                 continue
-            probs, targets = self._classified(trainer, model, name, background, batch)
+            probs, targets = self._classified(runner, model, name, background, batch)
             row.update(self._accuracy_ece(probs, targets, key, memo=memo))
             if self.label_filter and kind == "shift":
                 kept = self.kept[name].to(probs.device)
@@ -663,31 +677,29 @@ class GeneratedBenchmark(pl.Callback):
 
     # -- what the sets are -------------------------------------------------------------------------
 
-    def _describe(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
+    def _describe(self, runner: Runner, models: Sequence[pl.LightningModule]) -> dict[str, dict[str, Tensor]]:
         describer, perceptual = self.describer, self.perceptual
         if describer is None and perceptual is None:
             return {}
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         description: dict[str, dict[str, Tensor]] = {name: {} for name in self.data.sets}
         if describer is not None:
-            describer.to(pl_module.device).eval()
             background = bool(getattr(describer, "background_class", False))
             for name, evaluation_set in self.data.sets.items():
-                outputs = self.passes.outputs(trainer, describer, evaluation_set, **batch)
+                outputs = self.passes.outputs(runner, describer, evaluation_set, **batch)
                 logits = outputs["logits"].float().transpose(0, 1)  # (M, N, C)
                 mean = known_columns(torch.softmax(logits, dim=-1).mean(dim=0), background)
                 description[name].update(targets=outputs["targets"], prediction=mean.argmax(dim=1),
                                          mi=mutual_information_from_logits(logits, background=background).float())
         if perceptual is not None:
-            perceptual.to(pl_module.device)
-            model_input = (describer or (self.models or [pl_module])[0]).model_input
+            model_input = (describer or models[0]).model_input
             id_set = self.data["id_test"].dataset
             count = min(self.reference, len(id_set))
             chosen = balanced_choice(self.data["id_test"].labels(), count, self.reference_seed).tolist()
-            reference = torch.stack([model_input.pipeline(id_set[i].image) for i in chosen]).to(pl_module.device)
+            reference = torch.stack([model_input.pipeline(id_set[i].image) for i in chosen]).to(runner.device)
             for name, evaluation_set in self.data.sets.items():
                 found = self.passes.per_sample_pass(
-                    trainer, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
+                    runner, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
                     name=slug(f"lpips-{name}"),
                     part={"lpips": perceptual.description, "reference": count, "reference_seed": self.reference_seed},
                     step=lambda images: {"lpips": perceptual.nearest(images, reference)[1].float()}, keys=["lpips"],
@@ -723,20 +735,20 @@ class GeneratedBenchmark(pl.Callback):
 
     # -- files, W&B ----------------------------------------------------------------------------------
 
-    def _log(self, trainer: pl.Trainer) -> None:
+    def _log(self, runner: Runner) -> None:
         scalars = {metric_key("test", "generated", row["model"], row["confidence function"], row["set"], metric):
                    row[metric] for row in self.detectors for metric in ("auroc", "accuracy", "ece")
                    if row.get(metric) is not None}
-        log_scalars(trainer, scalars)
-        log_table(trainer, metric_key("test", "generated", "detectors"), self.detectors,
+        runner.log_metrics(scalars)
+        log_table(runner, metric_key("test", "generated", "detectors"), self.detectors,
                   overlap_columns(DETECTOR_COLUMNS, self.detectors))
         if self.sets:
-            log_table(trainer, metric_key("test", "generated", "sets"), self.sets, SET_COLUMNS)
+            log_table(runner, metric_key("test", "generated", "sets"), self.sets, SET_COLUMNS)
         if self.agreement:
-            log_table(trainer, metric_key("test", "generated", "agreement"), self.agreement,
+            log_table(runner, metric_key("test", "generated", "agreement"), self.agreement,
                       overlap_columns(AGREEMENT_COLUMNS, self.agreement))
 
-    def _write(self, trainer: pl.Trainer) -> None:
+    def _write(self, runner: Runner) -> None:
         out = self.output_dir
         for model in dict.fromkeys(row["model"] for row in self.detectors):
             rows = [r for r in self.detectors if r["model"] == model]
@@ -769,7 +781,7 @@ class GeneratedBenchmark(pl.Callback):
                     images, out / "grids" / f"{slug(name)}.png")
             self.grids = {name: Path(grids[metric_key("test", "generated", "grid", slug(name))])
                           for name in self.data.sets}
-            log_images(trainer, grids)
+            log_images(runner, grids)
         rank_zero_info(f"Generated benchmark tables: {out}")
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,9 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_info
+from torch import nn
 
+from datamodules.evaluation import EvaluationSet
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import (
     default_report_dir,
@@ -55,6 +58,10 @@ from evaluation_engine.outputs import (
     write_replicates,
 )
 from evaluation_engine.plots import plot_oscr_curves, plot_score_histograms
+from evaluation_engine.results import Estimate, MethodResult
+from evaluation_engine.runner import Runner
+from evaluation_engine.scoring import ScoringPasses
+from lightning_modules.scoring import checkpoint_display_name
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
 from metrics.open_set import bootstrap_open_set
 from openset_common import atomic_write_text, tensors_fingerprint
@@ -66,14 +73,16 @@ def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str, checkpo
 
 
 def write_scalars(directory: Path, scalars: dict[str, float], extra: dict[str, Any],
-                  intervals: dict[str, tuple[float | None, float | None]] | None = None) -> None:
-    """``metrics.json`` (scalars, their intervals, plus ``extra``) and ``metrics.csv``, both atomically."""
+                  intervals: dict[str, tuple[float | None, float | None]] | None = None) -> dict[str, Any]:
+    """``metrics.json`` (scalars, their intervals, plus ``extra``) and ``metrics.csv``, both atomically; returns
+    what ``metrics.json`` holds, as read back."""
     intervals = intervals or {}
-    write_json(directory / "metrics.json", {**extra, "scalars": scalars,
-                                            "intervals": {k: list(v) for k, v in sorted(intervals.items())}})
+    payload = {**extra, "scalars": scalars, "intervals": {k: list(v) for k, v in sorted(intervals.items())}}
+    write_json(directory / "metrics.json", payload)
     write_csv(directory / "metrics.csv", [{"metric": k, "value": v, "low": intervals.get(k, (None, None))[0],
                                            "high": intervals.get(k, (None, None))[1]}
                                           for k, v in sorted(scalars.items())], ("metric", "value", "low", "high"))
+    return json.loads(json.dumps(payload, default=float))  # its JSON values (lists, floats), as a reader gets them
 
 
 def num_dataloaders(trainer: pl.Trainer, stage: str) -> int:
@@ -83,6 +92,14 @@ def num_dataloaders(trainer: pl.Trainer, stage: str) -> int:
     else:
         counts = trainer.num_test_batches
     return max(1, len(counts)) if isinstance(counts, list) else 1
+
+
+# the leaderboard's columns: the maximum softmax probability against the protocol's unknown classes
+HEADLINE_SCALARS = (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc"))
+FIGURES = (("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
+           ("score_histograms.png", "score histograms",
+            "true-class score of the knowns vs maximum score of negatives and unknowns"))
+
 
 
 class OpenSetEvaluation(pl.Callback):
@@ -196,15 +213,13 @@ class OpenSetEvaluation(pl.Callback):
         report["units"] = tensors_fingerprint({"targets": targets.cpu()})
 
     @staticmethod
-    def _log(pl_module: pl.LightningModule, stage: str, reports: dict[int, dict[str, Any]]) -> None:
+    def _log(runner: Runner, pl_module: nn.Module, stage: str, reports: dict[int, dict[str, Any]]) -> None:
         scalars = {}
         for dataloader_idx, report in reports.items():
             suffix = "" if dataloader_idx == 0 else f"/dataloader_idx_{dataloader_idx}"
             scalars.update({f"{stage}/{name}{suffix}": value for name, value in report["scalars"].items()
                             if not (stage == "val" and name.startswith("gamma"))})  # val/gamma: the model's own
-        # equal on every rank (computed from the gathered predictions); max keeps them exact
-        pl_module.log_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in scalars.items()}, sync_dist=True,
-                           reduce_fx="max", add_dataloader_idx=False)
+        runner.log_metrics(scalars, pl_module)  # equal on every rank (computed from the gathered predictions)
 
     # -- validation --------------------------------------------------------------------------------
 
@@ -224,7 +239,7 @@ class OpenSetEvaluation(pl.Callback):
             return
         self.reports = self._reports(trainer, pl_module, "val")
         self.report = self.reports[0]
-        self._log(pl_module, "val", self.reports)
+        self._log(Runner.of(trainer), pl_module, "val", self.reports)
         if trainer.is_global_zero:
             self.history.append({"epoch": trainer.current_epoch, **self.report["scalars"]})
             epoch = trainer.current_epoch + 1
@@ -235,7 +250,7 @@ class OpenSetEvaluation(pl.Callback):
         folder = training_report_dir(trainer, "val-oscr")
         path = plot_oscr_curves(report["curves"], folder / f"epoch_{trainer.current_epoch:03d}.png",
                                 fpr_targets=self.fpr_targets, title=f"OSCR on validation, epoch {trainer.current_epoch}")
-        log_images(trainer, {"val/oscr_curves": path}, step=trainer.global_step)
+        log_images(Runner.of(trainer), {"val/oscr_curves": path}, step=trainer.global_step)
 
     # -- test --------------------------------------------------------------------------------------
 
@@ -251,22 +266,62 @@ class OpenSetEvaluation(pl.Callback):
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         reports = self._reports(trainer, pl_module, "test")
         skipped_indices, _ = self.skipped.gather()  # unique dataset indices
+        self._publish(Runner.of(trainer), reports, pl_module, skipped=int(skipped_indices.numel()),
+                      tested=trainer.ckpt_path or self.checkpoint)
+
+    def evaluate(self, runner: Runner, model: nn.Module, test_set: EvaluationSet, *, passes: ScoringPasses,
+                 batch_size: int = 256, num_workers: int = 0, skipped: int = 0) -> MethodResult:
+        """The test report of a built classifier (a :class:`lightning_modules.ScoringModel` of a checkpoint of
+        ``train.py``) on its protocol's test set, from the run's scoring pass of (model, set): the pass every
+        method shares and caches, sharded and gathered exactly (2 processes give what 1 gives). ``skipped``:
+        unreadable test images left out of ``test_set`` before the pass (counted in the report). Returns the
+        report (what ``metrics.json`` holds) with its replicates, units, headline estimates and figures."""
+        with runner.on_device(model), torch.no_grad():
+            outputs = passes.outputs(runner, model, test_set, batch_size=batch_size, num_workers=num_workers)
+        probs, targets = torch.softmax(outputs["logits"].float(), dim=1), outputs["targets"]
+        background = bool(getattr(model, "background_class", False))
+        classes = getattr(model, "classes", None)
+        report = open_set_report(probs, targets, fpr_targets=self.fpr_targets, background=background,
+                                 conventions=self.conventions, num_classes=len(classes) if classes else None)
+        self._intervals(report, probs, targets, background)
+        return self._publish(runner, {0: report}, model, skipped=skipped, tested=self.checkpoint)
+
+    def _publish(self, runner: Runner, reports: dict[int, dict[str, Any]], model: nn.Module, *, skipped: int,
+                 tested: str | None) -> MethodResult:
+        """Log the test reports, write them on global rank zero, and return the first's result."""
         for report in reports.values():
-            report["counts"]["skipped_images"] = int(skipped_indices.numel())
+            report["counts"]["skipped_images"] = skipped
         self.reports, self.report = reports, reports[0]
-        self._log(pl_module, "test", reports)
-        if trainer.is_global_zero:
-            background = bool(getattr(pl_module, "background_class", False))
+        self._log(runner, model, "test", reports)
+        background = bool(getattr(model, "background_class", False))
+        payloads = {}
+        if runner.is_global_zero:
             for dataloader_idx, report in reports.items():
                 suffix = "oscr" if dataloader_idx == 0 else f"oscr-dataloader_{dataloader_idx}"
-                directory = report_dir(trainer, self.output_dir, suffix, self.checkpoint)
+                directory = report_dir(runner.trainer, self.output_dir, suffix, self.checkpoint)
                 if self.output_dir is not None and dataloader_idx > 0:
                     directory = directory / f"dataloader_{dataloader_idx}"
-                path = self._write(trainer, report, directory, background=background)
+                payloads[dataloader_idx] = self._write(runner, report, directory, background=background, tested=tested)
                 if dataloader_idx == 0:
-                    self.report_path = path
+                    self.report_path = directory
+        report = self.report
+        result = MethodResult("oscr", payloads.get(0, {"scalars": report["scalars"], "counts": report["counts"]}),
+                              folder=self.report_path if runner.is_global_zero else None,
+                              replicates=report.get("replicates"),
+                              units=report.get("units") or json.dumps(report["counts"], sort_keys=True))
+        name = checkpoint_display_name(Path(tested)) if tested else "model"
+        for key, scalar in HEADLINE_SCALARS:
+            if scalar in report["scalars"]:
+                low, high = report.get("intervals", {}).get(scalar, (None, None))
+                result.estimates.append(Estimate(name, "softmax", key, report["scalars"][scalar], low, high,
+                                                 result.replicates.get(scalar), result.units))
+        if self.report_path is not None and runner.is_global_zero:
+            for file, title, caption in FIGURES:
+                result.figure(title, self.report_path / file, caption)
+        return result
 
-    def _write(self, trainer: pl.Trainer, report: dict[str, Any], directory: Path, *, background: bool) -> Path:
+    def _write(self, runner: Runner, report: dict[str, Any], directory: Path, *, background: bool,
+               tested: str | None) -> dict[str, Any]:
         files: dict[str, str] = {}
         for group, (fpr, ccr, thresholds) in report["curves"].items():
             buffer = io.StringIO()
@@ -275,7 +330,6 @@ class OpenSetEvaluation(pl.Callback):
             writer.writerows(zip(fpr.tolist(), ccr.tolist(), thresholds.double().tolist(), strict=True))
             files[f"oscr_{group}"] = str(atomic_write_text(directory / f"oscr_{group}.csv", buffer.getvalue()))
         if self.plots:
-            tested = trainer.ckpt_path or self.checkpoint
             name = Path(tested).stem if tested else "model"
             files["oscr_curves"] = str(
                 plot_oscr_curves(report["curves"], directory / "oscr_curves.png", fpr_targets=self.fpr_targets,
@@ -284,13 +338,13 @@ class OpenSetEvaluation(pl.Callback):
             files["score_histograms"] = str(
                 plot_score_histograms(report["scores"], directory / "score_histograms.png", bins=self.histogram_bins)
             )
-            log_images(trainer, {"test/oscr_curves": files["oscr_curves"],
+            log_images(runner, {"test/oscr_curves": files["oscr_curves"],
                                  "test/score_histograms": files["score_histograms"]})
-        write_scalars(
+        payload = write_scalars(
             directory,
             report["scalars"],
             {
-                "checkpoint": str(trainer.ckpt_path or self.checkpoint) if trainer.ckpt_path or self.checkpoint else None,
+                "checkpoint": str(tested) if tested else None,
                 "background_class": background,
                 "fpr_targets": list(self.fpr_targets),
                 "ccr_conventions": list(self.conventions),
@@ -304,6 +358,6 @@ class OpenSetEvaluation(pl.Callback):
         if "replicates" in report:
             write_replicates(directory, report["replicates"], self.intervals, units={"*": report["units"]})
         rank_zero_info(f"Open-set evaluation report: {directory}")
-        return directory
+        return payload
 
 

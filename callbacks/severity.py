@@ -61,6 +61,8 @@ from evaluation_engine.outputs import (
     write_tables,
 )
 from evaluation_engine.plots import plot_severity
+from evaluation_engine.results import Estimate, MethodResult
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
@@ -200,6 +202,7 @@ class SeverityAUROC(pl.Callback):
         self._class_weights: Tensor | None = None  # and its pool-class resamples
         self.history: list[dict[str, Any]] = []  # (epoch, κ, level, AUROC) of every validation evaluation
         self.report_path: Path | None = None
+        self._prepared_for: int | None = None  # the model prepare() checked
 
     @property
     def model_passes(self) -> int:
@@ -209,8 +212,12 @@ class SeverityAUROC(pl.Callback):
     # -- hooks -------------------------------------------------------------------------------------
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.prepare(pl_module, getattr(trainer, "datamodule", None))
+
+    def prepare(self, pl_module: pl.LightningModule, datamodule: Any = None) -> None:
+        """The data (``data``, else the training ``datamodule``'s severity data), listed, the fit set, and every
+        check of :meth:`check`: before any pass."""
         if self.data is None:
-            datamodule = getattr(trainer, "datamodule", None)
             factory = severity_factory(datamodule) if datamodule is not None else None
             if factory is None:
                 raise ValueError(
@@ -223,9 +230,10 @@ class SeverityAUROC(pl.Callback):
             raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data.setup()
         if self.fit_set is None and any(k.fit_data for k in self.kappas):
-            self.fit_set = default_fit_set(getattr(trainer, "datamodule", None), self.data) or \
+            self.fit_set = default_fit_set(datamodule, self.data) or \
                 command_fit_set(pl_module, None, self.kappas)  # a checkpoint brings its own training split
         self.check(pl_module)
+        self._prepared_for = id(pl_module)
 
     def check(self, pl_module: pl.LightningModule) -> None:
         """Refuse, before any pass, a model this benchmark cannot score: a κ it cannot serve, other classes."""
@@ -244,11 +252,11 @@ class SeverityAUROC(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.every_n_epochs == 0 or (trainer.current_epoch + 1) % self.every_n_epochs:
             return
-        self.evaluate(trainer, pl_module, stage="val")
+        self.evaluate(Runner.of(trainer), pl_module)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.on_test:
-            self.evaluate(trainer, pl_module, stage="test")
+            self.evaluate(Runner.of(trainer), pl_module)
 
     def state_dict(self) -> dict[str, Any]:
         """The validation history, saved in the training checkpoint: a resumed run continues it."""
@@ -259,10 +267,10 @@ class SeverityAUROC(pl.Callback):
 
     # -- collect -----------------------------------------------------------------------------------
 
-    def _check_width(self, trainer: pl.Trainer, pl_module: pl.LightningModule, background: bool) -> None:
+    def _check_width(self, runner: Runner, pl_module: pl.LightningModule, background: bool) -> None:
         """Refuse a model whose output width is not the number of ID classes (+1 background), from one image,
         before any pass."""
-        image = model_input_of(trainer, pl_module).transform()(self.data["id_test"].dataset[0].image)
+        image = model_input_of(runner, pl_module).transform()(self.data["id_test"].dataset[0].image)
         width = pl_module(image[None].to(pl_module.device)).shape[-1]
         expected = self.data.group_size + int(background)
         if width != expected:
@@ -273,7 +281,7 @@ class SeverityAUROC(pl.Callback):
                 "on these ID classes"
             )
 
-    def _outputs(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
+    def _outputs(self, runner: Runner, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
         """Per set, the pass (logits, targets[, features]) and the model-based κ scores."""
         features = any(k.kind == "features" for k in self.kappas)
         batch_size = self.batch_size or self.data.batch_size
@@ -282,49 +290,47 @@ class SeverityAUROC(pl.Callback):
         outputs: dict[str, dict[str, Tensor]] = {}
         for name in SEVERITY_SETS:
             evaluation_set = self.data[name]
-            found = dict(self.passes.outputs(trainer, pl_module, evaluation_set, features=features,
+            found = dict(self.passes.outputs(runner, pl_module, evaluation_set, features=features,
                                              batch_size=batch_size, num_workers=num_workers))
             for kappa in self.kappas:
                 if kappa.kind == "model":
                     found[f"scores/{kappa.name}"] = self.passes.model_scores(
-                        trainer, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
+                        runner, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
                         background=background, batch_size=batch_size, num_workers=num_workers)
             outputs[name] = found
         return outputs
 
-    def _fitted(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, stage: str) -> dict[str, Any]:
+    def _fitted(self, runner: Runner, pl_module: pl.LightningModule, *, stage: str) -> dict[str, Any]:
         """The fitted detectors of the κ that need fitting, on the fit set (capped by ``train_fit`` during
         training)."""
         batch_size = self.batch_size or self.data.batch_size
         num_workers = self.num_workers if self.num_workers is not None else self.data.num_workers
         return {kappa.name: self.passes.fitted_detector(
-            trainer, pl_module, kappa, self.kappa_parameters[kappa.name], self.fit_set,
+            runner, pl_module, kappa, self.kappa_parameters[kappa.name], self.fit_set,
             fit=self.train_fit if stage == "val" else self.fit.get(kappa.name), batch_size=batch_size,
             num_workers=num_workers) for kappa in self.kappas if kappa.needs_fit}
 
     # -- score, metric -----------------------------------------------------------------------------
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, stage: str) -> dict[str, list[dict]]:
-        """Run the benchmark on the current weights; log, and write files on global rank zero."""
-        if self.data is None:
-            self.setup(trainer, pl_module, stage)
+    def evaluate(self, runner: Runner, pl_module: pl.LightningModule) -> MethodResult:
+        """Run the benchmark on the current weights, in ``runner``'s processes (launched, or the Trainer's during
+        training: ``runner.stage``); log, and write files on global rank zero. Returns the tables (per κ), and at
+        test their replicates, units, headline estimates and figure."""
+        stage = runner.stage
+        if self._prepared_for != id(pl_module):
+            self.prepare(pl_module, runner.datamodule)
         data = self.data
         background = bool(getattr(pl_module, "background_class", False))
         name = model_name(pl_module)
         if stage == "val":
             self.passes.clear()  # the weights changed since the last evaluation
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            # ODIN needs input gradients even inside Lightning's inference-mode evaluation loops
-            with torch.inference_mode(False), torch.no_grad():
-                self._check_width(trainer, pl_module, background)
-                outputs = self._outputs(trainer, pl_module)
-                if any(k.needs_head for k in self.kappas):
-                    self.passes.check_head(pl_module, outputs["id_test"])
-                self.detectors = self._fitted(trainer, pl_module, stage=stage)
-        finally:
-            pl_module.train(was_training)
+        # ODIN needs input gradients even inside Lightning's inference-mode evaluation loops
+        with runner.on_device(pl_module), torch.inference_mode(False), torch.no_grad():
+            self._check_width(runner, pl_module, background)
+            outputs = self._outputs(runner, pl_module)
+            if any(k.needs_head for k in self.kappas):
+                self.passes.check_head(pl_module, outputs["id_test"])
+            self.detectors = self._fitted(runner, pl_module, stage=stage)
         id_probs = torch.softmax(outputs["id_test"]["logits"].float(), dim=-1)
         if id_probs.ndim == 3:  # an ensemble predicts with the mean of its members' softmax
             id_probs = id_probs.mean(dim=1)
@@ -359,13 +365,19 @@ class SeverityAUROC(pl.Callback):
                 for level, group in enumerate(groups) for c in group
             ]
         self.tables = tables
-        self._log(trainer, pl_module, tables, stage=stage)
-        if trainer.is_global_zero:
+        self._log(runner, pl_module, tables, stage=stage)
+        if runner.is_global_zero:
             if stage == "test":
-                self.report_path = self._write_report(trainer, tables, levels, name)
+                self.report_path = self._write_report(runner, tables, levels, name)
             else:
-                self._write_history(trainer, tables)
-        return tables
+                self._write_history(runner, tables)
+        result = MethodResult("severity", tables, folder=self.report_path if stage == "test" else None,
+                              replicates=self.replicates if stage == "test" else None, units=self.units)
+        if stage == "test":
+            result.estimates = severity_estimates(name, result, self.intervals)
+            if self.report_path is not None:
+                result.figure(f"C-OOD severity: {name}", self.report_path / "severity_auroc.png")
+        return result
 
     def _intervals(self, kappa_name: str, rows: list[dict[str, Any]], scores: dict[str, Tensor],
                    test_classes: Tensor, groups: Tensor) -> None:
@@ -414,7 +426,7 @@ class SeverityAUROC(pl.Callback):
 
     # -- log, plot ---------------------------------------------------------------------------------
 
-    def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule, tables: dict[str, list[dict]], *, stage: str) -> None:
+    def _log(self, runner: Runner, pl_module: pl.LightningModule, tables: dict[str, list[dict]], *, stage: str) -> None:
         scalars: dict[str, float] = {}
         for name, rows in tables.items():
             aurocs = [row["ood-auroc"] for row in rows]
@@ -422,19 +434,17 @@ class SeverityAUROC(pl.Callback):
                             row["ood-auroc"] for row in rows})
             scalars[metric_key(stage, "severity", name, "mean_auroc")] = sum(aurocs) / len(aurocs)
             scalars[metric_key(stage, "severity", name, "hardest_auroc")] = aurocs[-1]
-        # equal on every rank (computed from gathered data); max keeps them exact for any world size
-        pl_module.log_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in scalars.items()}, sync_dist=True,
-                           reduce_fx="max")
-        if stage == "val" and trainer.is_global_zero:
-            self.history += [{"epoch": trainer.current_epoch, "confidence function": name,
+        runner.log_metrics(scalars, pl_module)  # equal on every rank (computed from gathered data)
+        if stage == "val" and runner.is_global_zero:
+            self.history += [{"epoch": runner.epoch, "confidence function": name,
                               "severity level": row["severity level"], "ood-auroc": row["ood-auroc"],
                               **({FIT_OVERLAP: row[FIT_OVERLAP]} if FIT_OVERLAP in row else {})}
                              for name, rows in tables.items() for row in rows]
         all_rows = [row for rows in tables.values() for row in rows]
-        log_table(trainer, metric_key(stage, "severity", "table"), all_rows, overlap_columns(TABLE_COLUMNS, all_rows))
+        log_table(runner, metric_key(stage, "severity", "table"), all_rows, overlap_columns(TABLE_COLUMNS, all_rows))
         if stage != "val":
             return
-        for logger in wandb_loggers(trainer):
+        for logger in wandb_loggers(runner):
             import wandb
 
             for name in tables:
@@ -451,8 +461,8 @@ class SeverityAUROC(pl.Callback):
         return {f"epoch {e}": [h for h in self.history if h["confidence function"] == kappa_name and h["epoch"] == e]
                 for e in epochs}
 
-    def _write_history(self, trainer: pl.Trainer, tables: dict[str, list[dict]]) -> None:
-        out = self.output_dir / "val" if self.output_dir is not None else training_report_dir(trainer, "severity-val")
+    def _write_history(self, runner: Runner, tables: dict[str, list[dict]]) -> None:
+        out = self.output_dir / "val" if self.output_dir is not None else training_report_dir(runner.trainer, "severity-val")
         write_csv(out / "history.csv", self.history, overlap_columns(HISTORY_COLUMNS, self.history))
         if self.plots:
             for name in tables:
@@ -460,9 +470,9 @@ class SeverityAUROC(pl.Callback):
                               title=f"C-OOD severity by epoch ({name})")
 
     def _write_report(
-        self, trainer: pl.Trainer, tables: dict[str, list[dict]], levels: dict[str, list[dict]], name: str
+        self, runner: Runner, tables: dict[str, list[dict]], levels: dict[str, list[dict]], name: str
     ) -> Path:
-        out = self.output_dir if self.output_dir is not None else default_report_dir(trainer, "severity")
+        out = self.output_dir if self.output_dir is not None else default_report_dir(runner.trainer, "severity")
         for kappa_name, rows in tables.items():
             stem = slug(f"{name}_{kappa_name}")
             write_csv(out / f"{stem}_n{self.levels}.csv", rows, overlap_columns(INTERVAL_TABLE_COLUMNS, rows))
@@ -482,8 +492,22 @@ class SeverityAUROC(pl.Callback):
         if self.plots:
             figure = plot_severity({f"{name} / {kappa_name}": rows for kappa_name, rows in tables.items()},
                                    out / "severity_auroc.png", title=f"C-OOD severity: {name}")
-            log_images(trainer, {metric_key("test", "severity", "auroc"): figure})
+            log_images(runner, {metric_key("test", "severity", "auroc"): figure})
         rank_zero_info(f"Severity tables and figure: {out}")
         return out
 
 
+def severity_estimates(model: str, result: MethodResult, intervals: Intervals) -> list[Estimate]:
+    """The leaderboard's numbers of one model's severity tables: per κ the mean AUROC over the levels (its
+    interval from the replicates of the mean) and the hardest level's AUROC."""
+    estimates = []
+    for kappa, rows in result.items():
+        aurocs = [r["ood-auroc"] for r in rows]
+        mean, hardest = result.replicates.get(f"{kappa}/mean"), result.replicates.get(f"{kappa}/hardest")
+        bounds = intervals.bounds(mean) if mean is not None else (None, None)
+        note = rows[0].get(FIT_OVERLAP, "")  # every level of a (model, κ) carries its detector's note
+        estimates += [Estimate(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *bounds, mean, result.units,
+                               fit_overlap=note),
+                      Estimate(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
+                               rows[-1].get("ood-auroc high"), hardest, result.units, fit_overlap=note)]
+    return estimates

@@ -46,7 +46,9 @@ from datamodules.images import (
 )
 from openset_common import digest, tensors_fingerprint
 
-Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds"]
+# open_set_test: a protocol's test set of knowns, negatives (-1) and unknowns (-2), as OSCR scores it
+Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds",
+               "open_set_test"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 

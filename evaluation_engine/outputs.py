@@ -22,11 +22,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytorch_lightning as pl
 import torch
@@ -35,6 +34,9 @@ from torch import Tensor
 
 from evaluation_engine.intervals import Intervals
 from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder
+
+if TYPE_CHECKING:
+    from evaluation_engine.runner import Runner
 
 METHODS = ("open_set", "severity", "generated", "evg")
 
@@ -105,13 +107,13 @@ def check_output_dir(path: str | Path, *, overwrite: bool = True, what: str = "t
 # written by global rank zero alone, so asking for it there would hang the other ranks.
 
 
-def default_report_dir(trainer: pl.Trainer, suffix: str, checkpoint: str | None = None) -> Path:
+def default_report_dir(trainer: pl.Trainer | None, suffix: str, checkpoint: str | None = None) -> Path:
     """Next to the tested checkpoint (``<dir>/<stem>-<suffix>``: the trainer's ``ckpt_path``, else ``checkpoint``, the
-    one a built model under test came from), else in the trainer's root folder."""
-    if trainer.ckpt_path or checkpoint:
-        checkpoint = Path(trainer.ckpt_path or checkpoint)
-        return checkpoint.parent / f"{checkpoint.stem}-{suffix}"
-    return Path(trainer.default_root_dir) / suffix
+    one a built model under test came from), else in the trainer's root folder (the working folder without one)."""
+    tested = getattr(trainer, "ckpt_path", None) or checkpoint
+    if tested:
+        return Path(tested).parent / f"{Path(tested).stem}-{suffix}"
+    return Path(trainer.default_root_dir if trainer is not None else Path.cwd()) / suffix
 
 
 def training_report_dir(trainer: pl.Trainer, suffix: str) -> Path:
@@ -172,11 +174,9 @@ def _json_default(value: Any) -> Any:
 # -- W&B --------------------------------------------------------------------------------------------------
 
 
-def wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
-    """The trainer's W&B loggers on global rank zero (none on the other ranks)."""
-    if not trainer.is_global_zero:
-        return []
-    return [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+def wandb_loggers(runner: Runner) -> list[WandbLogger]:
+    """The run's W&B loggers on global rank zero (none on the other ranks)."""
+    return [logger for logger in runner.loggers if isinstance(logger, WandbLogger)]
 
 
 def table_cell(value: Any) -> Any:
@@ -188,23 +188,13 @@ def table_cell(value: Any) -> Any:
     return float(value) if isinstance(value, (int, float)) else str(value)
 
 
-def log_table(trainer: pl.Trainer, key: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
-    for logger in wandb_loggers(trainer):
+def log_table(runner: Runner, key: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    for logger in wandb_loggers(runner):
         logger.log_table(key=key, columns=list(columns), data=[[table_cell(row.get(c)) for c in columns]
                                                                for row in rows])
 
 
-def log_images(trainer: pl.Trainer, images: Mapping[str, str | Path], **kwargs: Any) -> None:
-    for logger in wandb_loggers(trainer):
+def log_images(runner: Runner, images: Mapping[str, str | Path], **kwargs: Any) -> None:
+    for logger in wandb_loggers(runner):
         for key, path in images.items():
             logger.log_image(key=key, images=[str(path)], **kwargs)
-
-
-def log_scalars(trainer: pl.Trainer, scalars: Mapping[str, float]) -> None:
-    """Scalars straight to the loggers (global rank zero), where ``LightningModule.log`` cannot log (the
-    predict loop); finite values only."""
-    if not trainer.is_global_zero:
-        return
-    finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(float(v))}
-    for logger in trainer.loggers:
-        logger.log_metrics(finite, step=trainer.global_step)

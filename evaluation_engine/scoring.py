@@ -4,7 +4,8 @@ for the run and cached on disk (DESIGN.md §2).
 :class:`ScoringPasses` is what every post-hoc evaluation (severity, the generated benchmarks, EvG) asks for
 logits, features and model-based κ scores; the sections below are its parts.
 
-:func:`sharded_outputs` runs a step function over a data set inside a running Trainer: rank ``r`` of ``W``
+:func:`sharded_outputs` runs a step function over a data set in the processes of a
+:class:`evaluation_engine.runner.Runner` (launched by Fabric, or a running Trainer's): rank ``r`` of ``W``
 takes the samples ``r, r+W, r+2W, ...`` (no padding, so shards are uneven and a rank may have none), and
 every output is gathered from all ranks through :class:`metrics.IndexedPredictions`, which drops nothing
 and orders the samples by dataset index. Every rank joins every gather, also a rank without a batch, so
@@ -46,6 +47,7 @@ from datamodules.overlap import (
 )
 from datamodules.transforms import ModelInput
 from evaluation_engine.outputs import slug
+from evaluation_engine.runner import Runner
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
 from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
@@ -60,7 +62,7 @@ def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:
 
 
 def sharded_outputs(
-    trainer: pl.Trainer,
+    runner: Runner,
     dataset: Dataset,
     step: Callable[[Tensor], dict[str, Tensor]],
     *,
@@ -74,7 +76,7 @@ def sharded_outputs(
     """``{key: gathered values, "targets": labels}`` of ``step(images)`` over a data set, on every rank.
 
     Args:
-        trainer: the running Trainer (its rank, world size and precision).
+        runner: where the pass runs (:class:`evaluation_engine.runner.Runner`: its rank, world size and precision).
         dataset: yields :class:`datamodules.batch.Sample`.
         step: images ``(B, ...)`` on ``device`` -> ``{key: (B, ...) tensor}`` for every key of ``keys``.
         keys: the step's output keys, the same on every rank (a rank without data never calls ``step``).
@@ -88,7 +90,7 @@ def sharded_outputs(
         ValueError: when the images of one batch differ in size (a model input without a fixed size).
         RuntimeError: when the gathered samples are not exactly the data set (images skipped as unreadable).
     """
-    shard = shard_indices(len(dataset), trainer.global_rank, trainer.world_size)
+    shard = shard_indices(len(dataset), runner.global_rank, runner.world_size)
     loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         collate_fn=SizeCheckedCollate(name) if decoder is None else collate_encoded)
     stores = {key: IndexedPredictions().to(device) for key in keys}
@@ -97,7 +99,7 @@ def sharded_outputs(
         images, targets, indices, _ = unpack_batch(batch) if decoder is None else decoder(batch)
         if images.numel() == 0:
             continue
-        with trainer.precision_plugin.forward_context():
+        with runner.forward_context():
             outputs = step(images.to(device))
         for key in keys:
             stores[key].update(outputs[key].float(), targets.to(device), indices.to(device))
@@ -160,10 +162,10 @@ class PredictionCache:
             return self._reject(path, f"expected {rows} rows, found shapes {wrong}")
         return tensors
 
-    def load_on_rank_zero(self, trainer: pl.Trainer, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
+    def load_on_rank_zero(self, runner: Runner, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
         """:meth:`load` on global rank zero, broadcast to every rank: one decision for all."""
-        payload = self.load(name, key, rows=rows) if trainer.is_global_zero else None
-        return trainer.strategy.broadcast(payload, src=0)
+        payload = self.load(name, key, rows=rows) if runner.is_global_zero else None
+        return runner.broadcast(payload, src=0)
 
     @staticmethod
     def _reject(path: Path, reason: str) -> None:
@@ -196,13 +198,13 @@ class TransformedSet(Dataset):
         return Sample(self.transform(sample.image), sample.target, sample.index)
 
 
-def model_input_of(trainer: pl.Trainer, pl_module: pl.LightningModule) -> ModelInput:
+def model_input_of(runner: Runner, pl_module: pl.LightningModule) -> ModelInput:
     """How the module takes images: its own ``model_input`` (a :class:`ScoringModel`), else the training
     datamodule's (a model being trained); never nothing."""
     own = getattr(pl_module, "model_input", None)
     if isinstance(own, ModelInput):
         return own
-    datamodule = getattr(trainer, "datamodule", None)
+    datamodule = runner.datamodule
     factory = getattr(datamodule, "model_input", None)
     if callable(factory):
         return factory()
@@ -288,32 +290,32 @@ class ScoringPasses:
             self._fingerprints[id(pl_module)] = known
         return known[1]
 
-    def _key(self, trainer: pl.Trainer, pl_module: nn.Module, evaluation_set: EvaluationSet, model_input: ModelInput,
+    def _key(self, runner: Runner, pl_module: nn.Module, evaluation_set: EvaluationSet, model_input: ModelInput,
              part: dict[str, Any]) -> str:
         return digest({"model": self._weights(pl_module), "data": evaluation_set.fingerprint(),
-                       "input": model_input.key(), "precision": str(trainer.precision),
+                       "input": model_input.key(), "precision": runner.precision,
                        "memory_format": memory_format(pl_module), **part})
 
-    def per_sample_pass(self, trainer: pl.Trainer, module: nn.Module, evaluation_set: EvaluationSet, *,
+    def per_sample_pass(self, runner: Runner, module: nn.Module, evaluation_set: EvaluationSet, *,
                         model_input: ModelInput, name: str, part: dict[str, Any],
                         step: Callable[[Tensor], dict[str, Tensor]], keys: list[str], batch_size: int = 256,
                         num_workers: int = 0) -> dict[str, Tensor]:
         """A pass of any per-sample ``step`` (e.g. the LPIPS to the nearest reference image) under the same rules:
         sharded, gathered, kept, cached under ``module``'s weights, the set, ``model_input`` and ``part``."""
-        return self._run(trainer, module, evaluation_set, name=name, part=part, step=step, keys=keys,
+        return self._run(runner, module, evaluation_set, name=name, part=part, step=step, keys=keys,
                          batch_size=batch_size, num_workers=num_workers, model_input=model_input)
 
-    def _run(self, trainer: pl.Trainer, pl_module: nn.Module, evaluation_set: EvaluationSet, *,
+    def _run(self, runner: Runner, pl_module: nn.Module, evaluation_set: EvaluationSet, *,
              name: str, part: dict[str, Any], step: Callable[[Tensor], dict[str, Tensor]], keys: list[str],
              batch_size: int, num_workers: int, covers: Callable[[dict[str, Tensor]], bool] | None = None,
              model_input: ModelInput | None = None) -> dict[str, Tensor]:
         self.requests += 1
-        model_input = model_input or model_input_of(trainer, pl_module)
+        model_input = model_input or model_input_of(runner, pl_module)
         on_device = (device_decoding(evaluation_set.dataset, model_input, module_device(pl_module))
                      if self.decode == "device" else None)
         if on_device is not None:
             part = {**part, "decode": "device"}
-        key = self._key(trainer, pl_module, evaluation_set, model_input, part)
+        key = self._key(runner, pl_module, evaluation_set, model_input, part)
         entry = {"model": getattr(pl_module, "display_name", type(pl_module).__name__), "set": evaluation_set.name,
                  "role": evaluation_set.role, "fingerprint": evaluation_set.fingerprint(),
                  "samples": len(evaluation_set), "pass": name, "key": key, "source": "memory"}
@@ -324,14 +326,14 @@ class ScoringPasses:
         entry["source"] = "cache"
         outputs = None
         if self.cache is not None:
-            outputs = self.cache.load_on_rank_zero(trainer, name, key if trainer.is_global_zero else "",
+            outputs = self.cache.load_on_rank_zero(runner, name, key if runner.is_global_zero else "",
                                                    rows=len(evaluation_set))
             if outputs is not None and covers is not None and not covers(outputs):
                 outputs = None
         if outputs is None:
             dataset = (TransformedSet(evaluation_set.dataset, model_input.transform()) if on_device is None
                        else on_device[0])
-            outputs = sharded_outputs(trainer, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
+            outputs = sharded_outputs(runner, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
                                       device=module_device(pl_module), name=evaluation_set.name,
                                       decoder=None if on_device is None else on_device[1])
             self.passes += 1
@@ -342,24 +344,24 @@ class ScoringPasses:
             if bad:
                 raise ValueError(f"{getattr(pl_module, 'display_name', type(pl_module).__name__)} gave NaN or "
                                  f"infinite {bad} on {evaluation_set.name}; nothing of it is cached")
-            if self.cache is not None and trainer.is_global_zero:
+            if self.cache is not None and runner.is_global_zero:
                 self.cache.save(name, key, outputs, {"set": evaluation_set.name, **part})
         if self.memo:
             self._kept[key] = outputs
         return outputs
 
-    def outputs(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, *,
+    def outputs(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, *,
                 features: bool = False, batch_size: int = 256, num_workers: int = 0) -> dict[str, Tensor]:
         """``{"logits", "targets"[, "features"]}`` of every sample of a set, on every rank (a collective)."""
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         name = slug(f"{model_name}-{evaluation_set.name}-logits")
         keys = ["logits", "features"] if features else ["logits"]
-        return self._run(trainer, pl_module, evaluation_set, name=name, part={"outputs": "logits"},
+        return self._run(runner, pl_module, evaluation_set, name=name, part={"outputs": "logits"},
                          step=lambda images: forward_outputs(pl_module, images, features=features), keys=keys,
                          batch_size=batch_size, num_workers=num_workers,
                          covers=(lambda found: "features" in found) if features else None)
 
-    def model_scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
+    def model_scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
                      kappa: type[Detector], parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
                      num_workers: int = 0) -> Tensor:
         """A model-based κ (ODIN, MC dropout) of every sample of a set: its own pass per parameter set."""
@@ -368,19 +370,19 @@ class ScoringPasses:
         key = f"scores/{kappa.name}"
         scorer = kappa(background=background, **parameters)
         outputs = self._run(
-            trainer, pl_module, evaluation_set, name=name,
+            runner, pl_module, evaluation_set, name=name,
             part={"kappa": kappa.name, "parameters": parameters, "background": background},
             step=lambda images: {key: scorer.score_images(pl_module, images)}, keys=[key],
             batch_size=batch_size, num_workers=num_workers)
         return outputs[key]
 
-    def scores(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: type[Detector],
+    def scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: type[Detector],
                parameters: dict[str, Any], *, features: bool = False, batch_size: int = 256, num_workers: int = 0
                ) -> Tensor:
         """κ of every sample of a set (:func:`metrics.kappa_scores` on the pass)."""
         background = bool(getattr(pl_module, "background_class", False))
         if kappa.kind == "model":  # through the one dispatch too, which refuses non-finite scores
-            scores = self.model_scores(trainer, pl_module, evaluation_set, kappa, parameters, background=background,
+            scores = self.model_scores(runner, pl_module, evaluation_set, kappa, parameters, background=background,
                                        batch_size=batch_size, num_workers=num_workers)
             return kappa_scores(kappa, {f"scores/{kappa.name}": scores}, background=background, parameters=parameters,
                                 data=evaluation_set.name)
@@ -390,7 +392,7 @@ class ScoringPasses:
         if fitted_on is not None:  # before the pass: a set the callback did not check against the fit set
             fit_set = fitted_on[0]
             self.check_fit_overlap(fit_set, [evaluation_set], allow=self._allowed.get(fit_set.fingerprint(), False))
-        outputs = self.outputs(trainer, pl_module, evaluation_set, features=features or kappa.kind == "features",
+        outputs = self.outputs(runner, pl_module, evaluation_set, features=features or kappa.kind == "features",
                                batch_size=batch_size, num_workers=num_workers)
         if kappa.needs_head:
             self.check_head(pl_module, outputs)
@@ -518,7 +520,7 @@ class ScoringPasses:
                             "note": overlap_note(overlap, count=count, of=len(subset), fit=subset.name)})
         return entries
 
-    def fitted_detector(self, trainer: pl.Trainer, pl_module: pl.LightningModule, kappa: type[Detector],
+    def fitted_detector(self, runner: Runner, pl_module: pl.LightningModule, kappa: type[Detector],
                         parameters: dict[str, Any],
                fit_set: EvaluationSet | None, *, fit: dict[str, Any] | None = None, batch_size: int = 256,
                num_workers: int = 0) -> Detector:
@@ -567,7 +569,7 @@ class ScoringPasses:
                 if known is not None:
                     check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name)
                 width = head[0].shape[0] if head is not None else None
-                found = self.outputs(trainer, pl_module, subset, features=kappa.kind == "features",
+                found = self.outputs(runner, pl_module, subset, features=kappa.kind == "features",
                                      batch_size=batch_size, num_workers=num_workers)
                 num_classes = found["logits"].shape[-1] - int(background) if width is None else width - int(background)
                 check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name)

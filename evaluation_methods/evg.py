@@ -15,12 +15,13 @@ from torch import Tensor
 from callbacks.evg import ENSEMBLE_SAMPLER, STANDARDISATION_SETS, VARY_AT, EvGReport, StandardiseOn, VaryAt
 from datamodules.catalog import ood_context, real_ood_set
 from datamodules.evaluation import fit_folder_set
-from datamodules.evg import SEED_CHOICES, ChainBatches, EvGData, SeedChoice, chain_ranges
+from datamodules.evg import SEED_CHOICES, EvGData, SeedChoice
 from datamodules.transforms import TensorPipeline
+from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir, slug
-from evaluation_engine.run import Evaluation, TrainerOptions, evaluation_logger, launch_loader, make_trainer
+from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     check_detectors,
@@ -256,26 +257,10 @@ class EvGEvaluation(Evaluation):
                                                       else self.cache_dir),
                            intervals=self.intervals, fit_set=fit_set, fit=self.fit,
                            allow_fit_overlap=self.allow_fit_overlap)
-        with evaluation_logger(self.options, name="evg") as logger:
-            # inference mode off: model-based κ such as ODIN take input gradients inside the detector
-            trainer = make_trainer(self.options, logger=logger, callbacks=[report], inference_mode=False)
-            trainer.test(module, dataloaders=launch_loader(), verbose=False)  # the fixed sets' scores
-            module.fit_standardisation({name: scores[self.standardise_on] for name, scores in report.scores.items()})
-            batches = ChainBatches(self.chains, self.chains_per_batch, done=report.done(module))
-            report.check_batches(module, batches.all_bounds)
-            skipped = [b for b in batches.all_bounds if b not in batches.bounds]
-            if skipped and trainer.is_global_zero:
-                print(f"resuming: chains {chain_ranges(skipped)} have results in {report.chain_dir(module)} and are not rerun")
-            if batches.bounds:
-                trainer.predict(module, dataloaders=batches.loader(trainer.world_size), return_predictions=False)
-            elif trainer.is_global_zero:  # every chain has its result (a finished run, a report card): no search runs
-                print(f"every chain has its result in {report.chain_dir(module)}: only the report is written")
-                report.write(trainer, module)
-        if not trainer.is_global_zero:  # the report (its rows, replicates, figures) is global rank zero's
+        result = Runner.launch(self.options, lambda runner: report.evaluate(
+            runner, module, chains_per_batch=self.chains_per_batch), name="evg")
+        if result is None:  # the report (its rows, replicates, figures) is global rank zero's
             return None
-        result = MethodResult("evg", {"rows": report.rows, "transfer": report.transfer,
-                                       "output_dir": Path(self.output_dir)},
-                              folder=self.output_dir, replicates=report.replicates, units=report.units)
         result.estimates = evg_estimates(result, self.intervals)
         sampler = headline_sampler(report.rows)
         for name, path in sorted(report.figures.items(), key=lambda item: item[1].name):

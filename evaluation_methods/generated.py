@@ -34,20 +34,14 @@ from datamodules.generated import (
     without_unreadable,
 )
 from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
+from evaluation_engine.command import DATA_OVERRIDES_RENAMED, Evaluation, make_trainer
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
 )
-from evaluation_engine.run import (
-    DATA_OVERRIDES_RENAMED,
-    Evaluation,
-    TrainerOptions,
-    evaluation_logger,
-    launch_loader,
-    make_trainer,
-)
+from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     TransformedSet,
@@ -323,17 +317,18 @@ class GeneratedEvaluation(Evaluation):
                                        passes=self.scoring_passes(self.cache_dir),
                                        intervals=self.intervals, fit_set=self._fit_set, fit=self.fit,
                                        allow_fit_overlap=self.allow_fit_overlap)
-        with evaluation_logger(self.options, name="generated-benchmark") as logger:
-            trainer = make_trainer(self.options, logger=logger, callbacks=[benchmark])
-            trainer.test(models[0], dataloaders=launch_loader(), verbose=False)
-        if trainer.is_global_zero:
-            print(f"\nGenerated benchmark written to {self.output_dir}")
-            print(markdown_table(benchmark.detectors, overlap_columns(DETECTOR_COLUMNS, benchmark.detectors)))
-            if benchmark.sets:
-                print((Path(self.output_dir) / "sets.md").read_text())
-        result = MethodResult("generated", {"detectors": benchmark.detectors, "sets": benchmark.sets,
-                                             "agreement": benchmark.agreement},
-                              folder=self.output_dir, replicates=benchmark.replicates)
+        benchmark.check(models)  # before the processes start
+
+        def evaluate(runner: Runner) -> MethodResult:
+            result = benchmark.evaluate(runner, models)
+            if runner.is_global_zero:
+                print(f"\nGenerated benchmark written to {self.output_dir}")
+                print(markdown_table(benchmark.detectors, overlap_columns(DETECTOR_COLUMNS, benchmark.detectors)))
+                if benchmark.sets:
+                    print((Path(self.output_dir) / "sets.md").read_text())
+            return result
+
+        result = Runner.launch(self.options, evaluate, name="generated-benchmark")
         result.estimates = generated_estimates(result)
         for path in sorted(benchmark.grids.values(), key=lambda path: path.name):
             result.figure(f"set {path.stem}", path, "the first images of the set")

@@ -5,25 +5,20 @@ a checkpoint of ``train.py`` on its protocol's test set (negatives and unknowns)
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from callbacks.open_set import OpenSetEvaluation
+from datamodules.evaluation import EvaluationSet
+from datamodules.images import ImageFileDataset, without_unreadable
+from evaluation_engine.command import DATA_OVERRIDES_RENAMED, Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir
-from evaluation_engine.run import (
-    DATA_OVERRIDES_RENAMED,
-    Evaluation,
-    TrainerOptions,
-    evaluation_logger,
-    make_trainer,
-)
+from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_methods.registry import (
     CardContext,
-    Estimate,
     Headline,
     Method,
     MethodResult,
@@ -33,9 +28,8 @@ from evaluation_methods.registry import (
     cell,
     register,
 )
-from lightning_modules.checkpoint import check_classes, checkpoint_classes, load_run
+from lightning_modules.checkpoint import check_classes, checkpoint_classes
 from lightning_modules.open_set_classifier import OpenSetClassifier
-from lightning_modules.scoring import checkpoint_display_name
 from metrics import DEFAULT_FPR_TARGETS
 
 
@@ -43,7 +37,8 @@ class OSCREvaluation(Evaluation):
     """``evaluate.py oscr``: the open-set test report (Palechor et al.) of a checkpoint of ``train.py`` -- CCR
     at FPR on negatives and unknowns, AUROC, closed-set accuracy, γ, the OSCR curves and score histograms.
 
-    The model and the datamodule are rebuilt from the checkpoint alone; ``data_args`` change datamodule
+    The model and the datamodule are rebuilt from the checkpoint alone (a report card's built model is used as
+    built), and the test set is scored by the engine's scoring pass (the one every method shares and caches); ``data_args`` change datamodule
     arguments (e.g. the ImageNet root on another machine), and data of other known classes than the
     checkpoint's are refused. The report goes next to the checkpoint (``<checkpoint>-oscr/``) unless
     ``output_dir`` is given, and to W&B.
@@ -55,13 +50,14 @@ class OSCREvaluation(Evaluation):
             tables' procedure, keys ``authors_ccr@fpr=...``).
         intervals: level, bootstrap resamples and seed of the intervals.
         data_options: ``data_args``, the datamodule arguments to change (:class:`DataOptions`).
-        output_options: ``output_dir``, the report folder; ``plots`` (:class:`OutputOptions`).
+        output_options: ``output_dir``, the report folder; ``cache_dir``, the cache of the test set's pass (default
+            none; the report card's); ``plots`` (:class:`OutputOptions`).
     """
 
     command = "oscr"
     renamed_options = DATA_OVERRIDES_RENAMED
 
-    option_fields = {"data_options": ("data_args",), "output_options": ("output_dir", "plots")}
+    option_fields = {"data_options": ("data_args",), "output_options": ("output_dir", "cache_dir", "plots")}
 
     def __init__(self, model: str, fpr: Sequence[float] = DEFAULT_FPR_TARGETS,
                  ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
@@ -78,60 +74,55 @@ class OSCREvaluation(Evaluation):
 
     def run(self) -> MethodResult | None:
         # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
-        # test step to score), and a report folder that cannot be written (by default next to the checkpoint)
-        built = (self.built_models or {}).get(self.model)  # a report card's: its network and record, no second read
-        if built is not None and isinstance(built.network, OpenSetClassifier) and built.checkpoint is not None:
-            model, checkpoint = built.network, built.checkpoint
-            datamodule = built.training_datamodule(self.data_args)
-            names = getattr(datamodule, "class_names", None)
-            check_classes(checkpoint_classes(checkpoint, self.model), list(names) if names is not None else None,
-                          model=f"checkpoint {self.model}", data=f"its datamodule with {self.data_args or {}}")
-        else:
-            model, datamodule, checkpoint = load_run(
-                self.model, self.data_args, expected=OpenSetClassifier,
-                hint="oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test set "
-                     "holds its protocol's negatives and unknowns")
+        # protocol test set), and a report folder that cannot be written (by default next to the checkpoint)
+        scoring = self.scoring_model(self.model)  # a report card's built model: no second read of the checkpoint
+        if not isinstance(scoring.network, OpenSetClassifier) or scoring.checkpoint is None:
+            raise ValueError(f"oscr needs a classifier of train.py (trained with a loss of configs/loss/), whose test "
+                             f"set holds its protocol's negatives and unknowns; {self.model} holds a "
+                             f"{type(scoring.network).__name__}")
+        datamodule = scoring.training_datamodule(self.data_args)
+        names = getattr(datamodule, "class_names", None)
+        check_classes(checkpoint_classes(scoring.checkpoint, self.model), list(names) if names is not None else None,
+                      model=f"checkpoint {self.model}", data=f"its datamodule with {self.data_args or {}}")
         checkpoint_path = Path(self.model)
         output_dir = Path(self.output_dir if self.output_dir is not None
                           else checkpoint_path.parent / f"{checkpoint_path.stem}-oscr")
         check_output_dir(output_dir)
+        test_set, skipped = protocol_test_set(datamodule)
         evaluation = OpenSetEvaluation(fpr_targets=self.fpr, output_dir=self.output_dir, plots=self.plots,
                                        conventions=self.conventions, intervals=self.intervals,
                                        checkpoint=self.model)
-        with evaluation_logger(self.options, name=f"oscr-{Path(self.model).stem}",
-                               version=checkpoint.get("logger_version")) as logger:
-            trainer = make_trainer(self.options, logger=logger, callbacks=[evaluation])
-            trainer.test(model, datamodule=datamodule)  # the weights the model was built with: the checkpoint's
-        if not (trainer.is_global_zero and evaluation.report_path is not None):
-            return None
-        folder = evaluation.report_path
-        report = json.loads((folder / "metrics.json").read_text())
-        found = evaluation.report
-        result = MethodResult("oscr", report, folder=folder, replicates=found.get("replicates"),
-                              units=found.get("units") or json.dumps(report.get("counts", {}), sort_keys=True))
-        name = checkpoint_display_name(checkpoint_path)
-        for key, scalar in HEADLINE_SCALARS:
-            if scalar in found["scalars"]:
-                low, high = found.get("intervals", {}).get(scalar, (None, None))
-                result.estimates.append(Estimate(name, "softmax", key, found["scalars"][scalar], low, high,
-                                                 result.replicates.get(scalar), result.units))
-        for file, title, caption in FIGURES:
-            result.figure(title, folder / file, caption)
-        print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
-              + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
-              + "; nan = the authors' '—')")
-        intervals = report.get("intervals", {})
-        for name, value in sorted(report["scalars"].items()):
-            low, high = intervals.get(name, (None, None))
-            print(f"  {name:40s} {value:.4f}" + (f"  [{low:.4f}, {high:.4f}]" if low is not None else ""))
-        return result
+        passes = self.scoring_passes(self.cache_dir)
+
+        def evaluate(runner: Runner) -> MethodResult | None:
+            result = evaluation.evaluate(runner, scoring, test_set, passes=passes, batch_size=datamodule.batch_size,
+                                         num_workers=datamodule.num_workers, skipped=skipped)
+            if not runner.is_global_zero:
+                return None
+            print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "
+                  + ", ".join(f"{c} = {'authors_ccr@fpr' if c == 'authors' else 'ccr@fpr'}" for c in self.conventions)
+                  + "; nan = the authors' '—')")
+            intervals = result.get("intervals", {})
+            for name, value in sorted(result["scalars"].items()):
+                low, high = intervals.get(name, (None, None))
+                print(f"  {name:40s} {value:.4f}" + (f"  [{low:.4f}, {high:.4f}]" if low is not None else ""))
+            return result
+
+        return Runner.launch(self.options, evaluate, name=f"oscr-{checkpoint_path.stem}",
+                             version=scoring.checkpoint.get("logger_version"))
 
 
-# the leaderboard's columns: the maximum softmax probability against the protocol's unknown classes
-HEADLINE_SCALARS = (("oscr_ccr", "unknowns/ccr@fpr=0.1"), ("oscr_auroc", "unknowns/auroc"))
-FIGURES = (("oscr_curves.png", "OSCR curves", "CCR against FPR (log axis), negatives and unknowns"),
-           ("score_histograms.png", "score histograms",
-            "true-class score of the knowns vs maximum score of negatives and unknowns"))
+def protocol_test_set(datamodule: Any) -> tuple[EvaluationSet, int]:
+    """A protocol datamodule's test set (knowns, negatives -1, unknowns -2) as an evaluation set of raw images,
+    and how many unreadable images were left out of it (its ``on_bad_image: skip``; each named in a warning)."""
+    test_set = datamodule.evaluation_set("test", role="open_set_test", name="test")
+    dataset = test_set.dataset
+    if isinstance(dataset, ImageFileDataset) and dataset.on_bad_image == "skip":
+        readable = without_unreadable(dataset, what=f"the test set of {type(datamodule).__name__}")
+        if readable is not dataset:
+            return (EvaluationSet(test_set.name, test_set.role, readable, info=test_set.info),
+                    len(dataset) - len(readable))
+    return test_set, 0
 
 
 def is_checkpoint(spec: str) -> bool:

@@ -14,6 +14,7 @@ import torch
 from callbacks.severity import SeverityAUROC
 from datamodules.catalog import build_severity_data
 from datamodules.severity import SeverityData
+from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import (
@@ -21,7 +22,7 @@ from evaluation_engine.outputs import (
     slug,
 )
 from evaluation_engine.plots import plot_severity
-from evaluation_engine.run import Evaluation, TrainerOptions, evaluation_logger, launch_loader, make_trainer
+from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     command_fit_set,
@@ -29,7 +30,6 @@ from evaluation_engine.scoring import (
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
     CardContext,
-    Estimate,
     Figure,
     Headline,
     Method,
@@ -104,27 +104,25 @@ class SeverityEvaluation(Evaluation):
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  fit_set=command_fit_set(scoring, self.fit_data, [resolve_detector(k) for k in self.kappa]),
                                  fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
-        data.setup()  # every class folder and the pool file, before the trainer starts
-        severity.check(scoring)
+        severity.prepare(scoring)  # every class folder and the pool file, and every check, before the processes start
         self._prepared = (scoring, output_dir, severity)
 
     def run(self) -> MethodResult:
         self.prepare()
         scoring, output_dir, severity = self._prepared  # type: ignore[misc]
-        with evaluation_logger(self.options, name=f"severity-{scoring.display_name}") as logger:
-            trainer = make_trainer(self.options, logger=logger, callbacks=[severity])
-            trainer.test(scoring, dataloaders=launch_loader(), verbose=False)
-        if trainer.is_global_zero:
-            print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, the rest from "
-                  f"{'the cache ' + str(self.cache_dir) if self.cache_dir else 'memory'})")
-            for name, rows in severity.tables.items():
-                print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
-                      + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
-        result = MethodResult("severity", severity.tables, folder=output_dir, replicates=severity.replicates,
-                              units=severity.units)
-        result.estimates = severity_estimates(scoring.display_name, result, self.intervals)
-        result.figure(f"C-OOD severity: {scoring.display_name}", output_dir / "severity_auroc.png")
-        return result
+
+        def evaluate(runner: Runner) -> MethodResult:
+            result = severity.evaluate(runner, scoring)
+            if runner.is_global_zero:
+                print(f"\nSeverity tables written to {output_dir} ({severity.model_passes} model passes, the rest "
+                      f"from {'the cache ' + str(self.cache_dir) if self.cache_dir else 'memory'})")
+                for name, rows in severity.tables.items():
+                    print(f"  {scoring.display_name} / {name}: OOD AUROC by level "
+                          + " ".join(f"{row['ood-auroc']:.3f}" for row in rows))
+            result.folder = output_dir
+            return result
+
+        return Runner.launch(self.options, evaluate, name=f"severity-{scoring.display_name}")
 
 
 class SeverityPlot(Evaluation):
@@ -164,22 +162,6 @@ class SeverityPlot(Evaluation):
         figure = plot_severity(found, self.output)
         print(f"Severity figure of {len(found)} tables: {figure}")
         return figure
-
-
-def severity_estimates(model: str, result: MethodResult, intervals: Intervals) -> list[Estimate]:
-    """The leaderboard's numbers of one model's severity tables: per κ the mean AUROC over the levels (its
-    interval from the replicates of the mean) and the hardest level's AUROC."""
-    found = []
-    for kappa, rows in result.items():
-        aurocs = [r["ood-auroc"] for r in rows]
-        mean, hardest = result.replicates.get(f"{kappa}/mean"), result.replicates.get(f"{kappa}/hardest")
-        bounds = intervals.bounds(mean) if mean is not None else (None, None)
-        note = rows[0].get(FIT_OVERLAP, "")  # every level of a (model, κ) carries its detector's note
-        found += [Estimate(model, kappa, "severity_mean", sum(aurocs) / len(aurocs), *bounds, mean, result.units,
-                           fit_overlap=note),
-                  Estimate(model, kappa, "severity_hardest", aurocs[-1], rows[-1].get("ood-auroc low"),
-                           rows[-1].get("ood-auroc high"), hardest, result.units, fit_overlap=note)]
-    return found
 
 
 @register

@@ -14,8 +14,8 @@ model's weights preset, a checkpoint's own datamodule (:meth:`datamodules.OpenSe
 A module given without one is refused (no PIL image ever reaches a network). It also carries the classes
 it predicts (``classes``), so that data of other classes are refused by name, not by count.
 
-The evaluation itself is done by the callbacks (:mod:`evaluation_engine.scoring` runs the passes); ``evaluate.py``
-runs ``trainer.test`` only to launch the processes and call them.
+The evaluation itself is done by the callbacks' ``evaluate`` (:mod:`evaluation_engine.scoring` runs the passes) in
+the processes of an :class:`evaluation_engine.runner.Runner`.
 """
 
 from __future__ import annotations
@@ -356,6 +356,3 @@ class ScoringModel(pl.LightningModule):
     def fingerprint(self) -> str:
         return weights_fingerprint(self.network)
 
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        """Nothing: the evaluation callbacks run their own sharded passes (``evaluate.py``)."""
-        return None

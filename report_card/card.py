@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import (
     DetectorOptions,
@@ -55,7 +56,7 @@ from evaluation_engine.options import (
     option_groups,
 )
 from evaluation_engine.outputs import check_output_dir, slug
-from evaluation_engine.run import Evaluation, TrainerOptions
+from evaluation_engine.runner import TrainerOptions
 from evaluation_engine.scoring import ScoringPasses
 from evaluation_methods.registry import (
     CardContext,

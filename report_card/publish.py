@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation_engine.outputs import slug
-from evaluation_engine.run import TrainerOptions, evaluation_logger
+from evaluation_engine.runner import TrainerOptions, evaluation_logger
 from report_card.page import image_path
 
 

@@ -9,6 +9,7 @@ from sklearn.metrics import roc_auc_score
 
 import evaluate
 import train
+from evaluation_engine.scoring import ScoringPasses
 from tests.conftest import ROOT
 
 
@@ -60,8 +61,8 @@ def test_oscr_report_next_to_the_checkpoint(best_checkpoint, tmp_path, capsys, m
     assert saved["counts"] == {"known": 4000, "negatives": 3000, "unknowns": 3000, "skipped_images": 0}
     assert set(saved["files"]) == {"oscr_negatives", "oscr_unknowns", "oscr_curves", "score_histograms"}
     # the headline numbers, in the file and in what the command returns, are those of the formulas applied to
-    # the per-sample outputs of the test pass (every test image once, in dataset order)
-    assert recorded["indices"].tolist() == list(range(10000))
+    # the per-sample outputs of the test set's scoring pass (every test image once, in dataset order)
+    assert recorded["logits"].shape[0] == 10000 and torch.equal(recorded["targets"], recorded["labels"])
     ccr, area = oscr_reference(recorded["probs"].double().numpy(), recorded["targets"].numpy(), fpr=0.1)
     for scalars in (saved["scalars"], report["scalars"]):
         assert scalars["unknowns/ccr@fpr=0.1"] == pytest.approx(ccr, abs=1e-12)
@@ -71,42 +72,38 @@ def test_oscr_report_next_to_the_checkpoint(best_checkpoint, tmp_path, capsys, m
 
 
 def record_outputs(monkeypatch) -> dict[str, torch.Tensor]:
-    """Record what the classifier's test steps hand the metrics (``logits``, ``probs``, ``targets`` by dataset index);
-    after the run the dict holds them as ``(N, C)`` tables in index order."""
-    from lightning_modules import OpenSetClassifier
+    """Record what the scoring pass of the test set hands the metrics (``logits``, their softmax ``probs``,
+    ``targets``, in dataset order); after the run the dict holds them as ``(N, C)`` tables."""
+    from evaluation_engine.scoring import ScoringPasses
 
-    predict, parts = OpenSetClassifier._predict, {"indices": [], "logits": [], "probs": [], "targets": []}
+    outputs = ScoringPasses.outputs
     recorded: dict[str, torch.Tensor] = {}
 
-    def recording(self, batch):
-        out = predict(self, batch)
-        for key in parts:
-            parts[key].append(out[key].detach().cpu())
-        order = torch.cat(parts["indices"]).argsort()
-        recorded.update({key: torch.cat(parts[key])[order] for key in parts})
+    def recording(self, runner, model, evaluation_set, **kwargs):
+        out = outputs(self, runner, model, evaluation_set, **kwargs)
+        recorded.update(logits=out["logits"], probs=torch.softmax(out["logits"].float(), dim=1),
+                        targets=out["targets"], labels=evaluation_set.labels())
         return out
 
-    recording.original = predict  # type: ignore[attr-defined]
-    monkeypatch.setattr(OpenSetClassifier, "_predict", recording)
+    recording.original = outputs  # type: ignore[attr-defined]
+    monkeypatch.setattr(ScoringPasses, "outputs", recording)
     return recorded
 
 
 def replay_outputs(monkeypatch, recorded: dict[str, torch.Tensor]) -> None:
-    """The classifier's test steps still run the network, check that its logits are the recorded ones to float32
-    tolerance, and hand the metrics the recorded per-sample values instead (looked up by dataset index)."""
-    from lightning_modules import OpenSetClassifier
+    """The test set's pass still runs the network, its logits are checked against the recorded ones to float32
+    tolerance, and the metrics get the recorded logits instead."""
+    from evaluation_engine.scoring import ScoringPasses
 
-    predict = getattr(OpenSetClassifier._predict, "original", OpenSetClassifier._predict)  # not the recorder
+    outputs = getattr(ScoringPasses.outputs, "original", ScoringPasses.outputs)  # not the recorder
 
-    def replaying(self, batch):
-        out = predict(self, batch)
-        rows = torch.searchsorted(recorded["indices"], out["indices"].cpu())
-        assert torch.equal(recorded["indices"][rows], out["indices"].cpu())
-        torch.testing.assert_close(out["logits"].cpu(), recorded["logits"][rows], rtol=1e-4, atol=1e-5)
-        return {**out, "logits": recorded["logits"][rows].to(out["logits"].device),
-                "probs": recorded["probs"][rows].to(out["probs"].device)}
+    def replaying(self, runner, model, evaluation_set, **kwargs):
+        out = outputs(self, runner, model, evaluation_set, **kwargs)
+        assert torch.equal(out["targets"], recorded["targets"])
+        torch.testing.assert_close(out["logits"], recorded["logits"], rtol=1e-4, atol=1e-5)
+        return {**out, "logits": recorded["logits"]}
 
-    monkeypatch.setattr(OpenSetClassifier, "_predict", replaying)
+    monkeypatch.setattr(ScoringPasses, "outputs", replaying)
 
 
 @pytest.mark.slow
@@ -119,7 +116,7 @@ def test_results_do_not_depend_on_the_batch_size(best_checkpoint, tmp_path, monk
     common = ["oscr", "--model", str(best_checkpoint), "--wandb-mode", "disabled", "--no-plots", "--accelerator", "cpu"]
     recorded = record_outputs(monkeypatch)
     first = evaluate.main([*common, "--output-dir", str(tmp_path / "a")])
-    assert recorded["indices"].tolist() == list(range(10000))
+    assert recorded["logits"].shape[0] == 10000
     replay_outputs(monkeypatch, recorded)
     second = evaluate.main([*common, "--output-dir", str(tmp_path / "b"), "--data-arg", "batch_size=37"])
     assert first["scalars"] == second["scalars"]
@@ -155,7 +152,7 @@ def test_oscr_refuses_a_generator_checkpoint_up_front(tmp_path):
     with pytest.raises(SystemExit, match=r"^evaluate.py oscr: checkpoint .*near_ood\.ckpt holds a "
                                          r"lightning_modules\.generators\.NearOODGenerator, but a "
                                          r"lightning_modules\.open_set_classifier\.OpenSetClassifier is expected here: "
-                                         r"oscr needs a classifier of train\.py"):
+                                         r"scoring needs a classifier of train\.py"):
         evaluate.main(["oscr", "--model", str(generator), "--wandb-mode", "disabled", "--accelerator", "cpu"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["near_ood.ckpt"]  # no report folder, no log
     for name in ("timm:resnet18", "torchvision:resnet18", f"ensemble:{generator}"):  # not "checkpoint ... does not exist"
@@ -168,13 +165,12 @@ def test_oscr_checks_its_default_folder_before_the_test_pass(best_checkpoint, tm
     import os
     import shutil
 
-    from lightning_modules import OpenSetClassifier
 
     locked = tmp_path / "locked"
     locked.mkdir()
     checkpoint = shutil.copy(best_checkpoint, locked / "best.ckpt")
     monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(locked))  # read-only, as for a non-root user
-    monkeypatch.setattr(OpenSetClassifier, "test_step", lambda *args: pytest.fail("the test pass ran"))
+    monkeypatch.setattr(ScoringPasses, "outputs", lambda *args, **kwargs: pytest.fail("the test pass ran"))
     with pytest.raises(SystemExit, match=r"^evaluate.py oscr: the report goes to .*locked/best-oscr, but "
                                          r".*locked cannot be written"):
         evaluate.main(["oscr", "--model", str(checkpoint), "--wandb-mode", "disabled", "--accelerator", "cpu"])
@@ -300,7 +296,7 @@ def test_background_checkpoint_through_oscr_in_both_conventions(bg_checkpoint, t
         logits = model(data.test_set.images.float() / 255)
     # the references score the probabilities the command scored (a flipped near-tie between these float32
     # numbers and the recomputed ones would move a CCR by 1/N): those of this model on the test set, in order
-    assert recorded["indices"].tolist() == list(range(len(data.test_set)))
+    assert torch.equal(recorded["targets"], data.test_set.labels)
     torch.testing.assert_close(recorded["logits"], logits, rtol=1e-4, atol=1e-5)
     probs = recorded["probs"].numpy()
     target = data.test_set.labels.numpy()
@@ -372,7 +368,7 @@ def test_each_commands_own_spellings_are_declared_on_its_class() -> None:
                                                        ("dryrun", "offline"), ("online", "online"), ("run", "online"),
                                                        (None, "offline")])
 def test_the_wandb_mode_follows_the_environment_unless_given(monkeypatch, environment, expected):
-    from evaluation_engine.run import TrainerOptions, make_logger
+    from evaluation_engine.runner import TrainerOptions, make_logger
 
     if environment is None:
         monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -391,7 +387,7 @@ def test_the_wandb_mode_follows_the_environment_unless_given(monkeypatch, enviro
 
 
 def test_a_wandb_mode_w_and_b_does_not_know_is_named(monkeypatch):
-    from evaluation_engine.run import TrainerOptions
+    from evaluation_engine.runner import TrainerOptions
 
     monkeypatch.setenv("WANDB_MODE", "ofline")
     with pytest.raises(ValueError, match=r"the environment's WANDB_MODE='ofline' is not a W&B mode .*'dryrun'"):
@@ -406,7 +402,7 @@ def test_each_evaluation_finishes_the_wandb_run_it_started_and_leaves_the_users_
     made the next command from Python (and the card's own run) log into it."""
     import wandb
 
-    from evaluation_engine.run import TrainerOptions, evaluation_logger
+    from evaluation_engine.runner import TrainerOptions, evaluation_logger
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")  # Lightning's offline logger sets it to dryrun: restored after

@@ -140,8 +140,10 @@ def test_a_circle_through_a_lazy_import_is_found(tmp_path, monkeypatch):
 
 
 def test_callbacks_holds_only_lightning_callbacks():
-    """Every class defined in ``callbacks/`` is a ``pl.Callback`` (the commands are in ``methods/``, the engine in
-    ``engine/``, the card in ``report/``); helper functions and constants may stay beside their callback."""
+    """Every class defined in ``callbacks/`` is a method's evaluation: a ``pl.Callback`` or a class with the public
+    ``evaluate(runner, ...)`` every method's evaluation has (EvG's report, which runs in no Trainer); the commands are
+    in ``evaluation_methods/``, the engine in ``evaluation_engine/``, the card in ``report_card/``. Helper functions
+    and constants may stay beside their callback."""
     import importlib
     import inspect
 
@@ -151,6 +153,7 @@ def test_callbacks_holds_only_lightning_callbacks():
     for path in files_of("callbacks"):
         module = importlib.import_module(module_name(path))
         for name, value in vars(module).items():
-            if inspect.isclass(value) and value.__module__ == module.__name__ and not issubclass(value, pl.Callback):
+            if inspect.isclass(value) and value.__module__ == module.__name__ and not issubclass(value, pl.Callback) \
+                    and not callable(getattr(value, "evaluate", None)):
                 found[f"{module.__name__}.{name}"] = value
     assert sorted(found) == []

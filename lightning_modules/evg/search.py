@@ -5,15 +5,13 @@ Adversarial Generation of Outliers*; DESIGN.md §5.4).
 (:class:`lightning_modules.evg.black_box.BlackBox`),
 variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
-matrix). Lightning spreads the batches of chains over the devices (without padding in prediction), and a
-chain's random numbers do not depend on its batch or process, so 2 processes give the 1-process results bit for
+matrix). :meth:`callbacks.EvGReport.run_chains` spreads the batches of chains over the processes (rank ``r`` of
+``W`` runs batches ``r, r + W, ...``; a ``trainer.predict`` of the search does the same), and a chain's random numbers do not depend on its batch or process, so 2 processes give the 1-process results bit for
 bit wherever the detectors' outputs are the same (float32 outputs may differ in their last bits with the batch).
 The report is the job of :class:`callbacks.EvGReport`.
 
 Its fitted state is its detectors' energy standardisation (buffers), set by one explicit call,
-:meth:`EvGSearch.fit_standardisation`, before ``predict``; a search with an unfitted detector is refused.
-``test_step`` does nothing: ``trainer.test`` of the search only gives the report callback the processes in
-which it scores the fixed sets.
+:meth:`EvGSearch.fit_standardisation`, before the search; a search with an unfitted detector is refused.
 """
 
 from __future__ import annotations
@@ -86,15 +84,15 @@ class EvGSearch(pl.LightningModule):
         """Detector name -> (μ, σ + 1e-3) of its energy."""
         return {name: (float(d.energy_mean), float(d.energy_scale)) for name, d in self.detectors.items()}
 
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        """Nothing: the report callback scores the fixed sets in ``trainer.test``."""
-        return None
-
-    def on_predict_start(self) -> None:
+    def check_standardised(self) -> None:
+        """Refuse a search with a detector whose energy standardisation is not fitted."""
         unfitted = [name for name, detector in self.detectors.items() if not detector.standardised]
         if unfitted:
             raise RuntimeError(f"the detectors {unfitted} have no energy standardisation: call fit_standardisation "
-                               "with their in-distribution scores before trainer.predict")
+                               "with their in-distribution scores before the search")
+
+    def on_predict_start(self) -> None:
+        self.check_standardised()
 
     def seeds_of(self, chains: Tensor) -> Tensor:
         return self.seed_images[chains % self.seed_images.shape[0]]

@@ -5,13 +5,11 @@ and 2 processes equal to 1."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,6 +26,7 @@ from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.images import TensorImageDataset, balanced_choice
 from datamodules.sources import load_digits_images
 from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_engine.runner import Runner
 from evaluation_methods.evg import EvGEvaluation
 from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import load_module
@@ -381,11 +380,9 @@ def test_timm_detector_takes_raw_images_through_the_models_transform() -> None:
         BlackBox(ScoringModel("timm:resnet10t", pretrained=False), "max_logit", varied_images="pixels")
 
 
-def fake_trainer() -> SimpleNamespace:
-    """What the engine's pass asks of a trainer, for one process."""
-    return SimpleNamespace(global_rank=0, world_size=1, is_global_zero=True, precision="32-true",
-                           precision_plugin=SimpleNamespace(forward_context=contextlib.nullcontext),
-                           strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj))
+def fake_runner() -> Runner:
+    """This one process, as the engine's pass runs in it."""
+    return Runner.local()
 
 
 class Tiny(torch.nn.Module):
@@ -482,7 +479,7 @@ def test_the_identity_variation_of_a_seed_scores_its_clean_score(rule: str) -> N
     assert seeds.shape[-2:] == {"data": (20, 20), "image_size": (28, 28), "input": (24, 24)}[rule]
     passes = ScoringPasses()
     for model in models:
-        clean = passes.scores(fake_trainer(), model, data["ood"], resolve_detector("max_logit"), {}, batch_size=4)
+        clean = passes.scores(fake_runner(), model, data["ood"], resolve_detector("max_logit"), {}, batch_size=4)
         detector = BlackBox(model, "max_logit", varied_images=found.varied_images)
         for name in ("affine", "colour"):
             variation = build_variation(name, None, seed_shape=tuple(seeds.shape[1:]))

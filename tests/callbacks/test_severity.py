@@ -13,7 +13,7 @@ from callbacks import SeverityAUROC
 from datamodules import FashionMNISTOpenSetDataModule
 from datamodules.severity import FashionSeverityData
 from datamodules.transforms import ModelInput, TensorPipeline
-from evaluation_engine.run import launch_loader
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import PredictionCache
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
@@ -25,13 +25,11 @@ def small_data(**kwargs) -> FashionSeverityData:
 
 
 def run_severity(scoring, kappas, tmp_path, data=None, precision="32-true", **kwargs) -> SeverityAUROC:
-    """What `evaluate.py severity` does: the callback on a fixed model, started by trainer.test."""
+    """What `evaluate.py severity` does: the callback's evaluation of a fixed model, in this process."""
     data = data or small_data()
     callback = SeverityAUROC(data=data, kappas=kappas, every_n_epochs=0, cache_dir=str(tmp_path / "cache"),
                              output_dir=str(tmp_path / "out"), **kwargs)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], limit_test_batches=1,
-                         precision=precision, enable_progress_bar=False, enable_model_summary=False)
-    trainer.test(scoring, dataloaders=launch_loader())
+    callback.evaluate(Runner.local(precision), scoring)
     return callback
 
 

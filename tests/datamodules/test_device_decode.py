@@ -133,7 +133,7 @@ def test_scoring_passes_decode_on_the_device_path(tmp_path):
     from datamodules.evaluation import EvaluationSet
     from evaluation_engine.scoring import ScoringPasses
     from lightning_modules.scoring import ScoringModel
-    from tests.evaluation_engine.test_scoring import fake_trainer
+    from tests.evaluation_engine.test_scoring import fake_runner
 
     torch.manual_seed(0)
     network = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
@@ -141,7 +141,7 @@ def test_scoring_passes_decode_on_the_device_path(tmp_path):
     model = ScoringModel(network, model_input=SMALL)
     files = EvaluationSet("files", "ood", ImageFileDataset(str(tmp_path / "images"), write_images(tmp_path / "images")))
     passes = {decode: ScoringPasses(tmp_path / "cache", decode=decode) for decode in ("cpu", "device")}
-    outputs = {d: p.outputs(fake_trainer(0, 1), model, files, batch_size=5) for d, p in passes.items()}
+    outputs = {d: p.outputs(fake_runner(0, 1), model, files, batch_size=5) for d, p in passes.items()}
     assert torch.equal(outputs["cpu"]["targets"], outputs["device"]["targets"])
     torch.testing.assert_close(outputs["device"]["logits"], outputs["cpu"]["logits"], atol=2e-3, rtol=0)
     assert passes["cpu"].passes == passes["device"].passes == 1  # two cache entries, not one reused

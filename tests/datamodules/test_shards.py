@@ -406,10 +406,10 @@ def scoring(cache: Path | None, dataset: ImageFileDataset):
     <folder>/val`` names both a folder's and a shard set's) with a tiny model, and the passes it ran."""
     from datamodules.evaluation import EvaluationSet
     from evaluation_engine.scoring import ScoringPasses
-    from tests.evaluation_engine.test_scoring import fake_trainer, scoring_model
+    from tests.evaluation_engine.test_scoring import fake_runner, scoring_model
 
     passes = ScoringPasses(cache)
-    outputs = passes.outputs(fake_trainer(0, 1), scoring_model(size=2), EvaluationSet("val", "ood", dataset),
+    outputs = passes.outputs(fake_runner(0, 1), scoring_model(size=2), EvaluationSet("val", "ood", dataset),
                              batch_size=4)
     return outputs["logits"], passes.passes
 

@@ -52,7 +52,8 @@ def test_a_shared_option_has_one_group_and_one_type_in_every_command() -> None:
     # the commands that compose them: which groups, and which fields of a group they read
     assert set(option_groups(SeverityEvaluation)) == {"model_options", "data_options", "detector_options",
                                                       "output_options"}
-    assert [k for k, (p, _) in flat_options(OSCREvaluation).items() if p] == ["data_args", "output_dir", "plots"]
+    assert [k for k, (p, _) in flat_options(OSCREvaluation).items() if p] == ["data_args", "output_dir", "cache_dir",
+                                                                                   "plots"]
     assert [k for k, (p, _) in flat_options(GenerateSets).items() if p] == ["data_args", "batch_size"]
 
 

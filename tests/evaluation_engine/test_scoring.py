@@ -31,8 +31,8 @@ from metrics.kappa import kappa_scores
 from tests.distributed import run_distributed
 
 
-def fake_trainer(rank: int, world_size: int):
-    """The parts of a Trainer that the sharded pass and the cache use (rank, world, precision, broadcast)."""
+def fake_runner(rank: int, world_size: int):
+    """The parts of a Runner that the sharded pass and the cache use (rank, world, precision, broadcast)."""
 
     def broadcast(obj, src=0):
         if world_size == 1:
@@ -42,8 +42,7 @@ def fake_trainer(rank: int, world_size: int):
         return box[0]
 
     return SimpleNamespace(global_rank=rank, world_size=world_size, is_global_zero=rank == 0, precision="32-true",
-                           precision_plugin=SimpleNamespace(forward_context=contextlib.nullcontext),
-                           strategy=SimpleNamespace(broadcast=broadcast))
+                           forward_context=contextlib.nullcontext, broadcast=broadcast, datamodule=None, loggers=[])
 
 
 def dataset(n: int) -> TensorImageDataset:
@@ -64,7 +63,7 @@ def test_shard_indices():
 
 
 def _sharded(rank: int, world_size: int, n: int, batch_size: int):
-    return sharded_outputs(fake_trainer(rank, world_size), dataset(n), step, keys=["logits", "scores"],
+    return sharded_outputs(fake_runner(rank, world_size), dataset(n), step, keys=["logits", "scores"],
                            batch_size=batch_size)
 
 
@@ -105,13 +104,13 @@ def test_skipped_samples_are_an_error():
 
     holey = Holey(torch.rand(4, 1, 2, 2), torch.zeros(4, dtype=torch.long))
     with pytest.raises(RuntimeError, match="cover 3 of 4 samples"):
-        sharded_outputs(fake_trainer(0, 1), holey, step, keys=["logits"], batch_size=2)
+        sharded_outputs(fake_runner(0, 1), holey, step, keys=["logits"], batch_size=2)
 
 
 def _decide(rank: int, world_size: int, directories: list[str], key: str):
     # every rank looks in its own folder: only rank 0's holds the file (e.g. node-local disks)
     cache = PredictionCache(directories[rank])
-    return cache.load_on_rank_zero(fake_trainer(rank, world_size), "model-id", key, rows=3)
+    return cache.load_on_rank_zero(fake_runner(rank, world_size), "model-id", key, rows=3)
 
 
 @pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
@@ -176,7 +175,7 @@ def test_a_pass_is_run_once_per_model_and_set_whatever_asks_for_it(tmp_path):
     from metrics import KAPPAS
     from metrics.detectors import DETECTORS
 
-    model, data, trainer = scoring_model(), evaluation_set(), fake_trainer(0, 1)
+    model, data, trainer = scoring_model(), evaluation_set(), fake_runner(0, 1)
     passes = ScoringPasses(tmp_path / "cache")
     first = passes.outputs(trainer, model, data, batch_size=3)
     assert passes.passes == 1 and model.network.calls == 3  # ceil(7 / 3) batches
@@ -208,7 +207,7 @@ def test_the_models_own_input_reaches_it_and_nan_is_never_cached(tmp_path):
     for i in range(3):  # files of two sizes and modes: the model's input brings them to one
         Image.new("RGB" if i else "L", (5 + i, 4), color=40 * i).save(tmp_path / f"{i}.png")
     files = EvaluationSet("files", "ood", ImageFileDataset(str(tmp_path), [(f"{i}.png", -2) for i in range(3)]))
-    model, trainer = scoring_model(size=2), fake_trainer(0, 1)
+    model, trainer = scoring_model(size=2), fake_runner(0, 1)
     outputs = ScoringPasses().outputs(trainer, model, files, batch_size=3)
     with torch.no_grad():
         expected = model.network(torch.stack([model.model_input.pipeline(files.dataset[i].image) for i in range(3)]))
@@ -234,7 +233,7 @@ def test_images_of_several_sizes_are_refused_by_name():
                                             TensorImageDataset(torch.rand(2, 1, 3, 3), torch.zeros(2))])
     free = ScoringModel(Counting(), model_input=ModelInput(TensorPipeline(None, None)), name="free")
     with pytest.raises(ValueError, match=r"mixed holds images of several sizes \[\(1, 2, 2\), \(1, 3, 3\)\]"):
-        ScoringPasses().outputs(fake_trainer(0, 1), free, EvaluationSet("mixed", "ood", mixed), batch_size=4)
+        ScoringPasses().outputs(fake_runner(0, 1), free, EvaluationSet("mixed", "ood", mixed), batch_size=4)
 
 
 def test_pairs_that_cannot_be_served_are_refused_when_the_run_starts():
@@ -254,7 +253,7 @@ def test_a_detectors_non_finite_scores_name_it_its_arguments_and_the_set():
     from evaluation_engine.scoring import ScoringPasses
     from metrics import resolve_detector
 
-    model, data, trainer = scoring_model(), evaluation_set(7, "ood:digits"), fake_trainer(0, 1)
+    model, data, trainer = scoring_model(), evaluation_set(7, "ood:digits"), fake_runner(0, 1)
     energy = resolve_detector("pood:EnergyBased")
     with pytest.raises(ValueError, match=r"^confidence function 'pood:EnergyBased' \(t=0\) gave NaN or infinite scores "
                                          r"for 7 of 7 images of ood:digits \(first rows: \[0, 1, 2, 3, 4\]\)"):
@@ -314,7 +313,7 @@ def fit_set(n: int = 30, classes: int = 3, seed: int = 0) -> EvaluationSet:
 
 
 def test_a_fit_runs_one_pass_and_is_kept_for_the_run_its_cap_another_pass(tmp_path):
-    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set()
+    model, trainer, data = scoring_model(), fake_runner(0, 1), fit_set()
     passes = ScoringPasses(tmp_path / "cache")
     detector = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=7)
     assert passes.passes == 1 and detector.fitted
@@ -357,7 +356,7 @@ def test_the_cap_is_seeded_and_class_balanced():
 
 def test_a_head_only_detector_fits_without_data_and_a_wrong_head_is_refused():
     network = Headed()
-    model, trainer = scoring_model(network), fake_trainer(0, 1)
+    model, trainer = scoring_model(network), fake_runner(0, 1)
     detector = ScoringPasses().fitted_detector(trainer, model, HEAD_ENERGY, {}, None)
     images = torch.rand(6, 1, 2, 2)
     features = images.flatten(1)[:, :4]
@@ -372,7 +371,7 @@ def test_a_head_only_detector_fits_without_data_and_a_wrong_head_is_refused():
 
 
 def test_bad_fit_input_is_refused_by_name_before_the_pass():
-    model, trainer = scoring_model(), fake_trainer(0, 1)
+    model, trainer = scoring_model(), fake_runner(0, 1)
     with pytest.raises(ValueError, match="fits on in-distribution training images and counting has none"):
         check_detectors([CLASS_MEAN], model, None)
     with pytest.raises(ValueError, match="fits on in-distribution training images and counting has none"):
@@ -463,7 +462,7 @@ def test_during_training_the_detector_is_refitted_every_evaluation_on_the_capped
 def test_review_fixes_caps_heads_and_checks_before_the_pass():
     from evaluation_engine.scoring import check_head
 
-    model, trainer, data = scoring_model(Headed()), fake_trainer(0, 1), fit_set(30, 3)
+    model, trainer, data = scoring_model(Headed()), fake_runner(0, 1), fit_set(30, 3)
     # a user's cap replaces the detector's default cap (knn_imagenet: 1%), it is not merged into "both"
     passes = ScoringPasses()
     detector = passes.fitted_detector(trainer, model, DETECTORS["knn_imagenet"], {"k": 2}, data, fit={"per_class": 4}, batch_size=8)
@@ -494,7 +493,7 @@ def test_review_fixes_caps_heads_and_checks_before_the_pass():
 def test_the_fitted_state_is_written_and_a_large_bank_only_fingerprinted(tmp_path, monkeypatch):
     import evaluation_engine.scoring as scoring
 
-    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    model, trainer, data = scoring_model(), fake_runner(0, 1), fit_set(30, 3)
     passes = ScoringPasses()
     knn = passes.fitted_detector(trainer, model, DETECTORS["knn"], {"k": 3}, data, batch_size=8)
     mean = passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
@@ -515,7 +514,7 @@ def test_a_fit_set_holding_evaluation_images_is_refused_before_any_pass_unless_a
     import evaluation_engine.scoring as scoring
     from datamodules.overlap import FitOverlapError
 
-    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    model, trainer, data = scoring_model(), fake_runner(0, 1), fit_set(30, 3)
     images = data.dataset.images
     id_test = EvaluationSet("id_test", "id_test", TensorImageDataset(torch.rand(8, 1, 2, 2), torch.arange(8) % 3))
     shared = [4, 11, 25]  # 3 of the 30 fit images are among the OOD set's 6, at its positions 5, 0, 2
@@ -571,7 +570,7 @@ def test_a_fit_set_holding_evaluation_images_is_refused_before_any_pass_unless_a
 def test_scores_checks_a_set_its_fitted_detector_was_not_checked_against():
     from datamodules.overlap import FitOverlapError
 
-    model, trainer, data = scoring_model(), fake_trainer(0, 1), fit_set(30, 3)
+    model, trainer, data = scoring_model(), fake_runner(0, 1), fit_set(30, 3)
     passes = ScoringPasses()
     passes.fitted_detector(trainer, model, CLASS_MEAN, {}, data, batch_size=8)
     copied = EvaluationSet("id_test", "id_test", TensorImageDataset(data.dataset.images[:5], torch.arange(5) % 3))
@@ -583,7 +582,7 @@ def test_scores_checks_a_set_its_fitted_detector_was_not_checked_against():
 
 def test_a_default_cap_too_small_for_the_detector_names_the_cap_and_the_option():
 
-    model, trainer = scoring_model(Headed()), fake_trainer(0, 1)
+    model, trainer = scoring_model(Headed()), fake_runner(0, 1)
     with pytest.raises(ValueError) as refused:  # knn_imagenet keeps 1% by default: 1 of 96 images for k = 10
         ScoringPasses().fitted_detector(trainer, model, DETECTORS["knn_imagenet"], {}, fit_set(96, 3), batch_size=8)
     message = str(refused.value)
@@ -826,13 +825,11 @@ def tensor_set(name, role, images, labels):
 def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one_in_its_tables(tmp_path):
     import csv
 
-    import pytorch_lightning as pl
-
     from callbacks.evg import EvGReport
-    from datamodules.evg import ChainBatches, EvGData
+    from datamodules.evg import EvGData
     from datamodules.overlap import FitOverlapError
     from datamodules.transforms import ModelInput, TensorPipeline
-    from evaluation_engine.run import launch_loader
+    from evaluation_engine.runner import Runner
     from lightning_modules.evg import BlackBox, EvGSearch, build_variation
     from lightning_modules.scoring import ScoringModel
 
@@ -852,11 +849,7 @@ def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one
         module = EvGSearch(detectors, {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},
                            {"mh": {}}, seeds, steps=3, seed=0)
         report = EvGReport(data, chains=4, output_dir=out, plots=False, seed_indices=indices, fit_set=fit, **options)
-        trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[report], inference_mode=False,
-                             enable_progress_bar=False, enable_model_summary=False)
-        trainer.test(module, dataloaders=launch_loader(), verbose=False)
-        module.fit_standardisation({name: scores["id_val"] for name, scores in report.scores.items()})
-        trainer.predict(module, dataloaders=ChainBatches(4, 4).loader(1), return_predictions=False)
+        report.evaluate(Runner.local(), module, chains_per_batch=4)
         return report, model
 
     with pytest.raises(FitOverlapError, match=r"2 of its 10 images are images of ood \(role ood, in memory"):

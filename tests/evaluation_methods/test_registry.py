@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.run import Evaluation, TrainerOptions
+from evaluation_engine.command import Evaluation
+from evaluation_engine.runner import TrainerOptions
 from evaluation_methods.registry import Estimate, Headline, Method, MethodResult
 from lightning_modules.scoring import checkpoint_display_name
 

@@ -81,12 +81,6 @@ def test_a_module_needs_its_input_and_a_generator_is_not_a_classifier():
         ScoringModel(str(ROOT / "tests/data/legacy/near_ood.ckpt"))
 
 
-def test_test_step_does_nothing():
-    scoring = ScoringModel("timm:test_resnet", pretrained=False)
-    assert scoring.test_step((torch.rand(1, 3, 32, 32), torch.zeros(1, dtype=torch.long)), 0) is None
-    assert scoring.forward_calls == 0
-
-
 def test_ensembles_of_members_files_are_named_by_their_folders(demo_checkpoint, tmp_path):
     """Two ensembles whose first members share a file name (``member_0/best.ckpt``) stay apart in the tables."""
     names = []
@@ -102,7 +96,7 @@ def test_ensembles_of_members_files_are_named_by_their_folders(demo_checkpoint, 
 def test_a_built_model_is_shared_only_with_an_evaluation_that_would_build_it_alike() -> None:
     """The report card hands its built models to its sections; a section with model options of its own (its
     model_args, another pretrained file) gets a model of its own, never the card's silently."""
-    from evaluation_engine.run import Evaluation
+    from evaluation_engine.command import Evaluation
     from lightning_modules.scoring import ScoringModel
 
     built = ScoringModel("timm:resnet10t", pretrained=False)

@@ -23,10 +23,11 @@ import pytest
 import torch
 
 import evaluate
+from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import read_replicates
-from evaluation_engine.run import Evaluation, TrainerOptions
+from evaluation_engine.runner import TrainerOptions
 from evaluation_methods.generated import set_differences
 from evaluation_methods.registry import (
     Estimate,
@@ -190,7 +191,7 @@ def counted_checkpoint_reads() -> Iterator[collections.Counter]:
 
 @pytest.mark.slow
 def test_each_checkpoint_is_read_once_per_card(card: dict) -> None:
-    """The card builds each model once and every section scores it (OSCR's test pass included): the demo
+    """The card builds each model once and every section scores it (OSCR's pass included): the demo
     checkpoint and each ensemble member are read once per card (18 reads of these 3 files before: the demo
     checkpoint 6 times, the first member 8, the second 4)."""
     members = [str(Path(p).resolve()) for p in card["members"].read_text().split()]
@@ -204,8 +205,12 @@ def test_every_pass_runs_at_most_once_and_a_second_run_none(card: dict) -> None:
     first, second = card["runs"]
     ran = [entry["key"] for entry in first["log"] if entry["source"] == "run"]
     assert ran and len(ran) == len(set(ran))  # no (model, set, pass) twice
-    # every method asked: severity's three sets, generated's sets, EvG's fixed sets, for both models
-    assert {entry["role"] for entry in first["log"]} >= {"id_test", "id_val", "estimation", "ood", "near_ood", "shift"}
+    # every method asked: OSCR's protocol test set, severity's three sets, generated's sets, EvG's fixed sets
+    assert {entry["role"] for entry in first["log"]} >= {"open_set_test", "id_test", "id_val", "estimation", "ood",
+                                                         "near_ood", "shift"}
+    # OSCR's pass is one of the card's passes: run once, then reused from the card's cache by the second run
+    oscr = [[entry["source"] for entry in run["log"] if entry["role"] == "open_set_test"] for run in (first, second)]
+    assert oscr == [["run"], ["cache"]]
     assert {entry["model"] for entry in first["log"]} == {row["model"] for row in first["rows"]}
     # a later method asking for a pass an earlier one made gets it from memory
     assert any(entry["source"] == "memory" for entry in first["log"])
@@ -820,9 +825,9 @@ def test_every_image_the_page_shows_is_logged_to_wandb(tmp_path: Path, monkeypat
         def experiment(self):
             return type("Run", (), {"finish": lambda self: None})()
 
-    import evaluation_engine.run
+    import evaluation_engine.runner
 
-    monkeypatch.setattr(evaluation_engine.run, "make_logger", lambda options, name, version=None: Recorder(project="card"))
+    monkeypatch.setattr(evaluation_engine.runner, "make_logger", lambda options, name, version=None: Recorder(project="card"))
     publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=folder)
     assert list(logged) == ["report/open_set/OSCR_curves_demo-best", "report/evg/transfer_affine_mh"]
     assert list(logged.values()) == page_images(card, folder) and len(logged) == 2
@@ -837,7 +842,7 @@ def test_the_wandb_leaderboard_and_the_terminal_say_which_rows_were_fitted_on_th
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytorch_lightning.loggers import WandbLogger
 
-    import evaluation_engine.run
+    import evaluation_engine.runner
     from report_card import publish
     from report_card.leaderboard import leaderboard_text
 
@@ -858,7 +863,7 @@ def test_the_wandb_leaderboard_and_the_terminal_say_which_rows_were_fitted_on_th
         def experiment(self):
             return type("Run", (), {"finish": lambda self: None})()
 
-    monkeypatch.setattr(evaluation_engine.run, "make_logger", lambda options, name, version=None: Recorder(project="card"))
+    monkeypatch.setattr(evaluation_engine.runner, "make_logger", lambda options, name, version=None: Recorder(project="card"))
     publish.log_card(card, TrainerOptions(wandb_mode="offline"), folder=tmp_path)
     board = tables["report/leaderboard"]
     assert board["columns"][-1] == "fit overlap" and [row[-1] for row in board["data"]] == [note, ""]
