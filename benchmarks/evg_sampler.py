@@ -16,7 +16,7 @@ result (per chain, the lowest-energy state of the whole trajectory); only the ra
 
 Energies:
 
-- *detector*: ``BlackBox(ScoringModel(OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)), "softmax")``
+- *detector*: ``BlackBox(ScoringModel(OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)), KAPPAS["softmax"].detector)``
   (the demo's network, randomly initialised, not trained), standardised on the κ of 64 random images, over
   ``AffineVariation()`` (D = 5) of one random 28x28 grayscale seed image per chain:
   ``E(z) = detector.energy(variation(z, seeds))``.
@@ -174,12 +174,13 @@ def make_detector() -> Any:
     """The demo's small CNN (random weights) scored by softmax response, standardised on random images."""
     from datamodules.transforms import ModelInput, TensorPipeline
     from lightning_modules import BlackBox, OpenSetClassifier, ScoringModel
+    from metrics import KAPPAS
 
     torch.manual_seed(SEED)
     network = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)
     model = ScoringModel(network, model_input=ModelInput(TensorPipeline(28, 1), size=(28, 28), channels=1), name="demo")
     model.network.to(memory_format=torch.channels_last)  # as evaluate.py evg runs it
-    detector = BlackBox(model, "softmax", name="demo/softmax")
+    detector = BlackBox(model, KAPPAS["softmax"].detector, name="demo/softmax")
     generator = torch.Generator().manual_seed(SEED)
     detector.fit_standardisation(detector.scores(torch.rand(64, 1, 28, 28, generator=generator)))
     return detector

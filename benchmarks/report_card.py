@@ -74,8 +74,7 @@ def separately(card: Any) -> float:
     models = {spec: ScoringModel(spec, pretrained=not card.random_weights) for spec in card.model}
     for name in card.section_options:  # each method's evaluations as the card plans them (the registry's runs)
         method = methods()[name]
-        kappas = card.section_options[name].get("kappa", card.kappa)
-        for planned in method.runs(models, [kappas] if isinstance(kappas, str) else list(kappas)):
+        for planned in method.runs(models, card.section_detectors[name]):
             folder = card._folder(name) / slug(planned.name) if method.per_model else card._folder(name)
             card._evaluation(name, planned.model, planned.kappa, folder).run()
     return time.perf_counter() - start

@@ -28,10 +28,11 @@ from benchmarks.common import benchmark_parser, best_time, finish, machine, pars
 from callbacks import SeverityAUROC
 from datamodules.severity import FashionSeverityData
 from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_engine.options import DetectorOptions
 from evaluation_engine.runner import Runner
 from lightning_modules import OpenSetClassifier
 from lightning_modules.scoring import ScoringModel
-from metrics import class_mean_scores, resolve_detector, severity_levels, severity_table
+from metrics import class_mean_scores, severity_levels, severity_table
 
 SECTION = "C-OOD severity construction and the κ cache"
 LOGIT_KAPPAS = ["softmax", "max_logit", "entropy", "energy", "pood:EnergyBased"]
@@ -39,7 +40,7 @@ LOGIT_KAPPAS = ["softmax", "max_logit", "entropy", "energy", "pood:EnergyBased"]
 
 def logit_kappas() -> list:
     """The four logit-based κ of the registry plus a fifth of pytorch-ood by name (its energy)."""
-    return [resolve_detector(name) for name in LOGIT_KAPPAS]
+    return DetectorOptions(kappa=list(LOGIT_KAPPAS)).classes
 
 
 def construction_data(classes: int, seed: int = 0, id_images: int = 50_000) -> dict[str, torch.Tensor]:

@@ -62,7 +62,6 @@ from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
-    check_fit_options,
     overlap_columns,
     write_fitted,
 )
@@ -199,7 +198,7 @@ class EvGReport:
                  fit: dict[str, dict[str, Any]] | None = None, allow_fit_overlap: bool = False) -> None:
         self.data, self.chains = data, chains
         self.fit_set, self.allow_fit_overlap = fit_set, allow_fit_overlap
-        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
+        self.fit = {name: dict(options) for name, options in (fit or {}).items()}  # checked where the detector fits
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
         self._weight_cache: dict[tuple[int, int], Tensor] = {}

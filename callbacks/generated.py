@@ -86,6 +86,7 @@ from evaluation_engine.intervals import (
     interval_columns,
     with_bounds,
 )
+from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import (
     log_images,
     log_table,
@@ -104,7 +105,6 @@ from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
     check_detectors,
-    check_fit_options,
     detector_pairs,
     overlap_columns,
     write_fitted,
@@ -123,7 +123,6 @@ from metrics import (
     auroc,
     mutual_information_from_logits,
     rank_agreement,
-    resolve_detector,
 )
 from metrics.auroc import bootstrap_auroc
 from metrics.calibration import bootstrap_accuracy_ece
@@ -416,7 +415,6 @@ class GeneratedBenchmark(pl.Callback):
         self.data = data
         self.fit_set = fit_set
         self.allow_fit_overlap = allow_fit_overlap
-        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
         self._fitted: list[Any] = []  # the fitted detectors of the run (their state goes into the outputs)
         self.intervals = Intervals.of(intervals)
         self.replicates: dict[str, Tensor] = {}
@@ -424,10 +422,9 @@ class GeneratedBenchmark(pl.Callback):
         # per (model, set): its predictions and their accuracy and ECE, computed once for every κ of the model
         self._probabilities: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
         self._calibrations: dict[tuple[Any, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
-        self.kappas = [resolve_detector(k) for k in kappas]
-        if not self.kappas:
-            raise ValueError("give at least one confidence function")
-        self.kappa_parameters = {k.name: k.arguments(**(kappa_args or {}).get(k.name, {})) for k in self.kappas}
+        # the κ, their arguments and fit caps, checked where every command checks them
+        detectors = DetectorOptions(kappa=list(kappas), kappa_args=kappa_args, fit=fit)
+        self.kappas, self.kappa_parameters, self.fit = detectors.classes, detectors.parameters, detectors.fit
         self.models = list(models) if models is not None else None
         self.describer, self.perceptual = describer, perceptual
         self.describer_quality = describer_quality

@@ -48,6 +48,7 @@ from datamodules.catalog import severity_factory
 from datamodules.evaluation import EvaluationSet
 from datamodules.severity import SEVERITY_SETS, SeverityData
 from evaluation_engine.intervals import Intervals, detection_columns, interval_columns, with_bounds
+from evaluation_engine.options import DetectorOptions, check_fit_options
 from evaluation_engine.outputs import (
     default_report_dir,
     log_images,
@@ -67,7 +68,6 @@ from evaluation_engine.scoring import (
     FIT_OVERLAP,
     ScoringPasses,
     check_detectors,
-    check_fit_options,
     command_fit_set,
     default_fit_set,
     model_input_of,
@@ -81,7 +81,6 @@ from metrics import (
     check_kappa,
     class_mean_scores,
     kappa_scores,
-    resolve_detector,
     severity_levels,
     severity_table,
 )
@@ -163,20 +162,11 @@ class SeverityAUROC(pl.Callback):
         super().__init__()
         self.allow_fit_overlap = allow_fit_overlap
         self.intervals = Intervals.of(intervals)
-        self.kappas = [resolve_detector(k) for k in kappas]
-        if not self.kappas:
-            raise ValueError("give at least one confidence function")
-        self.kappa_args = {name: dict(args) for name, args in (kappa_args or {}).items()}
-        unknown = set(self.kappa_args) - {k.name for k in self.kappas}
-        if unknown:
-            raise ValueError(f"kappa_args for {sorted(unknown)}, which are not among the kappas")
-        # resolved parameters of every κ (defaults + overrides): validated now, part of the cache keys
-        self.kappa_parameters = {k.name: k.arguments(**self.kappa_args.get(k.name, {})) for k in self.kappas}
-        self.fit_set = fit_set
-        self.fit = {name: check_fit_options(name, dict(options)) for name, options in (fit or {}).items()}
-        unknown = set(self.fit) - {k.name for k in self.kappas if k.fit_data}
-        if unknown:
-            raise ValueError(f"fit options for {sorted(unknown)}, which are not among the fitted kappas")
+        # the κ, their arguments (resolved parameters: validated now, part of the cache keys) and fit caps, checked
+        # where every command checks them
+        detectors = DetectorOptions(kappa=list(kappas), kappa_args=kappa_args, fit=fit)
+        self.kappas, self.kappa_args, self.kappa_parameters = detectors.classes, detectors.kappa_args, detectors.parameters
+        self.fit_set, self.fit = fit_set, detectors.fit
         self.train_fit = check_fit_options("train_fit", dict(train_fit if train_fit is not None else {"per_class": 100}))
         self.detectors: dict[str, Any] = {}  # κ name -> the fitted detector of the last evaluation
         if every_n_epochs < 0:

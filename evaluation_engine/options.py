@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metrics import resolve_detector
+from metrics.detectors import Detector
 
 
 class OptionGroup:
@@ -43,6 +44,26 @@ class OptionGroup:
         if unknown:
             raise ValueError(f"{what}: {unknown} are not options of {cls.__name__} (its options: {names})")
         return cls(**{**dict(defaults or {}), **value})
+
+
+FIT_OPTIONS = ("fraction", "per_class", "seed")
+
+
+def check_fit_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A detector's ``fit`` option: ``{"fraction": f}`` (0 < f <= 1) or ``{"per_class": n}``, and ``seed``."""
+    unknown = sorted(set(options) - set(FIT_OPTIONS))
+    if unknown:
+        raise ValueError(f"fit options of {name!r}: unknown {unknown}; choose from {list(FIT_OPTIONS)}")
+    if "fraction" in options and "per_class" in options and options["fraction"] is not None \
+            and options["per_class"] is not None:
+        raise ValueError(f"fit options of {name!r}: give fraction or per_class, not both ({options})")
+    fraction, per_class = options.get("fraction"), options.get("per_class")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not 0 < fraction <= 1):
+        raise ValueError(f"fit options of {name!r}: fraction must be in (0, 1], got {fraction!r}")
+    if per_class is not None and (isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < 1):
+        raise ValueError(f"fit options of {name!r}: per_class must be a positive integer, got {per_class!r}")
+    return {k: v for k, v in options.items() if v is not None}
 
 
 @dataclass
@@ -121,29 +142,43 @@ class DetectorOptions(OptionGroup):
         self.kappa_args, self.fit = dict(self.kappa_args or {}), dict(self.fit or {})
         if not self.kappa:
             raise ValueError("give at least one confidence function (--kappa)")
-        # each κ by its detector's name (a class path or an entry point gives the class; an unknown κ is named here),
-        # and so are the keys of its arguments and fit caps
-        named = {name: resolve_detector(name).name for name in self.kappa}
+        # The one place a κ is resolved (a registry name, an entry point, a class path, pood:<Class>, or a class
+        # from Python): every command, section and callback takes its detectors from here. Each κ is then named by
+        # its detector's name, and so are the keys of its arguments and fit caps.
+        resolved = {name: resolve_detector(name) for name in self.kappa}
+        named = {name: cls.name for name, cls in resolved.items()}
         for option in ("kappa_args", "fit"):
             given = getattr(self, option)
             unknown = sorted(set(given) - set(named) - set(named.values()))
             if unknown:
-                raise ValueError(f"{option} for {unknown}, which are not among the kappas {self.kappa}")
+                raise ValueError(f"{option} for {unknown}, which are not among the kappas {list(named.values())}")
             keys: dict[str, str] = {}
             for key in given:
                 other = keys.setdefault(named.get(key, key), key)
                 if other != key:
                     raise ValueError(f"{option} for {other!r} and {key!r}, which name one detector "
                                      f"({named.get(key, key)!r}): give its arguments once")
-            setattr(self, option, {named.get(key, key): value for key, value in given.items()})
-        self.kappa = list(dict.fromkeys(named[name] for name in self.kappa))
+            setattr(self, option, {named.get(key, key): dict(value or {}) for key, value in given.items()})
+        self.detectors: dict[str, type[Detector]] = {cls.name: cls for cls in resolved.values()}
+        self.kappa = list(self.detectors)
+        # every κ's resolved parameters (defaults + arguments: an unknown or invalid one named here), and every fit
+        # cap checked, before anything runs
+        self.parameters = {name: cls.arguments(**self.kappa_args.get(name, {})) for name, cls in self.detectors.items()}
+        unfitted = sorted(name for name in self.fit if not self.detectors[name].fit_data)
+        if unfitted:
+            raise ValueError(f"fit options for {unfitted}, which are not among the fitted kappas")
+        self.fit = {name: check_fit_options(name, options) for name, options in self.fit.items()}
 
-    def only(self, kappa: Sequence[str]) -> dict[str, Any]:
+    @property
+    def classes(self) -> list[type[Detector]]:
+        """The detector classes of :attr:`kappa`, in order."""
+        return list(self.detectors.values())
+
+    def only(self, kappa: Sequence[str | type[Detector]]) -> dict[str, Any]:
         """This group's fields for a run of some of its κ (a report section's): their arguments and fit caps."""
-        kappa = list(dict.fromkeys(resolve_detector(k).name for k in kappa))  # a class path: its detector's name
-        keep = set(kappa)
-        return {"kappa": kappa, "kappa_args": {k: v for k, v in self.kappa_args.items() if k in keep},
-                "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in keep},
+        kept = DetectorOptions(kappa=list(kappa)).kappa  # a class path: its detector's name
+        return {"kappa": kept, "kappa_args": {k: v for k, v in self.kappa_args.items() if k in kept},
+                "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in kept},
                 "allow_fit_overlap": self.allow_fit_overlap}
 
 

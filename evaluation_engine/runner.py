@@ -170,7 +170,8 @@ class Runner:
 
     Attributes:
         trainer: the Trainer it runs inside (during training, at a user's ``trainer.test``), else ``None``.
-        stage: ``"val"`` (a validation epoch of training) or ``"test"`` (a finished model).
+        stage: ``"val"`` inside a Trainer's validation (during training, ``trainer.validate``), else ``"test"`` (a
+            launched run, a user's ``trainer.test``).
     """
 
     def __init__(self, *, fabric: Fabric | None = None, trainer: pl.Trainer | None = None,
@@ -254,7 +255,7 @@ class Runner:
 
     @property
     def stage(self) -> str:
-        return "val" if self.trainer is not None and self.trainer.state.fn == "fit" else "test"
+        return "test" if self.trainer is None or self.trainer.testing else "val"
 
     @property
     def epoch(self) -> int:

@@ -46,6 +46,7 @@ from datamodules.overlap import (
     overlap_note,
 )
 from datamodules.transforms import ModelInput
+from evaluation_engine.options import check_fit_options
 from evaluation_engine.outputs import slug
 from evaluation_engine.runner import Runner
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
@@ -594,7 +595,6 @@ class ScoringPasses:
                 for entry in self.fits if entry["key"] in self._detectors}
 
 
-FIT_OPTIONS = ("fraction", "per_class", "seed")
 FIT_OVERLAP = "fit overlap"  # the column of every table a detector fitted on an overlapping fit set shapes
 
 
@@ -602,23 +602,6 @@ def overlap_columns(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> t
     """``columns`` and, when a row carries a note about an allowed fit overlap (:meth:`ScoringPasses.fit_notes`),
     the :data:`FIT_OVERLAP` column: a table shaped by such a detector says so in every row it writes."""
     return (*columns, FIT_OVERLAP) if any(row.get(FIT_OVERLAP) for row in rows) else tuple(columns)
-
-
-def check_fit_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """A detector's ``fit`` option: ``{"fraction": f}`` (0 < f <= 1) or ``{"per_class": n}``, and ``seed``."""
-    unknown = sorted(set(options) - set(FIT_OPTIONS))
-    if unknown:
-        raise ValueError(f"fit options of {name!r}: unknown {unknown}; choose from {list(FIT_OPTIONS)}")
-    if "fraction" in options and "per_class" in options and options["fraction"] is not None \
-            and options["per_class"] is not None:
-        raise ValueError(f"fit options of {name!r}: give fraction or per_class, not both ({options})")
-    fraction, per_class = options.get("fraction"), options.get("per_class")
-    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-                                 or not 0 < fraction <= 1):
-        raise ValueError(f"fit options of {name!r}: fraction must be in (0, 1], got {fraction!r}")
-    if per_class is not None and (isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < 1):
-        raise ValueError(f"fit options of {name!r}: per_class must be a positive integer, got {per_class!r}")
-    return {k: v for k, v in options.items() if v is not None}
 
 
 def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet:

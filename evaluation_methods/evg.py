@@ -45,7 +45,6 @@ from lightning_modules.evg import SAMPLERS, BlackBox, EvGSearch, build_variation
 from lightning_modules.evg.black_box import VariedImages
 from lightning_modules.evg.variations import variation_options
 from lightning_modules.scoring import ScoringModel
-from metrics import resolve_detector
 
 
 @dataclass(frozen=True)
@@ -178,8 +177,8 @@ class EvGEvaluation(Evaluation):
     def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, BlackBox]:
         """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
         detectors: dict[str, BlackBox] = {}
-        for model, kappa in detector_pairs(list(models.values()), [resolve_detector(k) for k in self.kappa]):
-            detector = BlackBox(model, kappa, kappa_args=self.kappa_args.get(kappa.name), varied_images=varied_images)
+        for model, kappa in detector_pairs(list(models.values()), self.detector_options.classes):
+            detector = BlackBox(model, kappa, kappa_args=self.detector_options.kappa_args.get(kappa.name), varied_images=varied_images)
             detectors[detector.name] = detector
         return detectors
 
@@ -229,7 +228,7 @@ class EvGEvaluation(Evaluation):
         for model in models.values():
             check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
         fit_set = None
-        if any(resolve_detector(k).fit_data for k in self.kappa):
+        if any(k.fit_data for k in self.detector_options.classes):
             fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
         for detector in self.detectors(models).values():
             check_detectors([detector.kappa], detector.model, fit_set)

@@ -74,7 +74,6 @@ from lightning_modules.generated.modes import GenerationMode, check_generation_m
 from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
-from metrics import resolve_detector
 from metrics.bootstrap_intervals import paired_difference
 from openset_common import (
     file_sha256,
@@ -297,7 +296,7 @@ class GeneratedEvaluation(Evaluation):
 
     def run(self) -> MethodResult:
         models = [self.scoring_model(m, pretrained=not self.random_weights) for m in self.model]
-        detector_pairs(models, [resolve_detector(k) for k in self.kappa])  # before any data are read
+        detector_pairs(models, self.detector_options.classes)  # before any data are read
         data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
         if self._fit_set is None and self.fit_data and isinstance(self.data, GeneratedBenchmarkData):
             self._fit_set = fit_folder_set(self.fit_data, data.classes)
@@ -351,7 +350,7 @@ class GeneratedEvaluation(Evaluation):
             name, sep, folder = pair.partition("=")
             folder = folder if sep else pair
             shifted[name if sep else Path(folder).name] = real_shift_set(folder, classes, on_bad_image=self.on_bad_image)
-        kappas = [resolve_detector(k) for k in self.kappa]
+        kappas = self.detector_options.classes
         self._fit_set = (fit_folder_set(self.fit_data, classes) if self.fit_data else default_fit_set(datamodule)) \
             if any(k.fit_data for k in kappas) else None
         return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),

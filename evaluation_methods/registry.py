@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import DETECTION_METRICS, Intervals
 from evaluation_engine.results import Estimate, Figure, MethodResult, number
+from metrics.detectors import Detector
 from openset_common import plugins
 
 ENTRY_POINTS = "openset_bench.methods"
@@ -120,10 +121,11 @@ class Method:
     commands: ClassVar[tuple[type[Evaluation], ...]] = ()
     per_model: ClassVar[bool] = False
 
-    def runs(self, models: Mapping[str, Any], kappas: Sequence[str]) -> list[Run]:
+    def runs(self, models: Mapping[str, Any], kappas: Sequence[type[Detector]]) -> list[Run]:
         """The evaluations the card runs: ``models`` maps each spec to its :class:`lightning_modules.scoring.ScoringModel`,
-        ``kappas`` are the section's κ. By default one evaluation over every model."""
-        return [Run(None, list(models), list(kappas))]
+        ``kappas`` are the section's detector classes (resolved once, by its detector options). By default one
+        evaluation over every model."""
+        return [Run(None, list(models), [k.name for k in kappas])]
 
     def check(self, specs: Sequence[str]) -> None:
         """Refuse, before anything runs, a card whose models this method cannot evaluate."""

@@ -43,7 +43,7 @@ from evaluation_methods.registry import (
     register,
 )
 from lightning_modules.scoring import ScoringModel
-from metrics import TABLE_COLUMNS, pairs_with, resolve_detector
+from metrics import TABLE_COLUMNS, Detector, pairs_with
 
 
 class SeverityEvaluation(Evaluation):
@@ -102,7 +102,7 @@ class SeverityEvaluation(Evaluation):
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
-                                 fit_set=command_fit_set(scoring, self.fit_data, [resolve_detector(k) for k in self.kappa]),
+                                 fit_set=command_fit_set(scoring, self.fit_data, self.detector_options.classes),
                                  fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
         severity.prepare(scoring)  # every class folder and the pool file, and every check, before the processes start
         self._prepared = (scoring, output_dir, severity)
@@ -178,10 +178,10 @@ class SeverityMethod(Method):
                  "OOD AUROC of the hardest severity level (the classes this (model, κ) trusts most)"),
     )
 
-    def runs(self, models: Any, kappas: Sequence[str]) -> list[Run]:
+    def runs(self, models: Any, kappas: Sequence[type[Detector]]) -> list[Run]:
         found = []
         for spec, model in models.items():
-            paired = [k for k in kappas if pairs_with(resolve_detector(k), ensemble=bool(model.ensemble))]
+            paired = [k.name for k in kappas if pairs_with(k, ensemble=bool(model.ensemble))]
             if paired:
                 found.append(Run(model.display_name, spec, paired))
         return found

@@ -66,7 +66,7 @@ from evaluation_methods.registry import (
     methods,
 )
 from lightning_modules.scoring import ScoringModel
-from metrics import pairs_with, resolve_detector
+from metrics import pairs_with
 from report_card.leaderboard import (
     COMPARISON_METHOD,
     SIGNIFICANT_TEXT,
@@ -193,35 +193,37 @@ class ReportCard(Evaluation):
         self.passes: ScoringPasses | None = None
         self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
         self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
+        # each section's detectors: its own κ, else the card's (resolved by the detector options, once)
+        self.section_detectors = {name: DetectorOptions(kappa=options["kappa"]).classes if "kappa" in options
+                                  else self.detector_options.classes for name, options in self.section_options.items()}
         self._check_pairs()
 
     def _check_pairs(self) -> None:
         """Refuse, before anything runs, a κ that pairs with no model of the card and an OSCR section without a
         model it can evaluate (OSCR without a checkpoint of ``train.py``), as the commands refuse them."""
         ensembles = [spec.startswith("ensemble:") for spec in self.model]
-        for where, names in [("kappa", self.kappa)] + [(f"{s}.kappa", o["kappa"]) for s, o in
-                                                       self.section_options.items() if "kappa" in o]:
-            names = [names] if isinstance(names, str) else list(names)
-            for name in names:
-                if not any(pairs_with(resolve_detector(name), ensemble=e) for e in ensembles):
-                    kind = "an ensemble (ensemble:FILE)" if pairs_with(resolve_detector(name), ensemble=True) else "a single model"
-                    raise ValueError(f"{where}: the confidence function {name!r} pairs with no model of the report "
-                                     f"(it needs {kind}; the models: {self.model})")
+        for where, kappas in [("kappa", self.detector_options.classes)] + [
+                (f"{s}.kappa", self.section_detectors[s]) for s, o in self.section_options.items() if "kappa" in o]:
+            for kappa in kappas:
+                if not any(pairs_with(kappa, ensemble=e) for e in ensembles):
+                    kind = "an ensemble (ensemble:FILE)" if pairs_with(kappa, ensemble=True) else "a single model"
+                    raise ValueError(f"{where}: the confidence function {kappa.name!r} pairs with no model of the "
+                                     f"report (it needs {kind}; the models: {self.model})")
         for name in self.sections:
             methods()[name].check(self.model)
         # a model no κ pairs with would get no leaderboard row (a model of several seeds: its seeds are of one kind)
-        every = [*self.kappa, *(k for o in self.section_options.values() if "kappa" in o
-                                for k in ([o["kappa"]] if isinstance(o["kappa"], str) else o["kappa"]))]
+        every = list(dict.fromkeys([*self.detector_options.classes, *(k for kappas in self.section_detectors.values()
+                                                                       for k in kappas)]))
         grouped = {spec: group for group, specs in self.groups.items() for spec in specs}
         for spec in dict.fromkeys(self.model):
             ensemble = spec.startswith("ensemble:")
-            if not any(pairs_with(resolve_detector(name), ensemble=ensemble) for name in every):
+            if not any(pairs_with(kappa, ensemble=ensemble) for kappa in every):
                 which = f"model {grouped[spec]!r} (its seeds: {self.groups[grouped[spec]]})" if spec in grouped \
                     else f"model {spec}"
                 needs = ("an ensemble needs an ensemble κ such as ensemble_mi" if ensemble else
                          "a single model needs a single-model κ such as softmax")
                 raise ValueError(f"no confidence function of the report pairs with {which}: it would get no "
-                                 f"leaderboard row (the report's κ: {list(dict.fromkeys(every))}; {needs})")
+                                 f"leaderboard row (the report's κ: {[k.name for k in every]}; {needs})")
 
     # -- configuration ----------------------------------------------------------------------------
 
@@ -296,8 +298,7 @@ class ReportCard(Evaluation):
         plan: list[tuple[str, Run, Evaluation, Path]] = []
         for key in self.sections:
             method = methods()[key]
-            kappas = self.section_options[key].get("kappa", self.kappa)
-            for planned in method.runs(models, [kappas] if isinstance(kappas, str) else list(kappas)):
+            for planned in method.runs(models, self.section_detectors[key]):
                 folder = self._folder(key) / slug(planned.name) if method.per_model else self._folder(key)
                 plan.append((key, planned, self._evaluation(key, planned.model, planned.kappa, folder), folder))
         for *_, folder in plan:
@@ -343,8 +344,8 @@ class ReportCard(Evaluation):
         overlaps: dict[tuple[str, str], dict[str, str]] = {}  # (model, κ) -> column -> its allowed fit overlap
         rows_order: list[tuple[str, str]] = []
         for model in models:
-            for name in self.kappa:
-                if pairs_with(resolve_detector(name), ensemble=bool(model.ensemble)):
+            for name, kappa in self.detector_options.detectors.items():
+                if pairs_with(kappa, ensemble=bool(model.ensemble)):
                     rows_order.append((model.display_name, name))
         sections = []
 

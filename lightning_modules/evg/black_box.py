@@ -41,7 +41,6 @@ from metrics import (
     check_kappa,
     energy_standardisation,
     kappa_scores,
-    resolve_detector,
     standardised_energy,
 )
 
@@ -54,7 +53,8 @@ class BlackBox(nn.Module):
 
     Args:
         model: the scoring model (its network, input and background rule).
-        kappa: the confidence function (a name, :func:`metrics.resolve_detector`, or a detector class).
+        kappa: the confidence function's detector class (resolved by the command's detector options;
+            ``metrics.KAPPAS["softmax"].detector`` from Python).
         name: how tables call it, e.g. ``demo-best/softmax`` (default: ``<model>/<κ>``).
         kappa_args: keyword arguments of κ (e.g. ODIN's temperature).
         varied_images: what the images it scores are: ``"raw"`` images (the model's whole input transform
@@ -66,14 +66,16 @@ class BlackBox(nn.Module):
             ``varied_images``.
     """
 
-    def __init__(self, model: ScoringModel, kappa: str | type[Detector], *, name: str | None = None,
+    def __init__(self, model: ScoringModel, kappa: type[Detector], *, name: str | None = None,
                  kappa_args: dict[str, Any] | None = None, varied_images: VariedImages = "raw") -> None:
         super().__init__()
         if varied_images not in VARIED_IMAGES:
             raise ValueError(f"varied_images must be one of {list(VARIED_IMAGES)}, got {varied_images!r}")
         self.varied_images = varied_images
         self.model = model.eval().requires_grad_(False)
-        self.kappa = resolve_detector(kappa)
+        if not (isinstance(kappa, type) and issubclass(kappa, Detector)):
+            raise TypeError(f"kappa must be a detector class (metrics.KAPPAS[name].detector), got {kappa!r}")
+        self.kappa = kappa
         check_kappa(self.kappa, model=model.display_name, ensemble=model.ensemble, background=model.background_class)
         self.name = name or f"{model.display_name}/{self.kappa.name}"
         self.background = model.background_class

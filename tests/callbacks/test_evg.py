@@ -288,7 +288,7 @@ def test_detector_passes_nan_refuses_infinite_and_unstandardised_use() -> None:
         def forward(self, images: torch.Tensor) -> torch.Tensor:
             return torch.full((images.shape[0], 3), float("nan"))
 
-    detector = BlackBox(unnamed(NaNNetwork()), "max_logit")
+    detector = BlackBox(unnamed(NaNNetwork()), resolve_detector("max_logit"))
     assert detector.name == "net/max_logit" and not detector.standardised
     with pytest.raises(RuntimeError, match="fit_standardisation"):
         detector.energy(torch.zeros(2, 1, 4, 4))
@@ -303,14 +303,14 @@ def test_detector_passes_nan_refuses_infinite_and_unstandardised_use() -> None:
         def forward(self, images: torch.Tensor) -> torch.Tensor:
             return torch.full((images.shape[0], 3), float("inf"))
 
-    infinite = BlackBox(unnamed(InfiniteNetwork()), "max_logit")
+    infinite = BlackBox(unnamed(InfiniteNetwork()), resolve_detector("max_logit"))
     infinite.fit_standardisation(torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="infinite scores"):  # at the first batch of a search
         infinite.energy(torch.zeros(2, 1, 4, 4))
 
 
 def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
-    detector = BlackBox(ScoringModel(str(demo_checkpoint)), "softmax")
+    detector = BlackBox(ScoringModel(str(demo_checkpoint)), resolve_detector("softmax"))
     seeds = torch.rand(3, 1, 28, 28)
     module = EvGSearch({"d": detector}, {"affine": AffineVariation()}, {"mh": {}, "random": {}}, seeds)
     assert module.pairs == [("affine", "mh"), ("affine", "random")]
@@ -321,7 +321,7 @@ def test_pairs_and_bad_configurations(demo_checkpoint: Path) -> None:
     with pytest.raises(ValueError, match="no search to run"):
         EvGSearch({"d": detector}, {"affine": AffineVariation()}, {"linf": {}}, seeds)
     with pytest.raises(ValueError, match="needs an ensemble"):
-        BlackBox(ScoringModel(str(demo_checkpoint)), "ensemble_mi")
+        BlackBox(ScoringModel(str(demo_checkpoint)), resolve_detector("ensemble_mi"))
     with pytest.raises(SystemExit, match="--gan"):
         evaluate.main(["evg", "--model", str(demo_checkpoint), "--variation", "gan", "--chains", "2",
                        "--steps", "1", "--data-arg", "max_train_per_class=20", *CLI])
@@ -350,7 +350,7 @@ def test_timm_detector_takes_raw_images_through_the_models_transform() -> None:
     normalisation (the images already at its input)."""
     import timm
 
-    detector = BlackBox(ScoringModel("timm:resnet10t", pretrained=False), "max_logit")
+    detector = BlackBox(ScoringModel("timm:resnet10t", pretrained=False), resolve_detector("max_logit"))
     assert detector.varied_images == "raw"
     network = timm.create_model("resnet10t", pretrained=False)
     network.load_state_dict(detector.model.network.state_dict())
@@ -369,7 +369,7 @@ def test_timm_detector_takes_raw_images_through_the_models_transform() -> None:
     torch.testing.assert_close(detector.scores(grey), expected.max(dim=1).values, rtol=1e-5, atol=1e-5)
     # images already at the model's input: only the normalisation
     size = config["input_size"][-1]
-    ready = BlackBox(ScoringModel("timm:resnet10t", pretrained=False), "max_logit", varied_images="model_input")
+    ready = BlackBox(ScoringModel("timm:resnet10t", pretrained=False), resolve_detector("max_logit"), varied_images="model_input")
     ready.model.network.load_state_dict(network.state_dict())
     inputs = torch.rand(3, 3, size, size, generator=torch.Generator().manual_seed(1))
     mean, std = torch.tensor(config["mean"]).view(1, 3, 1, 1), torch.tensor(config["std"]).view(1, 3, 1, 1)
@@ -377,7 +377,7 @@ def test_timm_detector_takes_raw_images_through_the_models_transform() -> None:
         torch.testing.assert_close(ready.scores(inputs), network((inputs - mean) / std).max(dim=1).values)
     assert detector.name == "resnet10t/max_logit"
     with pytest.raises(ValueError, match="varied_images must be one of \\['raw', 'model_input'\\], got 'pixels'"):
-        BlackBox(ScoringModel("timm:resnet10t", pretrained=False), "max_logit", varied_images="pixels")
+        BlackBox(ScoringModel("timm:resnet10t", pretrained=False), resolve_detector("max_logit"), varied_images="pixels")
 
 
 def fake_runner() -> Runner:
@@ -480,7 +480,7 @@ def test_the_identity_variation_of_a_seed_scores_its_clean_score(rule: str) -> N
     passes = ScoringPasses()
     for model in models:
         clean = passes.scores(fake_runner(), model, data["ood"], resolve_detector("max_logit"), {}, batch_size=4)
-        detector = BlackBox(model, "max_logit", varied_images=found.varied_images)
+        detector = BlackBox(model, resolve_detector("max_logit"), varied_images=found.varied_images)
         for name in ("affine", "colour"):
             variation = build_variation(name, None, seed_shape=tuple(seeds.shape[1:]))
             varied = detector.scores(variation(variation.identity_point().expand(len(indices), -1), seeds))

@@ -28,6 +28,7 @@ from evaluation_methods import (
     OSCREvaluation,
     SeverityEvaluation,
 )
+from metrics import resolve_detector
 from report_card.card import ReportCard
 
 GROUPS = (ModelOptions, DataOptions, DetectorOptions, OutputOptions)
@@ -74,24 +75,25 @@ def test_each_command_keeps_its_defaults_from_the_command_line_python_and_a_grou
 
 
 def test_the_command_line_and_of_build_the_same_groups() -> None:
-    argv = ["severity", "--model", "m.ckpt", "--kappa", "softmax", "energy", "--kappa-arg", "energy.temperature=2",
+    argv = ["severity", "--model", "m.ckpt", "--kappa", "softmax", "knn", "--kappa-arg", "knn.k=2",
             "--data", "fashion", "--data-arg", "estimation=20", "--batch-size", "7", "--output-dir", "out",
-            "--no-plots", "--random-weights", "--fit-arg", "energy.per_class=3", "--intervals.level", "0.9"]
+            "--no-plots", "--random-weights", "--fit-arg", "knn.per_class=3", "--intervals.level", "0.9"]
     line = evaluate.parse(argv)[1]
-    flat = SeverityEvaluation.of(model="m.ckpt", kappa=["softmax", "energy"], kappa_args={"energy": {"temperature": 2}},
+    flat = SeverityEvaluation.of(model="m.ckpt", kappa=["softmax", "knn"], kappa_args={"knn": {"k": 2}},
                                  data="fashion", data_args={"estimation": 20}, batch_size=7, output_dir="out",
-                                 plots=False, random_weights=True, fit={"energy": {"per_class": 3}},
+                                 plots=False, random_weights=True, fit={"knn": {"per_class": 3}},
                                  intervals={"level": 0.9})
     for parameter in option_groups(SeverityEvaluation):
         assert getattr(line, parameter) == getattr(flat, parameter), parameter
-    assert line.detector_options == DetectorOptions(["softmax", "energy"], {"energy": {"temperature": 2}}, None,
-                                                    {"energy": {"per_class": 3}})
+    assert line.detector_options == DetectorOptions(["softmax", "knn"], {"knn": {"k": 2}}, None, {"knn": {"per_class": 3}})
+    assert line.detector_options.parameters["knn"]["k"] == 2 and line.detector_options.classes == [
+        resolve_detector("softmax"), resolve_detector("knn")]
     assert line.data_options == DataOptions("fashion", {"estimation": 20}, 7, None)
     assert line.output_options == OutputOptions("out", "runs/cache", False)
     assert line.model_options == ModelOptions({}, None, True)
     assert line.intervals == flat.intervals == Intervals(level=0.9)
     # the flat attributes the commands read are the groups' fields
-    assert (line.kappa, line.batch_size, line.cache_dir, line.random_weights) == (["softmax", "energy"], 7,
+    assert (line.kappa, line.batch_size, line.cache_dir, line.random_weights) == (["softmax", "knn"], 7,
                                                                                    "runs/cache", True)
 
 
@@ -132,12 +134,12 @@ def test_a_report_section_is_checked_by_its_command_s_own_parser() -> None:
     with pytest.raises(ValueError, match=r"report section oscr: \['kappa'\] are not options of evaluate.py oscr"):
         check_options(OSCREvaluation, {"kappa": ["energy"]}, what="report section oscr")
     # the card's detector options reach a section for the section's own κ only
-    card = ReportCard.of(model=["m.ckpt"], kappa=["softmax", "energy"], kappa_args={"energy": {"temperature": 2}},
-                         severity={"kappa": ["softmax"]}, fit={"energy": {"per_class": 3}})
+    card = ReportCard.of(model=["m.ckpt"], kappa=["softmax", "knn"], kappa_args={"knn": {"k": 2}},
+                         severity={"kappa": ["softmax"]}, fit={"knn": {"per_class": 3}})
     assert card.detector_options.only(["softmax"]) == {"kappa": ["softmax"], "kappa_args": {}, "fit_data": None,
                                                        "fit": {}, "allow_fit_overlap": False}
     assert card._evaluation("severity", "m.ckpt", ["softmax"], card.output_dir / "s").kappa_args == {}
-    assert card._evaluation("severity", "m.ckpt", ["energy"], card.output_dir / "s").fit == {"energy": {"per_class": 3}}
+    assert card._evaluation("severity", "m.ckpt", ["knn"], card.output_dir / "s").fit == {"knn": {"per_class": 3}}
     # --allow-fit-overlap of the card reaches every section that fits detectors, a section's own wins
     card = ReportCard.of(model=["m.ckpt"], kappa=["knn"], allow_fit_overlap=True, severity={},
                          generated={"allow_fit_overlap": False})

@@ -25,6 +25,7 @@ from evaluation_engine.scoring import (
     shard_indices,
     sharded_outputs,
 )
+from metrics import KAPPAS
 from metrics.detectors import DETECTORS
 from metrics.detectors.base import Detector
 from metrics.kappa import kappa_scores
@@ -843,7 +844,7 @@ def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one
 
     def run(out, **options):
         model = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(8, 3)), name="tiny", classes=KNOWN)
-        detectors = {d.name: d for d in (BlackBox(model, "knn", kappa_args={"k": 1}), BlackBox(model, "softmax"))}
+        detectors = {d.name: d for d in (BlackBox(model, KAPPAS["knn"].detector, kappa_args={"k": 1}), BlackBox(model, KAPPAS["softmax"].detector))}
         indices = data.seed_indices(4, 0)
         seeds = data.seed_images(indices, None)
         module = EvGSearch(detectors, {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},

@@ -11,6 +11,7 @@ from torchvision.transforms import functional as TF
 from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules.evg import BlackBox, build_variation
 from lightning_modules.scoring import ScoringModel
+from metrics import KAPPAS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,7 +34,7 @@ def test_a_tensor_pipeline_runs_batched_as_image_by_image() -> None:
     network = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12 * 12, 3))
     model = ScoringModel(network, model_input=ModelInput(TensorPipeline(12, 1), mean=(0.5,), std=(0.25,), size=(12, 12),
                                                          channels=1), name="net")
-    detector = BlackBox(model, "max_logit")
+    detector = BlackBox(model, KAPPAS["max_logit"].detector)
     images = torch.rand(5, 3, 30, 20, generator=torch.Generator().manual_seed(0))
     expected = torch.stack([model.model_input.transform()(image) for image in images])
     torch.testing.assert_close(detector.adapt(images), expected, atol=1e-6, rtol=0)
@@ -53,14 +54,14 @@ def test_the_identity_variation_of_a_32px_seed_scores_its_clean_score_on_a_timm_
     assert "Resize(size=201, interpolation=bicubic" in repr(transform) and "CenterCrop(size=(176, 176))" in repr(transform)
     seeds = eight_bit(2, 3, 32)
     clean = clean_kappa(model, seeds)
-    detector = BlackBox(model, "max_logit")
+    detector = BlackBox(model, KAPPAS["max_logit"].detector)
     for name in ("affine", "colour"):
         variation = build_variation(name, None, seed_shape=tuple(seeds.shape[1:]))
         assert getattr(variation, "preset", "colorV1") in ("affineV1", "colorV1")  # the 32 px presets
         varied = detector.scores(variation(variation.identity_point().expand(2, -1), seeds))
         torch.testing.assert_close(varied, clean, rtol=1e-5, atol=1e-5)
     # the images the old rule gave the model: the seed resized bilinearly to 224 px, no crop
-    old = BlackBox(model, "max_logit", varied_images="model_input").scores(seeds)
+    old = BlackBox(model, KAPPAS["max_logit"].detector, varied_images="model_input").scores(seeds)
     gap = float((old - clean).abs().max())
     assert gap > 1e-3 * float(clean.max() - clean.min()) and gap > 1e-3
 
