@@ -11,6 +11,8 @@ entry point of ``openset_bench.methods``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,72 +29,89 @@ from tests.conftest import install_package
 CLI = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar", "--wandb-mode", "disabled"]
 
 TOY_MODULE = '''
-"""A toy evaluation method: the mean of a fixed ramp of numbers, scaled per kappa, with a bootstrap interval."""
+"""A toy method that scores images: per (model, κ), the AUROC of the ID test images against a real OOD set,
+fitted detectors fitted first, with a bootstrap interval (the images resampled, ID and OOD apart)."""
 
 from pathlib import Path
 
 import torch
 
-from evaluation_engine.intervals import Intervals
+from datamodules.catalog import build_datamodule, ood_context, real_ood_set
+from datamodules.evaluation import EvaluationSet
 from evaluation_engine.command import Evaluation
-from evaluation_engine.runner import TrainerOptions
+from evaluation_engine.intervals import Intervals
+from evaluation_engine.options import DataOptions, DetectorOptions, OutputOptions
+from evaluation_engine.outputs import write_replicates, write_tables
+from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.scoring import default_fit_set
 from evaluation_methods.registry import Estimate, Headline, Method, MethodResult
-from lightning_modules.scoring import checkpoint_display_name
+from metrics import pairs_with
+from metrics.auroc import auroc, weighted_auroc
+from metrics.resampling import resample_weights
 
-SCALE = {"softmax": 1.0, "energy": 0.5}
-
-
-def toy_numbers(kappa: str, offset: float) -> torch.Tensor:
-    """The toy metric's numbers: 101 points of a ramp on [0, 1], scaled by the kappa's factor, plus offset."""
-    return torch.linspace(0, 1, 101, dtype=torch.float64) * SCALE[kappa] + offset
+COLUMNS = ("model", "kappa", "toy auroc", "low", "high")
 
 
 class ToyEvaluation(Evaluation):
-    """``evaluate.py toy``: the toy score of every model and kappa.
+    """``evaluate.py toy``: ID test images vs a real OOD set, the AUROC of every model and kappa.
 
     Args:
-        model: the models.
-        kappa: the kappas.
-        offset: added to every number.
-        output_dir: unused (the card gives one).
+        model: checkpoints of train.py (the first one's datamodule is the ID data unless --data names one).
+        ood: the real OOD set (``digits``, ``fashion:unknown``, a folder).
         intervals: the bootstrap.
     """
 
     command = "toy"
 
-    def __init__(self, model: list[str], kappa: list[str] = ("softmax",), offset: float = 0.0,
-                 output_dir: str | None = None, intervals: Intervals | None = None, *,
-                 trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        self.model, self.kappa, self.offset = list(model), list(kappa), offset
-        self.output_dir, self.intervals = output_dir, Intervals.of(intervals)
+    def __init__(self, model: list[str], ood: str = "digits", intervals: Intervals | None = None, *,
+                 detector_options: DetectorOptions | None = None, data_options: DataOptions | None = None,
+                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
+        super().__init__(trainer=trainer, detector_options=detector_options, data_options=data_options,
+                         output_options=output_options)
+        self.model, self.ood, self.intervals = list(model), ood, Intervals.of(intervals)
 
     def run(self) -> MethodResult:
+        models = [self.scoring_model(spec) for spec in self.model]  # a card's built models: no second read
+        datamodule = build_datamodule(self.data, self.data_args) if self.data else models[0].training_datamodule()
+        self.sets = (datamodule.evaluation_set("test", role="id_test", known_only=True),
+                     EvaluationSet("ood", "ood", real_ood_set(self.ood, **ood_context(datamodule))))
+        self.fit_set = default_fit_set(datamodule)
+        self.passes = self.scoring_passes(self.cache_dir)
+        return Runner.launch(self.options, lambda runner: self.evaluate(runner, models), name="toy")
+
+    def evaluate(self, runner: Runner, models: list) -> MethodResult:
         rows, estimates, replicates = [], [], {}
-        for spec in self.model:
-            name = checkpoint_display_name(Path(spec))
-            for kappa in self.kappa:
-                numbers = toy_numbers(kappa, self.offset)
-                generator = torch.Generator().manual_seed(self.intervals.seed)  # the same resamples for every row
-                draws = torch.randint(0, numbers.numel(), (self.intervals.resamples, numbers.numel()),
-                                      generator=generator)
-                replicate = numbers[draws].mean(dim=1)
-                low, high = self.intervals.bounds(replicate)
-                value = float(numbers.mean())
-                replicates[f"{name}|{kappa}"] = replicate
-                rows.append({"model": name, "kappa": kappa, "toy score": value})
-                estimates.append(Estimate(name, kappa, "toy_score", value, low, high, replicate, "the ramp's points"))
+        id_set, ood_set = self.sets
+        weights = [resample_weights(len(s), self.intervals.resamples, self.intervals.seed, stratum=i)
+                   for i, s in enumerate(self.sets)]  # the same resamples for every row: paired comparisons
+        for model in models:
+            for kappa in (k for k in self.detector_options.classes if pairs_with(k, ensemble=model.ensemble)):
+                parameters = self.detector_options.parameters[kappa.name]
+                with runner.on_device(model), torch.no_grad():
+                    if kappa.needs_fit:
+                        self.passes.fitted_detector(runner, model, kappa, parameters, self.fit_set,
+                                                    fit=self.fit.get(kappa.name))
+                    scores = [self.passes.scores(runner, model, s, kappa, parameters) for s in self.sets]
+                replicate = weighted_auroc(*scores, *weights)
+                value, (low, high) = auroc(*scores), self.intervals.bounds(replicate)
+                replicates[f"{model.display_name}|{kappa.name}"] = replicate
+                rows.append(dict(zip(COLUMNS, (model.display_name, kappa.name, value, low, high), strict=True)))
+                estimates.append(Estimate(model.display_name, kappa.name, "toy_auroc", value, low, high, replicate,
+                                          f"{id_set.fingerprint()}+{ood_set.fingerprint()}"))
+        if runner.is_global_zero and self.output_dir:
+            write_tables(self.output_dir, "toy", rows, COLUMNS)
+            write_replicates(self.output_dir, replicates, self.intervals)
         return MethodResult("toy", {"scores": rows}, folder=self.output_dir, estimates=estimates,
-                            replicates=replicates, units="the ramp's points")
+                            replicates=replicates, units=estimates[0].units if estimates else "")
 
 
 class ToyMethod(Method):
     """The toy method's plug-in."""
 
     key, slug, evaluation = "toy", "toy", ToyEvaluation
-    title, name, group = "A toy method (the ramp)", "Toy method", "Toy"
-    unit = "the ramp's points"
-    headlines = (Headline("toy_score", "toy score", "toy", True, "the mean of the toy numbers"),)
+    title, name, group = "A toy method (ID test vs a real OOD set)", "Toy method", "Toy"
+    unit = "the ID test and OOD images, resampled apart"
+    headlines = (Headline("toy_auroc", "toy AUROC", "toy", True, "AUROC of the ID test images vs the OOD set"),)
 '''
 
 
@@ -101,12 +120,41 @@ def toy_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The toy method installed as a package: its module, its config, and an entry point naming it."""
     folder = install_package(tmp_path / "site", distribution="toy-method", modules={"toy_method": TOY_MODULE},
                              entry_points={registry.ENTRY_POINTS: {"toy": "toy_method:ToyMethod"}})
-    (tmp_path / "toy.yaml").write_text("offset: 0.25\n")
+    (tmp_path / "toy.yaml").write_text("ood: digits\n")
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setattr(registry, "_LOADED", False)  # the entry points are read again
     yield tmp_path
     registry.unregister("toy")
     sys.modules.pop("toy_method", None)
+
+
+TOY_ARGS = ["--kappa", "softmax", "knn", "--fit-arg", "knn.per_class=30", "--ood", "digits"]
+
+
+def toy_reference(checkpoint: Path) -> dict[str, np.ndarray]:
+    """Per κ, the ID test and digits scores of the demo model, by the engine's passes in this process, and their
+    AUROC by scikit-learn (an independent implementation of the metric the toy reports)."""
+    from sklearn.metrics import roc_auc_score
+
+    from datamodules.catalog import ood_context, real_ood_set
+    from datamodules.evaluation import EvaluationSet
+    from evaluation_engine import Runner, ScoringPasses
+    from evaluation_engine.scoring import default_fit_set
+    from lightning_modules.scoring import ScoringModel
+    from metrics import resolve_detector
+
+    model, runner, passes = ScoringModel(str(checkpoint)), Runner.local(), ScoringPasses()
+    datamodule = model.training_datamodule()
+    sets = (datamodule.evaluation_set("test", role="id_test", known_only=True),
+            EvaluationSet("ood", "ood", real_ood_set("digits", **ood_context(datamodule))))
+    knn, found = resolve_detector("knn"), {}
+    with torch.no_grad():
+        passes.fitted_detector(runner, model, knn, knn.arguments(), default_fit_set(datamodule), fit={"per_class": 30})
+        for kappa in ("softmax", "knn"):
+            ours, ood = (passes.scores(runner, model, s, resolve_detector(kappa), resolve_detector(kappa).arguments())
+                         for s in sets)
+            found[kappa] = roc_auc_score(np.r_[np.ones(len(ours)), np.zeros(len(ood))], np.r_[ours, ood])
+    return found
 
 
 def test_a_method_of_an_installed_package_is_a_command_and_a_report_section(toy_package: Path, demo_checkpoint: Path,
@@ -116,49 +164,68 @@ def test_a_method_of_an_installed_package_is_a_command_and_a_report_section(toy_
         evaluate.main(["--help"])
     assert exit_code.value.code == 0
     listed = capsys.readouterr().out
-    assert "toy" in listed and "the toy score of every model and kappa" in listed
+    assert "toy" in listed and "ID test images vs a real OOD set" in listed
     with pytest.raises(SystemExit):
         evaluate.main(["report", "--help"])
     assert "--toy TOY" in capsys.readouterr().out
 
-    # the command on its own: the typed class's options from the command line
-    result = evaluate.main(["toy", "--model", str(demo_checkpoint), "--kappa", "softmax", "energy", "--offset", "0.25",
-                            *CLI])
+    # the command on its own: a real pass over the ID test images and the digits, KNN fitted on 30 training images
+    # per class first; the AUROC of each κ is scikit-learn's on the same scores
+    result = evaluate.main(["toy", "--model", str(demo_checkpoint), *TOY_ARGS, "--output-dir",
+                            str(toy_package / "command"), *CLI])
     assert isinstance(result, MethodResult)
-    ramp = np.linspace(0, 1, 101)
-    assert [r["toy score"] for r in result["scores"]] == pytest.approx([ramp.mean() + 0.25, ramp.mean() / 2 + 0.25],
-                                                                       abs=1e-12)
+    expected = toy_reference(demo_checkpoint)
+    assert [(r["kappa"], r["toy auroc"]) for r in result["scores"]] == [
+        ("softmax", pytest.approx(expected["softmax"], abs=1e-12)), ("knn", pytest.approx(expected["knn"], abs=1e-12))]
+    for row in result["scores"]:  # the percentile interval of its replicates, and the value inside it
+        replicate = result.replicates[f"demo-best|{row['kappa']}"].numpy()
+        assert (row["low"], row["high"]) == pytest.approx(tuple(np.quantile(replicate, [0.025, 0.975])), abs=1e-12)
+        assert row["low"] < row["toy auroc"] < row["high"]
 
-    # the report card of the toy section alone, its options from the method's own config file
+    # the report card of the toy section alone, its options from the method's own config file: the column holds
+    # the command's numbers, and a second card reuses every pass from the cache
     config = toy_package / "report.yaml"
-    config.write_text(yaml.safe_dump({"model": [str(demo_checkpoint)], "kappa": ["softmax", "energy"],
-                                      "toy": {"config": "toy.yaml"}, "output_dir": str(toy_package / "card"),
-                                      "cache_dir": None, "plots": False,
-                                      "intervals": {"resamples": 300, "seed": 7}}))
+    config.write_text(yaml.safe_dump({"model": [str(demo_checkpoint)], "kappa": ["softmax", "knn"],
+                                      "fit": {"knn": {"per_class": 30}}, "toy": {"config": "toy.yaml"},
+                                      "output_dir": str(toy_package / "card"), "plots": False,
+                                      "cache_dir": str(toy_package / "cache")}))
     rows = evaluate.main(["report", "--config", str(config), *CLI])
-    assert [(r["model"], r["kappa"]) for r in rows] == [("demo-best", "softmax"), ("demo-best", "energy")]
-    cells = [r["cells"]["toy_score"] for r in rows]
-    # the card shows the toy's own estimates: the means and the percentile interval of its replicates
-    numbers = [ramp + 0.25, ramp / 2 + 0.25]
-    assert [c["value"] for c in cells] == pytest.approx([n.mean() for n in numbers], abs=1e-12)
-    draws = torch.randint(0, 101, (300, 101), generator=torch.Generator().manual_seed(7)).numpy()
-    for found, values in zip(cells, numbers, strict=True):
-        means = values[draws].mean(axis=1)
-        assert (found["low"], found["high"]) == pytest.approx(
-            (np.quantile(means, 0.025), np.quantile(means, 0.975)), abs=1e-9)
-    # compared like every column: the softmax row is best; energy is lower on every resample, so marked worse
-    assert [c["best"] for c in cells] == [True, False] and [c["significant"] for c in cells] == [False, True]
-    assert cells[0]["unit"] == "the ramp's points"
-
+    assert [(r["model"], r["kappa"]) for r in rows] == [("demo-best", "softmax"), ("demo-best", "knn")]
+    cells = [r["cells"]["toy_auroc"] for r in rows]
+    assert [c["value"] for c in cells] == pytest.approx([expected["softmax"], expected["knn"]], abs=1e-12)
+    assert [(c["low"], c["high"]) for c in cells] == [pytest.approx((r["low"], r["high"]), abs=1e-12)
+                                                      for r in result["scores"]]
+    assert cells[0]["unit"] == "the ID test and OOD images, resampled apart"
+    assert sum(c["best"] for c in cells) == 1  # compared like every column
     card = json.loads((toy_package / "card" / "report.json").read_text())
     (column,) = card["leaderboard"]["columns"]
-    assert (column["key"], column["group"], column["method_title"]) == ("toy_score", "Toy", "Toy method")
+    assert (column["key"], column["group"], column["method_title"]) == ("toy_auroc", "Toy", "Toy method")
     (section,) = card["sections"]
-    assert section["title"] == "A toy method (the ramp)" and section["tables"][0]["title"] == "scores"
-    assert [r["toy score"] for r in section["tables"][0]["rows"]] == pytest.approx([n.mean() for n in numbers])
+    assert section["title"] == "A toy method (ID test vs a real OOD set)"
+    assert {entry["role"] for entry in card["passes"] if entry["source"] == "run"} == {"id_test", "ood", "fit"}
+    evaluate.main(["report", "--config", str(config), "--output-dir", str(toy_package / "again"), *CLI])
+    again = json.loads((toy_package / "again" / "report.json").read_text())
+    assert {entry["source"] for entry in again["passes"]} == {"cache", "memory"}  # nothing run again
     page = (toy_package / "card" / "index.html").read_text()
-    assert '<th colspan="1" title="Toy method">Toy</th>' in page and "A toy method (the ramp)" in page
-    assert "toy score" in (toy_package / "card" / "report.md").read_text()
+    assert '<th colspan="1" title="Toy method">Toy</th>' in page
+
+
+@pytest.mark.ddp
+def test_the_toy_method_on_two_processes_equals_one(toy_package: Path, demo_checkpoint: Path) -> None:
+    """The plug-in inherits the engine's exactness: its table and replicates on 2 gloo processes are 1 process's."""
+    from tests.conftest import ROOT, child_env
+
+    one = evaluate.main(["toy", "--model", str(demo_checkpoint), *TOY_ARGS, "--output-dir", str(toy_package / "one"),
+                         *CLI])
+    command = [sys.executable, str(ROOT / "evaluate.py"), "toy", "--model", str(demo_checkpoint), *TOY_ARGS,
+               "--output-dir", str(toy_package / "two"), "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+               "--no-progress-bar", "--wandb-mode", "disabled"]
+    env = child_env(PYTHONPATH=f"{ROOT}{os.pathsep}{toy_package / 'site'}", OMP_NUM_THREADS="1")
+    done = subprocess.run(command, cwd=toy_package, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (toy_package / "two" / "toy.csv").read_text() == (toy_package / "one" / "toy.csv").read_text()
+    two = torch.load(toy_package / "two" / "replicates.pt", weights_only=False)["replicates"]
+    assert set(two) == set(one.replicates) and all(torch.equal(two[k].double(), one.replicates[k]) for k in two)
 
 
 class Clashing(Method):
