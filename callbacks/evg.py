@@ -32,14 +32,14 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
 from pytorch_lightning.utilities import rank_zero_info
-from torch import Tensor
+from torch import Tensor, nn
 
 from datamodules.evaluation import EvaluationSet
 from datamodules.evg import SEED_RULES, ChainBatches, EvGData, SeedChoice, chain_ranges
@@ -67,6 +67,7 @@ from evaluation_engine.scoring import (
 )
 from metrics import auroc, min_rank
 from metrics.auroc import weighted_auroc
+from metrics.detectors import Detector
 from metrics.evg import weighted_min_rank
 from metrics.resampling import resample_weights
 from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
@@ -253,18 +254,23 @@ class EvGReport:
 
     # -- hooks ------------------------------------------------------------------------------------
 
-    def check(self, detectors: Collection[Any]) -> None:
-        """Refuse, before any pass, a fit set of the detectors (:class:`lightning_modules.evg.BlackBox`) that
-        holds images of the fixed sets: the ID validation and test images, and the OOD set the chains' seeds are
-        drawn from (:meth:`ScoringPasses.check_fit_overlap`)."""
-        if any(detector.kappa.fit_data for detector in detectors):
+    def check(self, kappas: Collection[type[Detector]]) -> None:
+        """Refuse, before any pass, a fit set of the detectors that holds images of the fixed sets: the ID
+        validation and test images, and the OOD set the chains' seeds are drawn from
+        (:meth:`ScoringPasses.check_fit_overlap`)."""
+        if any(kappa.fit_data for kappa in kappas):
             self.passes.check_fit_overlap(self.fit_set, self.data, allow=self.allow_fit_overlap)
 
-    def evaluate(self, runner: Runner, module: Any, *, chains_per_batch: int) -> MethodResult | None:
-        """The whole evaluation in ``runner``'s processes: the fixed sets' κ (:meth:`score_fixed_sets`), each
-        detector's energy standardisation on them, the chains not yet in :meth:`chain_dir` in batches of
-        ``chains_per_batch`` (:meth:`run_chains`), and the report (global rank zero). Returns the rows, the
-        transfer matrices, their replicates and units on global rank zero, ``None`` on the others."""
+    def evaluate(self, runner: Runner, pairs: Sequence[tuple[nn.Module, type[Detector], dict[str, Any]]],
+                 search: Callable[[Mapping[tuple[int, str], Detector]], Any], *,
+                 chains_per_batch: int) -> MethodResult | None:
+        """The whole evaluation in ``runner``'s processes: the detectors that fit, fitted (:meth:`fit_detectors`)
+        for ``search`` to build the search of their black boxes from; the fixed sets' κ (:meth:`score_fixed_sets`);
+        each detector's energy standardisation on them; the chains not yet in :meth:`chain_dir`, in batches of
+        ``chains_per_batch`` (:meth:`run_chains`); and the report (global rank zero). ``pairs``: (model, κ, its
+        parameters) of every detector. Returns the rows, the transfer matrices, their replicates and units on
+        global rank zero, ``None`` on the others."""
+        module = search(self.fit_detectors(runner, pairs))
         self.score_fixed_sets(runner, module)
         module.fit_standardisation({name: scores[self.standardise_on] for name, scores in self.scores.items()})
         batches = ChainBatches(self.chains, chains_per_batch, done=self.done(module))
@@ -283,19 +289,23 @@ class EvGReport:
         return MethodResult("evg", {"rows": self.rows, "transfer": self.transfer, "output_dir": self.output_dir},
                             folder=self.output_dir, replicates=self.replicates, units=self.units)
 
+    def fit_detectors(self, runner: Runner, pairs: Sequence[tuple[nn.Module, type[Detector], dict[str, Any]]]
+                      ) -> dict[tuple[int, str], Detector]:
+        """Each (model, κ) whose κ fits, fitted on the fit set (one fit pass per model, through the engine):
+        ``(id(model), κ name) -> fitted detector``, a fixed black box of the search from then on."""
+        self.check([kappa for _, kappa, _ in pairs])
+        batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
+        fitting = [(model, kappa, parameters) for model, kappa, parameters in pairs if kappa.needs_fit]
+        with runner.on_device(*dict.fromkeys(model for model, _, _ in fitting)), torch.no_grad():
+            return {(id(model), kappa.name): self.passes.fitted_detector(
+                runner, model, kappa, parameters, self.fit_set, fit=self.fit.get(kappa.name), **batch)
+                for model, kappa, parameters in fitting}
+
     def score_fixed_sets(self, runner: Runner, module: Any) -> None:
-        """κ of every detector on the fixed sets (one pass per model and set, through the engine); a fitted
-        detector is fitted first, then a fixed black box of the search."""
-        self.check(module.detectors.values())
+        """κ of every detector of the search on the fixed sets (one pass per model and set, through the engine)."""
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         models = list(dict.fromkeys(detector.model for detector in module.detectors.values()))
         with runner.on_device(*models):
-            for detector in module.detectors.values():
-                if detector.kappa.needs_fit:
-                    with torch.no_grad():
-                        detector.use(self.passes.fitted_detector(
-                            runner, detector.model, detector.kappa, detector.kappa_args, self.fit_set,
-                            fit=self.fit.get(detector.kappa.name), **batch))
             self.scores = {name: {split: self.passes.scores(runner, detector.model, self.data[split], detector.kappa,
                                                             detector.kappa_args, **batch) for split in SPLITS}
                            for name, detector in module.detectors.items()}

@@ -4,7 +4,7 @@ detectors, the seed images (:class:`SeedInput`) and the search, and runs them th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from lightning_modules.evg import SAMPLERS, BlackBox, EvGSearch, build_variation
 from lightning_modules.evg.black_box import VariedImages
 from lightning_modules.evg.variations import variation_options
 from lightning_modules.scoring import ScoringModel
+from metrics.detectors import Detector
 
 
 @dataclass(frozen=True)
@@ -174,13 +175,18 @@ class EvGEvaluation(Evaluation):
             raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
         self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
 
-    def detectors(self, models: dict[str, ScoringModel], varied_images: VariedImages = "raw") -> dict[str, BlackBox]:
-        """One detector per (model, κ) pair; a κ that pairs with no model, or a model with no κ, is refused."""
-        detectors: dict[str, BlackBox] = {}
-        for model, kappa in detector_pairs(list(models.values()), self.detector_options.classes):
-            detector = BlackBox(model, kappa, kappa_args=self.detector_options.kappa_args.get(kappa.name), varied_images=varied_images)
-            detectors[detector.name] = detector
-        return detectors
+    def pairs(self, models: dict[str, ScoringModel]) -> list[tuple[ScoringModel, type[Detector], dict[str, Any]]]:
+        """(model, κ, the κ's parameters) of every detector; a κ that pairs with no model, or a model with no κ,
+        is refused."""
+        return [(model, kappa, self.detector_options.parameters[kappa.name])
+                for model, kappa in detector_pairs(list(models.values()), self.detector_options.classes)]
+
+    def detectors(self, pairs: Sequence[tuple[ScoringModel, type[Detector], dict[str, Any]]],
+                  fitted: Mapping[tuple[int, str], Detector], varied_images: VariedImages = "raw") -> dict[str, BlackBox]:
+        """The black box of each (model, κ): the fitted detector of a κ that fits (``fitted``, by (id(model), κ))."""
+        detectors = [BlackBox(model, kappa, kappa_args=parameters, fitted=fitted.get((id(model), kappa.name)),
+                              varied_images=varied_images) for model, kappa, parameters in pairs]
+        return {detector.name: detector for detector in detectors}
 
     def seed_input(self, models: Sequence[ScoringModel], sizes: Sequence[tuple[int, int]]) -> SeedInput:
         """What the variations act on (see ``vary_at``), for models and seed images of ``sizes`` ``(H, W)``.
@@ -219,7 +225,7 @@ class EvGEvaluation(Evaluation):
         for model in models.values():
             if not model.ensemble:  # its weights are stacked buffers; channels-last convolutions: oneDNN (CPU)
                 model.network.to(memory_format=torch.channels_last)  # runs the demo's CNN about 1.6x faster
-        self.detectors(models)  # a κ that pairs with no model is refused before any pass
+        pairs = self.pairs(models)  # a κ that pairs with no model is refused before any pass
         datamodule = id_datamodule(self.data, self.data_args, models=list(models.values()))
         data = EvGData(id_val=datamodule.evaluation_set("val", role="id_val", known_only=True),
                        id_test=datamodule.evaluation_set("test", role="id_test", known_only=True),
@@ -230,8 +236,8 @@ class EvGEvaluation(Evaluation):
         fit_set = None
         if any(k.fit_data for k in self.detector_options.classes):
             fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
-        for detector in self.detectors(models).values():
-            check_detectors([detector.kappa], detector.model, fit_set)
+        for model, kappa, _ in pairs:
+            check_detectors([kappa], model, fit_set)
         if self.chains > len(data["ood"]):
             print(f"{self.chains} chains on {len(data['ood'])} OOD images: chain i varies image i mod "
                   f"{len(data['ood'])}, so each image seeds up to {-(-self.chains // len(data['ood']))} chains")
@@ -239,14 +245,17 @@ class EvGEvaluation(Evaluation):
         seed_input = self.seed_input(list(models.values()), data.seed_sizes(seed_indices))
         if seed_input.resize_ood:  # the clean OOD images are the chains' unvaried images
             data = data.through(seed_input.pipeline)
-        detectors = self.detectors(models, seed_input.varied_images)
         seeds = data.seed_images(seed_indices, None if seed_input.resize_ood else seed_input.pipeline)
         print(f"EvG varies the OOD images {seed_input.description}")
         generator = self.gan if self.gan and "gan" in self.variation else None  # a checkpoint or pkg.mod:factory
         variations = {name: build_variation(name, self.variation_args.get(name), seed_shape=tuple(seeds.shape[1:]),
                                             generator=generator) for name in self.variation}
-        module = EvGSearch(detectors, variations, {s: self.sampler_args.get(s, {}) for s in self.sampler}, seeds,
-                           steps=self.steps, seed=self.seed, trace_every=self.trace_every)
+
+        def search(fitted: Mapping[tuple[int, str], Detector]) -> EvGSearch:  # the detectors that fit, fitted
+            return EvGSearch(self.detectors(pairs, fitted, seed_input.varied_images), variations,
+                             {s: self.sampler_args.get(s, {}) for s in self.sampler}, seeds, steps=self.steps,
+                             seed=self.seed, trace_every=self.trace_every)
+
         check_output_dir(self.output_dir)
         report = EvGReport(data, chains=self.chains, output_dir=self.output_dir, cache_dir=self.cache_dir,
                            plots=self.plots, seed_indices=seed_indices, seed_choice=self.seed_choice, seed=self.seed,
@@ -257,7 +266,7 @@ class EvGEvaluation(Evaluation):
                            intervals=self.intervals, fit_set=fit_set, fit=self.fit,
                            allow_fit_overlap=self.allow_fit_overlap)
         result = Runner.launch(self.options, lambda runner: report.evaluate(
-            runner, module, chains_per_batch=self.chains_per_batch), name="evg")
+            runner, pairs, search, chains_per_batch=self.chains_per_batch), name="evg")
         if result is None:  # the report (its rows, replicates, figures) is global rank zero's
             return None
         result.estimates = evg_estimates(result, self.intervals)

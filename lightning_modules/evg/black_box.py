@@ -57,17 +57,20 @@ class BlackBox(nn.Module):
             ``metrics.KAPPAS["softmax"].detector`` from Python).
         name: how tables call it, e.g. ``demo-best/softmax`` (default: ``<model>/<κ>``).
         kappa_args: keyword arguments of κ (e.g. ODIN's temperature).
+        fitted: a κ that fits on in-distribution training outputs (Mahalanobis, KNN, ...): its detector, fitted
+            by the engine (:meth:`evaluation_engine.scoring.ScoringPasses.fitted_detector`); refused without.
         varied_images: what the images it scores are: ``"raw"`` images (the model's whole input transform
             brings them to its input, as every clean image) or ``"model_input"`` (already its pipeline's output:
             only the normalisation).
 
     Raises:
-        ValueError: a κ the model cannot serve (an ensemble κ on one model, ...), naming both; an unknown
-            ``varied_images``.
+        ValueError: a κ the model cannot serve (an ensemble κ on one model, ...), naming both; a κ that fits
+            without its fitted detector; an unknown ``varied_images``.
     """
 
     def __init__(self, model: ScoringModel, kappa: type[Detector], *, name: str | None = None,
-                 kappa_args: dict[str, Any] | None = None, varied_images: VariedImages = "raw") -> None:
+                 kappa_args: dict[str, Any] | None = None, fitted: Detector | None = None,
+                 varied_images: VariedImages = "raw") -> None:
         super().__init__()
         if varied_images not in VARIED_IMAGES:
             raise ValueError(f"varied_images must be one of {list(VARIED_IMAGES)}, got {varied_images!r}")
@@ -80,14 +83,12 @@ class BlackBox(nn.Module):
         self.name = name or f"{model.display_name}/{self.kappa.name}"
         self.background = model.background_class
         self.kappa_args = self.kappa.arguments(**(kappa_args or {}))
-        self.fitted: Detector | None = None  # the κ's fitted detector, set by use() before the search
+        if kappa.needs_fit and not isinstance(fitted, kappa):
+            raise ValueError(f"{self.name}: its detector {kappa.name!r} is fitted on in-distribution training outputs "
+                             f"first (ScoringPasses.fitted_detector): give it as fitted=, got {fitted!r}")
+        self.fitted = fitted if kappa.needs_fit else None  # the κ's fitted detector: a fixed black box of the search
         self.register_buffer("energy_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("energy_scale", torch.tensor(float("nan"), dtype=torch.float64))
-
-    def use(self, fitted: Detector) -> None:
-        """Score with this fitted detector of the κ (Mahalanobis, KNN, ...: fitted on in-distribution training
-        outputs by the engine): a fixed black box of the search from now on."""
-        self.fitted = fitted
 
     def fingerprint(self) -> str:
         """The model's weights and, for a fitted κ, the fitted state: another fit is another run."""
@@ -138,8 +139,6 @@ class BlackBox(nn.Module):
         else:
             with torch.no_grad():
                 outputs = forward_outputs(self.model, inputs, features=self.kappa.kind == "features")
-        if self.kappa.needs_fit and self.fitted is None:
-            raise RuntimeError(f"{self.name}: its detector {self.kappa.name!r} is not fitted (use() a fitted one first)")
         # finite=False: a NaN κ is a rejected proposal of the search (standardised_energy refuses infinities)
         return kappa_scores(self.kappa, outputs, background=self.background, parameters=self.kappa_args,
                             detector=self.fitted, finite=False).detach().float()

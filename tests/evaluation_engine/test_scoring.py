@@ -844,13 +844,20 @@ def test_evg_refuses_a_fit_set_holding_its_seed_images_and_states_an_allowed_one
 
     def run(out, **options):
         model = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(8, 3)), name="tiny", classes=KNOWN)
-        detectors = {d.name: d for d in (BlackBox(model, KAPPAS["knn"].detector, kappa_args={"k": 1}), BlackBox(model, KAPPAS["softmax"].detector))}
+        knn, softmax = KAPPAS["knn"].detector, KAPPAS["softmax"].detector
+        pairs = [(model, knn, knn.arguments(k=1)), (model, softmax, softmax.arguments())]
         indices = data.seed_indices(4, 0)
         seeds = data.seed_images(indices, None)
-        module = EvGSearch(detectors, {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},
-                           {"mh": {}}, seeds, steps=3, seed=0)
+
+        def search(fitted):
+            detectors = [BlackBox(model, kappa, kappa_args=parameters, fitted=fitted.get((id(model), kappa.name)))
+                         for model, kappa, parameters in pairs]
+            return EvGSearch({d.name: d for d in detectors},
+                             {"colour": build_variation("colour", None, seed_shape=tuple(seeds.shape[1:]))},
+                             {"mh": {}}, seeds, steps=3, seed=0)
+
         report = EvGReport(data, chains=4, output_dir=out, plots=False, seed_indices=indices, fit_set=fit, **options)
-        report.evaluate(Runner.local(), module, chains_per_batch=4)
+        report.evaluate(Runner.local(), pairs, search, chains_per_batch=4)
         return report, model
 
     with pytest.raises(FitOverlapError, match=r"2 of its 10 images are images of ood \(role ood, in memory"):

@@ -189,7 +189,6 @@ def counted_checkpoint_reads() -> Iterator[collections.Counter]:
             module.read_checkpoint = original
 
 
-@pytest.mark.slow
 def test_each_checkpoint_is_read_once_per_card(card: dict) -> None:
     """The card builds each model once and every section scores it (OSCR's pass included): the demo
     checkpoint and each ensemble member are read once per card (18 reads of these 3 files before: the demo
@@ -200,7 +199,6 @@ def test_each_checkpoint_is_read_once_per_card(card: dict) -> None:
         assert dict(run["reads"]) == expected
 
 
-@pytest.mark.slow
 def test_every_pass_runs_at_most_once_and_a_second_run_none(card: dict) -> None:
     first, second = card["runs"]
     ran = [entry["key"] for entry in first["log"] if entry["source"] == "run"]
@@ -218,7 +216,6 @@ def test_every_pass_runs_at_most_once_and_a_second_run_none(card: dict) -> None:
     assert json.dumps(second["rows"], sort_keys=True) == json.dumps(first["rows"], sort_keys=True)
 
 
-@pytest.mark.slow
 def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> None:
     rows = card["runs"][0]["rows"]
     root = card["root"] / "card"
@@ -275,7 +272,6 @@ def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> N
             assert sum(c["share_first"] for c in present) == pytest.approx(1.0)
 
 
-@pytest.mark.slow
 def test_significance_follows_the_paired_replicates(card: dict) -> None:
     rows = card["runs"][0]["rows"]
     root = card["root"] / "card"
@@ -288,7 +284,6 @@ def test_significance_follows_the_paired_replicates(card: dict) -> None:
     assert [c["significant"] for c in cells] == expected.tolist()
 
 
-@pytest.mark.slow
 def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
     root = card["root"] / "card"
     written = json.loads((root / "report.json").read_text())

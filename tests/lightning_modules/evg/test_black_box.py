@@ -10,7 +10,7 @@ from torchvision.transforms import functional as TF
 
 from datamodules.transforms import ModelInput, TensorPipeline
 from lightning_modules.evg import BlackBox, build_variation
-from lightning_modules.scoring import ScoringModel
+from lightning_modules.scoring import ScoringModel, forward_outputs
 from metrics import KAPPAS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -73,3 +73,26 @@ def test_the_same_image_as_a_pil_file_and_as_a_tensor_is_the_same_input() -> Non
     image = eight_bit(1, 3, 20)[0]
     as_file = TF.to_pil_image(image)
     torch.testing.assert_close(model.model_input.pipeline(as_file), model.model_input.pipeline(image), atol=0, rtol=0)
+
+
+def test_a_fitted_kappa_is_a_constructor_argument_and_scores_as_its_detector() -> None:
+    """A κ that fits (KNN) takes its fitted detector when the black box is built (no later set-up step), is
+    refused without it, and scores the varied images as that detector scores their features."""
+    from lightning_modules import OpenSetClassifier
+
+    torch.manual_seed(0)
+    network = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1).eval()
+    model = ScoringModel(network, model_input=ModelInput(TensorPipeline(28, 1), size=(28, 28), channels=1), name="net")
+    knn = KAPPAS["knn"].detector
+    with pytest.raises(ValueError, match=r"net/knn: its detector 'knn' is fitted on in-distribution training outputs "
+                                         r"first .*give it as fitted="):
+        BlackBox(model, knn)
+    with torch.no_grad():
+        features = forward_outputs(model, torch.rand(40, 1, 28, 28), features=True)["features"]
+    fitted = knn(k=2).fit({"features": features, "targets": torch.arange(40) % 4})
+    detector = BlackBox(model, knn, kappa_args={"k": 2}, fitted=fitted)
+    images = eight_bit(6, 1, 28)
+    with torch.no_grad():
+        expected = fitted.score({"features": forward_outputs(model, detector.adapt(images), features=True)["features"]})
+    torch.testing.assert_close(detector.scores(images), expected.float())
+    assert detector.fingerprint().endswith(fitted.state_fingerprint())
