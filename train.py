@@ -49,7 +49,7 @@ from lightning_modules.ensemble_quality import (
     write_record,
 )
 from lightning_modules.open_set_classifier import OpenSetClassifier, train_negatives_for_loss
-from openset_common import atomic_write_text, file_sha256
+from openset_common.artefacts import atomic_write_text, file_sha256
 
 
 def _loggers(trainer_config: Any) -> list[Any]:

@@ -70,7 +70,7 @@ from datamodules.batch import collate_samples
 from datamodules.images import ImageFileDataset, image_files
 from datamodules.shard_store import DIGESTS_ARRAY, LOOKUP_ARRAYS, ShardSet, array_digest
 from datamodules.shards import write_shards
-from openset_common import files_fingerprint
+from openset_common.artefacts import files_fingerprint
 
 SECTION = "Data throughput: the 21k pool from folders and from shards"
 FULL_POOL = 18_252 * 200  # the C-OOD pool: 200 images of each of 18,252 classes

@@ -70,7 +70,7 @@ from metrics.auroc import weighted_auroc
 from metrics.detectors import Detector
 from metrics.evg import weighted_min_rank
 from metrics.resampling import resample_weights
-from openset_common import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
+from openset_common.artefacts import atomic_write_bytes, atomic_write_text, digest, tensors_fingerprint
 
 RESULT_COLUMNS = ("detector", "variation", "preset", "sampler", "eV1 of", "chains", "steps", "clean auroc",
                   "worst-case auroc", "clean min rank", "min rank", "seed auroc", "seed min rank", "id test images",

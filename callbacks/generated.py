@@ -126,13 +126,8 @@ from metrics import (
 )
 from metrics.auroc import bootstrap_auroc
 from metrics.calibration import bootstrap_accuracy_ece
-from openset_common import (
-    atomic_write_text,
-    file_sha256,
-    known_columns,
-    staging_folder,
-    terminate_as_exit,
-)
+from openset_common.artefacts import atomic_write_text, file_sha256, staging_folder, terminate_as_exit
+from openset_common.labels import known_columns
 
 ECE_NOTE = ("ECE: torchmetrics' binned plug-in estimate (15 bins), biased upwards at small n; its interval is the "
             "bootstrap interval of that estimator, not of the population ECE (it does not reach 0 for a calibrated "

@@ -64,7 +64,7 @@ from evaluation_engine.scoring import ScoringPasses
 from lightning_modules.scoring import checkpoint_display_name
 from metrics import DEFAULT_FPR_TARGETS, GROUPS, IndexedPredictions, fpr_key, max_known_score, open_set_report
 from metrics.open_set import bootstrap_open_set
-from openset_common import atomic_write_text, tensors_fingerprint
+from openset_common.artefacts import atomic_write_text, tensors_fingerprint
 
 
 def report_dir(trainer: pl.Trainer, output_dir: str | None, suffix: str, checkpoint: str | None = None) -> Path:

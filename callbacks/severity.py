@@ -87,7 +87,8 @@ from metrics import (
 from metrics.auroc import weighted_auroc
 from metrics.resampling import cluster_weights, resample_weights
 from metrics.severity import PAPER_LEVELS, resolve_num_levels
-from openset_common import digest, known_columns
+from openset_common.artefacts import digest
+from openset_common.labels import known_columns
 
 LEVEL_COLUMNS = ("severity level", "level score", "class index", "class", "class score", "seen in training")
 HISTORY_COLUMNS = ("epoch", "confidence function", "severity level", "ood-auroc")

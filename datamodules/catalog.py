@@ -42,7 +42,8 @@ from datamodules.sources import (
     load_digits_images,
     load_fashion_mnist,
 )
-from openset_common import UNKNOWN_LABEL, import_object, typed_arguments
+from openset_common.labels import UNKNOWN_LABEL
+from openset_common.typed import import_object, typed_arguments
 
 
 def _own_severity_data(datamodule: Any, **arguments: Any) -> SeverityData:

@@ -44,7 +44,7 @@ from datamodules.images import (
     is_folder,
     subfolders,
 )
-from openset_common import digest, tensors_fingerprint
+from openset_common.artefacts import digest, tensors_fingerprint
 
 # open_set_test: a protocol's test set of knowns, negatives (-1) and unknowns (-2), as OSCR scores it
 Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds",

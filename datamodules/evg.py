@@ -41,7 +41,7 @@ from datamodules.evaluation import EvaluationData, EvaluationSet, dataset_finger
 from datamodules.images import BALANCED_RULE, balanced_choice, dataset_labels
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR
 from datamodules.transforms import ModelInput, TensorPipeline, to_float_tensor
-from openset_common import digest
+from openset_common.artefacts import digest
 
 SeedChoice = Literal["balanced", "first"]
 SEED_CHOICES: tuple[str, ...] = get_args(SeedChoice)

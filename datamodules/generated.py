@@ -47,7 +47,7 @@ from datamodules.images import (
     subfolders,
     without_unreadable,
 )
-from openset_common import file_sha256
+from openset_common.artefacts import file_sha256
 
 MANIFEST_COLUMNS = ("file", "index", "seed", "source_index", "source_label", "ensemble_prediction", "mi", "lpips",
                     "generator_sha256")

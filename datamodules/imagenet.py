@@ -40,7 +40,7 @@ from datamodules.protocols import (
 )
 from datamodules.severity import FolderSeverityData, ProtocolSeverityData
 from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, ModelInput, eval_transform, train_transform
-from openset_common import atomic_write_text
+from openset_common.artefacts import atomic_write_text
 
 
 class FolderProtocolDataModule(OpenSetDataModule):

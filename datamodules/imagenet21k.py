@@ -50,7 +50,7 @@ from datamodules.images import IMAGE_EXTENSIONS, NonImageFilesWarning, image_fil
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.wordnet import load_wordnet, synset
 from datamodules.wordnet import wnid as synset_wnid
-from openset_common import atomic_write_text, check_writable_folder
+from openset_common.artefacts import atomic_write_text, check_writable_folder
 
 RULES = ("id_class", "hypernym", "hyponym", "part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")
 CURATED_RELATIONS = ("part_whole", "duplicate", "ambiguous_manmade", "biological_lookalike")

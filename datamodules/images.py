@@ -32,7 +32,7 @@ from datamodules.shard_store import (
     listing_fingerprint,
     shard_set_of,
 )
-from openset_common import files_fingerprint
+from openset_common.artefacts import files_fingerprint
 
 BadImagePolicy = Literal["fail", "skip"]
 

@@ -28,7 +28,7 @@ from datamodules.batch import collate_samples
 from datamodules.evaluation import EvaluationSet, Role, known_subset, raw
 from datamodules.images import check_choice, dataset_labels
 from datamodules.transforms import BackgroundClassTarget, ModelInput
-from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL
+from openset_common.labels import NEGATIVE_LABEL, UNKNOWN_LABEL
 
 # torchdata 0.11's StatefulDataLoader calls a torch API that warns on every epoch; nothing a user can act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)

@@ -61,7 +61,7 @@ from torch.utils.data import ConcatDataset, Dataset, Subset
 from datamodules.evaluation import EvaluationSet
 from datamodules.images import ImageFileDataset, TensorImageDataset
 from datamodules.shard_store import ShardError
-from openset_common import atomic_write_bytes, digest
+from openset_common.artefacts import atomic_write_bytes, digest
 
 HEAD_BYTES = 4096
 """The bytes of each same-size file read first; only files whose size and head both occur in both sets are

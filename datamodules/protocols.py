@@ -35,7 +35,8 @@ from sklearn.model_selection import train_test_split
 
 from datamodules.images import IMAGE_EXTENSIONS, image_files, is_folder, non_image_files
 from datamodules.wordnet import descendants_in
-from openset_common import NEGATIVE_LABEL, UNKNOWN_LABEL, atomic_write_text, check_writable_folder
+from openset_common.artefacts import atomic_write_text, check_writable_folder
+from openset_common.labels import NEGATIVE_LABEL, UNKNOWN_LABEL
 
 SPLITS = ("train", "val", "test")
 ROLES = ("known", "negative", "unknown")

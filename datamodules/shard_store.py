@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from openset_common import digest
+from openset_common.artefacts import digest
 
 os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # litdata would ask PyPI for a newer version
 

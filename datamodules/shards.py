@@ -69,7 +69,7 @@ from datamodules.shard_store import (
     sample_name,
     signed,
 )
-from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder, digest
+from openset_common.artefacts import atomic_write_bytes, atomic_write_text, check_writable_folder, digest
 
 WRITING_FILE = ".writing.json"
 LOCK_FILE = ".write.lock"  # held by the one write into a folder; not part of the set (a folder with only it is empty)

@@ -23,7 +23,7 @@ from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 from torchvision.transforms._presets import ImageClassification
 
-from openset_common import NEGATIVE_LABEL
+from openset_common.labels import NEGATIVE_LABEL
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from openset_common import check_writable_folder, staging_folder, stale_staging_folders
+from openset_common.artefacts import check_writable_folder, staging_folder, stale_staging_folders
 
 DEBIAN_WORDNET_DIR = Path("/usr/share/wordnet")
 REQUIRED_FILES = ("data.noun", "index.noun", "data.verb", "index.verb", "data.adj", "index.adj",

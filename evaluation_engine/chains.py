@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from openset_common import atomic_write_bytes
+from openset_common.artefacts import atomic_write_bytes
 
 
 class ChainStore:

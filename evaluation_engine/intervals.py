@@ -20,7 +20,7 @@ from metrics import (
     percentile_interval,
     wilson_interval,
 )
-from openset_common import dataclass_of
+from openset_common.typed import dataclass_of
 
 
 @dataclass

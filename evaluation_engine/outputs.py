@@ -33,7 +33,7 @@ from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
 from evaluation_engine.intervals import Intervals
-from openset_common import atomic_write_bytes, atomic_write_text, check_writable_folder
+from openset_common.artefacts import atomic_write_bytes, atomic_write_text, check_writable_folder
 
 if TYPE_CHECKING:
     from evaluation_engine.runner import Runner

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from openset_common import atomic_write_bytes  # noqa: E402
+from openset_common.artefacts import atomic_write_bytes  # noqa: E402
 
 COLOURS = {"negatives": "tab:orange", "unknowns": "tab:red", "known_target": "tab:blue"}
 

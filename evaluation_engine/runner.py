@@ -29,7 +29,7 @@ import torch
 from lightning_fabric import Fabric
 from pytorch_lightning.loggers import Logger, WandbLogger
 
-from openset_common import dataclass_of
+from openset_common.typed import dataclass_of
 
 T = TypeVar("T")
 

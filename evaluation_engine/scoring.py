@@ -52,7 +52,7 @@ from evaluation_engine.runner import Runner
 from lightning_modules.scoring import classification_head, forward_outputs, has_features
 from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
-from openset_common import atomic_write_bytes, digest, tensors_fingerprint
+from openset_common.artefacts import atomic_write_bytes, digest, tensors_fingerprint
 
 
 def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:

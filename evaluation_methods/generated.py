@@ -75,10 +75,7 @@ from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
 from metrics.bootstrap_intervals import paired_difference
-from openset_common import (
-    file_sha256,
-    stale_staging_folders,
-)
+from openset_common.artefacts import file_sha256, stale_staging_folders
 
 
 class GenerateSets(Evaluation):

@@ -27,7 +27,7 @@ from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import DETECTION_METRICS, Intervals
 from evaluation_engine.results import Estimate, Figure, MethodResult, number
 from metrics.detectors import Detector
-from openset_common import plugins
+from openset_common.typed import plugins
 
 ENTRY_POINTS = "openset_bench.methods"
 # the methods of this project, each registered by its own module when imported

@@ -22,7 +22,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from openset_common import import_object
+from openset_common.typed import import_object
 
 
 class CheckpointError(ValueError):

@@ -43,7 +43,8 @@ from datamodules.batch import unpack_batch
 from lightning_modules.checkpoint import datamodule_from_checkpoint, load_module, read_checkpoint
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.open_set_classifier import OpenSetClassifier
-from openset_common import atomic_write_text, file_sha256, known_columns
+from openset_common.artefacts import atomic_write_text, file_sha256
+from openset_common.labels import known_columns
 
 QUALITY_FILE = "ensemble.json"  # next to the members file ensemble.txt
 SPLIT = "test"

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from openset_common import NEGATIVE_LABEL
+from openset_common.labels import NEGATIVE_LABEL
 
 
 class EntropicOpenSetLoss(nn.Module):

@@ -28,7 +28,7 @@ from lightning_modules.checkpoint import record_run
 from lightning_modules.losses import BackgroundClassLoss, EntropicOpenSetLoss, SoftMaxLoss
 from lightning_modules.nets.backbones import OpenSetNetwork, build_backbone
 from metrics import Gamma
-from openset_common import NEGATIVE_LABEL
+from openset_common.labels import NEGATIVE_LABEL
 
 Loss = Literal["softmax", "bg", "eos"]
 # How the training set must treat negatives for each loss (see datamodules.open_set).

@@ -41,7 +41,7 @@ from lightning_modules.checkpoint import (
 from lightning_modules.nets.backbones import OpenSetNetwork, build_classifier
 from lightning_modules.nets.ensemble import CLASS_ARGUMENTS, TRANSFORM_ARGUMENTS, DeepEnsemble
 from lightning_modules.open_set_classifier import OpenSetClassifier
-from openset_common import tensors_fingerprint
+from openset_common.artefacts import tensors_fingerprint
 
 
 def checkpoint_display_name(path: Path) -> str:

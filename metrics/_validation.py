@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from openset_common import LOWEST_LABEL, NEGATIVE_LABEL, UNKNOWN_LABEL, known_columns
+from openset_common.labels import LOWEST_LABEL, NEGATIVE_LABEL, UNKNOWN_LABEL, known_columns
 
 # Rows of probabilities must sum to 1 within this tolerance: loose enough for probabilities rounded to a
 # few decimals or computed in bfloat16, tight enough that logits essentially never pass.

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from metrics._validation import as_tensor, check_finite, check_probabilities
 from metrics.collect import IndexedPredictions
-from openset_common import known_columns, spread_background_mass
+from openset_common.labels import known_columns, spread_background_mass
 
 __all__ = [
     "MutualInformation",

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation_engine.outputs import write_json
-from openset_common import atomic_write_text
+from openset_common.artefacts import atomic_write_text
 
 MISSING = "—"
 SIGNIFICANT_MARK = "▼"

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from openset_common import atomic_write_text, file_sha256
+from openset_common.artefacts import atomic_write_text, file_sha256
 
 
 def mark_stale(folder: Path) -> None:

@@ -516,7 +516,7 @@ def test_a_killed_generation_cleans_up_and_the_next_run_removes_what_a_kill_left
     import signal
     import stat
 
-    from openset_common import staging_folder
+    from openset_common.artefacts import staging_folder
 
     near, parent = generators["near_ood"], tmp_path / "sets"
     folder = parent / "near"

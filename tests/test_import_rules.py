@@ -44,7 +44,7 @@ def imported_packages(path) -> set[str]:
 
 
 def files_of(package: str):
-    return [ROOT / "openset_common.py"] if package == "openset_common" else sorted((ROOT / package).rglob("*.py"))
+    return sorted((ROOT / package).rglob("*.py"))
 
 
 def module_name(path: Path) -> str:

@@ -13,7 +13,12 @@ import sys
 
 import pytest
 
-from openset_common import atomic_write_text, staging_folder, stale_staging_folders, terminate_as_exit
+from openset_common.artefacts import (
+    atomic_write_text,
+    staging_folder,
+    stale_staging_folders,
+    terminate_as_exit,
+)
 from tests.conftest import ROOT, child_env
 
 
@@ -78,7 +83,7 @@ def test_a_users_generic_modules_beside_a_notebook_shadow_nothing(tmp_path):
         "import evaluate, train, metrics.auroc, callbacks, datamodules, lightning_modules, evaluation_engine\n"
         "import evaluation_methods, report_card\n"
         "from evaluate import report\n"
-        "from openset_common import atomic_write_text\n"
+        "from openset_common.artefacts import atomic_write_text\n"
         f"print(sorted(n for n in sys.modules if n in {GENERIC_NAMES!r}))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env(), capture_output=True,
@@ -93,6 +98,6 @@ def test_no_top_level_module_of_the_project_has_a_generic_name():
     review of that)."""
     top = sorted(p.stem for p in ROOT.glob("*.py")) + sorted(p.name for p in ROOT.iterdir()
                                                            if (p / "__init__.py").is_file() and p.name != "tests")
-    assert top == ["evaluate", "openset_common", "train", "benchmarks", "callbacks", "datamodules",
-                   "evaluation_engine", "evaluation_methods", "lightning_modules", "metrics", "report_card"]
+    assert top == ["evaluate", "train", "benchmarks", "callbacks", "datamodules", "evaluation_engine",
+                   "evaluation_methods", "lightning_modules", "metrics", "openset_common", "report_card"]
     assert not set(top) & set(GENERIC_NAMES)

@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from openset_common import typed_arguments
+from openset_common.typed import typed_arguments
 
 LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 KORNIA_LUMA = (0.299, 0.587, 0.114)  # kornia's rgb_to_grayscale weights

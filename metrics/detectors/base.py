@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from openset_common import tensors_fingerprint
+from openset_common.artefacts import tensors_fingerprint
 
 Head = tuple[Tensor, Tensor | None]
 """A linear classification head ``(W (C, D), b (C,) or None)``: ``logits = features @ W.T + b``."""

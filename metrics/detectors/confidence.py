@@ -28,7 +28,7 @@ from torch import Tensor
 
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.registry import register_detector
-from openset_common import known_columns, spread_background_mass
+from openset_common.labels import known_columns, spread_background_mass
 
 
 def _as_float(logits: Tensor) -> Tensor:

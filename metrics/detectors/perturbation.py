@@ -21,7 +21,7 @@ from metrics.detectors.base import check_non_negative, check_positive_int
 from metrics.detectors.confidence import _negative_entropy_of_known, softmax_response
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.registry import register_detector
-from openset_common import known_columns
+from openset_common.labels import known_columns
 
 
 def _check_gradients_available() -> None:

@@ -22,7 +22,7 @@ import importlib.metadata
 from typing import Any, TypeVar
 
 from metrics.detectors.base import Detector
-from openset_common import import_object, plugins
+from openset_common.typed import import_object, plugins
 
 ENTRY_POINTS = "openset_bench.detectors"
 POOD_PREFIX = "pood:"

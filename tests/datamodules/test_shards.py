@@ -37,7 +37,7 @@ from datamodules.images import (
 from datamodules.protocols import write_protocol_csvs
 from datamodules.shard_store import INDEX_FILE, PARTS_DIR, SHARDS_FILE, ShardError, ShardSet
 from datamodules.shards import folder_rows, main, protocol_source, verify, write_shards
-from openset_common import files_fingerprint
+from openset_common.artefacts import files_fingerprint
 from tests.conftest import make_imagenet_folder, protocol_wnids, write_jpeg
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]
@@ -141,7 +141,7 @@ def test_a_killed_write_continues_and_a_finished_one_is_verified_not_redone(tree
 
 
 def _writing(root: Path, part_size: int) -> str:
-    from openset_common import digest
+    from openset_common.artefacts import digest
 
     rows = folder_rows(root)
     return json.dumps({"kind": "folder", "root": str(root), "rows_digest": digest(rows), "count": len(rows),

@@ -35,7 +35,7 @@ from lightning_modules.ensemble_quality import (
     sanity_bar,
     write_record,
 )
-from openset_common import file_sha256
+from openset_common.artefacts import file_sha256
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the two cores are shared (tests/conftest.py)

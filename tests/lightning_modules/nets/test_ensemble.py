@@ -14,7 +14,7 @@ from lightning_modules import OpenSetClassifier
 from lightning_modules.checkpoint import CheckpointError
 from lightning_modules.ensemble_quality import QUALITY_FILE, measure_member, recorded_quality
 from lightning_modules.nets.ensemble import DeepEnsemble, member_paths
-from openset_common import file_sha256
+from openset_common.artefacts import file_sha256
 from tests.conftest import ROOT, train_demo_checkpoint
 
 
