@@ -114,7 +114,6 @@ from lightning_modules.checkpoint import (
     class_indices,
 )
 from lightning_modules.ensemble_quality import EnsembleQuality
-from lightning_modules.generated import RegularisedGenerator
 from lightning_modules.generated.modes import check_generation_mode, generation_mode
 from lightning_modules.nets.ensemble import member_paths
 from metrics import (
@@ -126,7 +125,7 @@ from metrics import (
 )
 from metrics.auroc import bootstrap_auroc
 from metrics.calibration import bootstrap_accuracy_ece
-from openset_common.artefacts import atomic_write_text, file_sha256, staging_folder, terminate_as_exit
+from openset_common.artefacts import atomic_write_text, staging_folder, terminate_as_exit
 from openset_common.labels import known_columns
 
 ECE_NOTE = ("ECE: torchmetrics' binned plug-in estimate (15 bins), biased upwards at small n; its interval is the "
@@ -241,14 +240,14 @@ def exact_integers(batch: Any, outputs: dict[str, Tensor]) -> dict[str, Tensor]:
     Raises:
         ValueError: an output field whose float values are not exact integers (named with the value).
     """
-    found: dict[str, Tensor] = {}
+    columns: dict[str, Tensor] = {}
     if isinstance(batch, Batch):
-        found["source_index"], found["source_label"] = batch.indices.long(), batch.targets.long()
+        columns["source_index"], columns["source_label"] = batch.indices.long(), batch.targets.long()
     elif (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch)
           and not batch[0].is_floating_point()):
-        found["seed"] = batch[0].long()
+        columns["seed"] = batch[0].long()
     for key in INTEGER_OUTPUTS:
-        if key in found or key not in outputs:
+        if key in columns or key not in outputs:
             continue
         value = outputs[key]
         if value.is_floating_point():
@@ -256,8 +255,8 @@ def exact_integers(batch: Any, outputs: dict[str, Tensor]) -> dict[str, Tensor]:
             if bool(bad.any()):
                 raise ValueError(f"the generator's {key} output {float(value[bad][0])!r} is not an exact integer "
                                  "(return integer tensors for integer fields)")
-        found[key] = value.long()
-    return found
+        columns[key] = value.long()
+    return columns
 
 
 def _number(value: torch.Tensor) -> str:
@@ -657,12 +656,12 @@ class GeneratedBenchmark(pl.Callback):
                 continue
             sources = torch.tensor([int(row["source_index"]) for row in self.data[name].dataset.rows])
             position = torch.searchsorted(id_indices, sources).clamp(max=max(id_indices.numel() - 1, 0))
-            found = id_indices[position] == sources
-            if not bool(found.all()):
+            present = id_indices[position] == sources
+            if not bool(present.all()):
                 if not self.label_filter:
                     continue
                 raise ValueError(f"{getattr(self.data[name].dataset, 'folder', name)}: the source images "
-                                 f"{sources[~found][:5].tolist()} of the shifted set {name} are not in the ID test set "
+                                 f"{sources[~present][:5].tolist()} of the shifted set {name} are not in the ID test set "
                                  "(the set was generated from other data): the label filter cannot compare predictions")
             kept[name] = description[name]["prediction"].cpu().long() == id_prediction[position].long()
         return kept
@@ -690,13 +689,13 @@ class GeneratedBenchmark(pl.Callback):
             chosen = balanced_choice(self.data["id_test"].labels(), count, self.reference_seed).tolist()
             reference = torch.stack([model_input.pipeline(id_set[i].image) for i in chosen]).to(runner.device)
             for name, evaluation_set in self.data.sets.items():
-                found = self.passes.per_sample_pass(
+                distances = self.passes.per_sample_pass(
                     runner, perceptual, evaluation_set, model_input=ModelInput(model_input.pipeline),
                     name=slug(f"lpips-{name}"),
                     part={"lpips": perceptual.description, "reference": count, "reference_seed": self.reference_seed},
                     step=lambda images: {"lpips": perceptual.nearest(images, reference)[1].float()}, keys=["lpips"],
                     **batch)
-                description[name].update(targets=found["targets"], lpips=found["lpips"])
+                description[name].update(targets=distances["targets"], lpips=distances["lpips"])
         return description
 
     def _set_row(self, name: str, description: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
@@ -793,40 +792,3 @@ def generator_name(path: str) -> str:
 
 def _float(value: Any) -> float | None:
     return None if value is None or value == "" else float(value)
-
-
-# the generator's training hyper-parameters every info.json records (None where a kind has no such option)
-TRAINING_RECORD = ("channels", "image_size", "lambda_adversarial", "lambda_l1", "l1_target", "lambda_perceptual",
-                   "lambda_semantic", "discriminator", "pairing", "regularise_every", "adversarial_loss", "lr", "betas",
-                   "dropout", "base_width", "latent_dim", "architecture", "conditional_classes", "lpips_net",
-                   "lpips_random_backbone", "training_seed")
-
-
-def member_records(members: str | Sequence[str] | None) -> list[dict[str, Any]]:
-    """``[{"path", "resolved", "sha256"}]`` of an ensemble's member checkpoints (a list or a members file):
-    what the generator was trained against, compared with a detector's members by resolved path or digest
-    (``sha256`` is ``None`` for a member file that no longer exists)."""
-    if not members:
-        return []
-    records = []
-    for path in member_paths(members):
-        resolved = Path(path).resolve()
-        records.append({"path": str(path), "resolved": str(resolved),
-                        "sha256": file_sha256(resolved) if resolved.is_file() else None})
-    return records
-
-
-def training_record(checkpoint: dict[str, Any], module: RegularisedGenerator) -> dict[str, Any]:
-    """What made the generator, from its checkpoint: every training hyper-parameter of :data:`TRAINING_RECORD`
-    and the training steps (one step = a discriminator and a generator update; Lightning's ``global_step``
-    counts both)."""
-    hparams = dict(module.hparams)
-    record = {key: hparams.get(key) for key in TRAINING_RECORD}
-    if isinstance(record["betas"], tuple):
-        record["betas"] = list(record["betas"])
-    optimizer_steps = int(checkpoint.get("global_step", 0))
-    record.update(training_steps=optimizer_steps // 2, optimizer_steps=optimizer_steps,
-                  epochs=int(checkpoint.get("epoch", 0)))
-    return record
-
-

@@ -281,14 +281,14 @@ class SeverityAUROC(pl.Callback):
         outputs: dict[str, dict[str, Tensor]] = {}
         for name in SEVERITY_SETS:
             evaluation_set = self.data[name]
-            found = dict(self.passes.outputs(runner, pl_module, evaluation_set, features=features,
+            set_outputs = dict(self.passes.outputs(runner, pl_module, evaluation_set, features=features,
                                              batch_size=batch_size, num_workers=num_workers))
             for kappa in self.kappas:
                 if kappa.kind == "model":
-                    found[f"scores/{kappa.name}"] = self.passes.model_scores(
+                    set_outputs[f"scores/{kappa.name}"] = self.passes.model_scores(
                         runner, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
                         background=background, batch_size=batch_size, num_workers=num_workers)
-            outputs[name] = found
+            outputs[name] = set_outputs
         return outputs
 
     def _fitted(self, runner: Runner, pl_module: pl.LightningModule, *, stage: str) -> dict[str, Any]:

@@ -360,7 +360,7 @@ class ScoringPasses:
         return self._run(runner, pl_module, evaluation_set, name=name, part={"outputs": "logits"},
                          step=lambda images: forward_outputs(pl_module, images, features=features), keys=keys,
                          batch_size=batch_size, num_workers=num_workers,
-                         covers=(lambda found: "features" in found) if features else None)
+                         covers=(lambda kept_outputs: "features" in kept_outputs) if features else None)
 
     def model_scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
                      kappa: type[Detector], parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
@@ -445,9 +445,9 @@ class ScoringPasses:
             images = [self._images_of(s) for s in (fit_set, evaluation_set)]
             self._overlaps[key] = overlap = find_overlap(*images)
             if self.cache is not None and rank_zero_only.rank == 0:
-                for found, fingerprint in zip(images, key, strict=True):
-                    if found.changed:
-                        found.save(self._identities_path(found, fingerprint), found.cache_key(fingerprint))
+                for identities, fingerprint in zip(images, key, strict=True):
+                    if identities.changed:
+                        identities.save(self._identities_path(identities, fingerprint), identities.cache_key(fingerprint))
             if overlap.not_compared:
                 rank_zero_warn(overlap.not_compared_warning(), category=RuntimeWarning)
         return self._overlaps[key]
@@ -477,23 +477,23 @@ class ScoringPasses:
         """
         if fit_set is None:
             return []
-        found = [o for o in (self.overlap(fit_set, s) for s in evaluation_sets if s.role != "fit" and s is not fit_set)
-                 if o.count]
-        if found and not allow:
-            raise FitOverlapError(overlap_message(found, what=what))
+        overlaps = [o for o in (self.overlap(fit_set, s) for s in evaluation_sets if s.role != "fit" and s is not fit_set)
+                    if o.count]
+        if overlaps and not allow:
+            raise FitOverlapError(overlap_message(overlaps, what=what))
         self._allowed[fit_set.fingerprint()] = allow  # the caller's, for the sets scores() checks after it
-        for overlap in found:
+        for overlap in overlaps:
             if not overlap.allowed:  # warned once, when first allowed
                 overlap.allowed = True
                 rank_zero_warn(f"{overlap_note(overlap, what=what)}: {overlap.summary()}; every table of the "
                                "detectors fitted on it says so", category=RuntimeWarning)
-        return found
+        return overlaps
 
     def _fitted_on_of(self, detector: Detector | None) -> tuple[EvaluationSet, EvaluationSet] | None:
         """The fit set and capped fit set a detector of the run was fitted on (``None``: none, or not fitted here)."""
         if detector is None:
             return None
-        key = next((key for key, found in self._detectors.items() if found is detector), None)
+        key = next((key for key, fitted in self._detectors.items() if fitted is detector), None)
         return self._fitted_on.get(key) if key is not None else None
 
     def fit_notes(self, detector: Detector | None, sets: Iterable[EvaluationSet] | None = None) -> str:
@@ -570,11 +570,11 @@ class ScoringPasses:
                 if known is not None:
                     check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name)
                 width = head[0].shape[0] if head is not None else None
-                found = self.outputs(runner, pl_module, subset, features=kappa.kind == "features",
+                fit_outputs = self.outputs(runner, pl_module, subset, features=kappa.kind == "features",
                                      batch_size=batch_size, num_workers=num_workers)
-                num_classes = found["logits"].shape[-1] - int(background) if width is None else width - int(background)
+                num_classes = fit_outputs["logits"].shape[-1] - int(background) if width is None else width - int(background)
                 check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name)
-                data = {k: found[k] for k in ("logits", "features", "targets") if k in found}
+                data = {k: fit_outputs[k] for k in ("logits", "features", "targets") if k in fit_outputs}
                 if head is not None and "features" in data:
                     check_head(head, data, model=model_name)
             detector.fit(data, head=head)

@@ -306,7 +306,7 @@ def evg_estimates(result: MethodResult, intervals: Intervals) -> list[Estimate]:
         if row["sampler"] == chosen[(row["detector"], row["variation"])]:
             per_detector.setdefault(row["detector"], []).append(
                 (row, result.replicates.get(f"{key}|worst_auroc"), result.replicates.get(f"{key}|min_rank")))
-    found = []
+    estimates = []
     for detector, entries in per_detector.items():
         model, _, kappa = detector.rpartition("/")
         for headline, column, index in (("evg_worst", "worst-case auroc", 1), ("evg_min_rank", "min rank", 2)):
@@ -321,10 +321,10 @@ def evg_estimates(result: MethodResult, intervals: Intervals) -> list[Estimate]:
             chains = min(int(e[0]["chains"]) for e in entries)  # a pooled GAN eV1 row counts samplers × chains
             # the units: the ID test and seed images (their digest), and how many chains searched them
             notes = dict.fromkeys(e[0][FIT_OVERLAP] for e in entries if e[0].get(FIT_OVERLAP))
-            found.append(Estimate(model, kappa, headline, value, *bounds, replicate,
+            estimates.append(Estimate(model, kappa, headline, value, *bounds, replicate,
                                   f"{result.units}|{chains} chains, {entries[0][0]['id test images']} ID test images",
                                   fit_overlap="; ".join(notes)))
-    return found
+    return estimates
 
 
 EVG_UNIT = ("seed images (a chain's weight is its seed's) + ID test images; MinRank: ID test images, the worst cases "

@@ -20,9 +20,7 @@ from callbacks.generated import (
     GeneratedBenchmark,
     GeneratedSetWriter,
     GenerationModeSetter,
-    member_records,
     staging_prefix,
-    training_record,
 )
 from datamodules.batch import AtLeast, collate_samples
 from datamodules.catalog import build_datamodule, ood_context, real_ood_set
@@ -71,6 +69,7 @@ from lightning_modules.checkpoint import (
 from lightning_modules.ensemble_quality import check_ensemble
 from lightning_modules.generated import RegularisedGenerator, ShiftGenerator
 from lightning_modules.generated.modes import GenerationMode, check_generation_mode
+from lightning_modules.generated.provenance import member_records, training_record
 from lightning_modules.nets import DeepEnsemble, PerceptualDistance
 from lightning_modules.nets.ensemble import member_paths
 from lightning_modules.scoring import ScoringModel
@@ -389,16 +388,16 @@ def generated_estimates(result: MethodResult) -> list[Estimate]:
     """The leaderboard's numbers of the detectors table: per detector the AUROC on the first set of each kind,
     measured on that set's images (a set and its size name the units)."""
     first = headline_sets(result["detectors"])
-    found = []
+    estimates = []
     for row in result["detectors"]:
         key = f"{row['model']}|{row['confidence function']}|{row['set']}"
         for kind in HEADLINE_KINDS:
             if first.get(kind) == row["set"] and row["auroc"] is not None:
-                found.append(Estimate(row["model"], row["confidence function"], kind, row["auroc"],
+                estimates.append(Estimate(row["model"], row["confidence function"], kind, row["auroc"],
                                       row.get("auroc low"), row.get("auroc high"),
                                       result.replicates.get(f"{key}|auroc"), f"{row['set']}:{row['images']}",
                                       fit_overlap=row.get(FIT_OVERLAP, "")))
-    return found
+    return estimates
 
 
 @register
@@ -449,7 +448,7 @@ def set_differences(rows: Sequence[dict[str, Any]], replicates: dict[str, Any], 
     its plain twin) with the interval of the paired difference: the ID test resamples are the same, and the
     sets' images are resampled by position (image i of two sets of one size share their weight; the sets
     of one generator pair, plain and regularised, share their seeds by position)."""
-    found = []
+    differences = []
     by_detector: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         if row["kind"] in ("near_ood", "shift") and row["auroc"] is not None and not row["set"].endswith(LABEL_KEPT):
@@ -464,7 +463,7 @@ def set_differences(rows: Sequence[dict[str, Any]], replicates: dict[str, Any], 
                 if a is None or b is None or a.numel() != b.numel():
                     continue
                 low, high, significant = paired_difference(a, b, level)
-                found.append({"model": model, "κ": kappa, "set A": first["set"], "set B": second["set"],
+                differences.append({"model": model, "κ": kappa, "set A": first["set"], "set B": second["set"],
                               "AUROC A − B": cell(first["auroc"] - second["auroc"], low, high),
                               "significant": "yes" if significant else "no"})
-    return found
+    return differences

@@ -224,11 +224,11 @@ def _load() -> None:
 
 def commands() -> dict[str, type[Evaluation]]:
     """Every command of every registered method (its own and its extra commands), by name."""
-    found: dict[str, type[Evaluation]] = {}
+    by_name: dict[str, type[Evaluation]] = {}
     for method in methods().values():
         for cls in (method.evaluation, *method.commands):
-            found[cls.command] = cls
-    return found
+            by_name[cls.command] = cls
+    return by_name
 
 
 def headlines() -> tuple[Headline, ...]:

@@ -144,7 +144,7 @@ class SeverityPlot(Evaluation):
         self.tables, self.output = list(tables), output
 
     def run(self) -> Path:
-        found: dict[str, list[dict[str, float]]] = {}
+        lines: dict[str, list[dict[str, float]]] = {}
         for path in self.tables:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"severity table {path} does not exist")
@@ -156,11 +156,11 @@ class SeverityPlot(Evaluation):
                     raise ValueError(f"{path} is not a severity table: columns {missing} are missing "
                                      f"({list(TABLE_COLUMNS)})")
                 for row in reader:
-                    found.setdefault(row["model name - confidence function"], []).append(
+                    lines.setdefault(row["model name - confidence function"], []).append(
                         {"severity level": int(row["severity level"]), "ood-auroc": float(row["ood-auroc"])})
         check_output_dir(Path(self.output).parent, what=f"the figure {self.output}")
-        figure = plot_severity(found, self.output)
-        print(f"Severity figure of {len(found)} tables: {figure}")
+        figure = plot_severity(lines, self.output)
+        print(f"Severity figure of {len(lines)} tables: {figure}")
         return figure
 
 
@@ -179,12 +179,12 @@ class SeverityMethod(Method):
     )
 
     def runs(self, models: Any, kappas: Sequence[type[Detector]]) -> list[Run]:
-        found = []
+        runs = []
         for spec, model in models.items():
             paired = [k.name for k in kappas if pairs_with(k, ensemble=bool(model.ensemble))]
             if paired:
-                found.append(Run(model.display_name, spec, paired))
-        return found
+                runs.append(Run(model.display_name, spec, paired))
+        return runs
 
     def section(self, results: Any, context: CardContext) -> Section:
         summary, levels, lines = [], [], {}

@@ -307,17 +307,17 @@ class ReportCard(Evaluation):
             evaluation.prepare()
         if rank_zero_only.rank == 0:
             mark_stale(self.output_dir)  # until the card is written whole, a page there is an old one
-        found: dict[str, dict[str | None, MethodResult]] = {}
+        method_results: dict[str, dict[str | None, MethodResult]] = {}
         for key, planned, evaluation, _ in plan:
             result = evaluation.run()
             if not isinstance(result, MethodResult):
                 if rank_zero_only.rank != 0:
                     continue  # a command returns its result on global rank zero only
                 raise TypeError(f"evaluate.py {key} returned {type(result).__name__}, not a MethodResult")
-            found.setdefault(key, {})[planned.name] = result
+            method_results.setdefault(key, {})[planned.name] = result
         if rank_zero_only.rank != 0:  # every process ran the sections; global rank zero writes the card
             return []
-        card = self.assemble(found, models=list(models.values()))
+        card = self.assemble(method_results, models=list(models.values()))
         from report_card.page import write_page
 
         paths = write_page(card, self.output_dir)
@@ -338,7 +338,7 @@ class ReportCard(Evaluation):
 
     # -- the card ---------------------------------------------------------------------------------
 
-    def assemble(self, found: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
+    def assemble(self, method_results: dict[str, Any], *, models: Sequence[ScoringModel]) -> dict[str, Any]:
         """The report (the schema of :mod:`report_card.page`) from the sections' results and files."""
         cells: dict[tuple[str, str], dict[str, tuple]] = {}
         overlaps: dict[tuple[str, str], dict[str, str]] = {}  # (model, κ) -> column -> its allowed fit overlap
@@ -350,7 +350,7 @@ class ReportCard(Evaluation):
         sections = []
 
         context = CardContext(self.intervals, self.plots, self.output_dir)
-        for key, results in found.items():
+        for key, results in method_results.items():
             method = methods()[key]
             for estimate in (e for result in results.values() for e in result.estimates):
                 row = (estimate.model, estimate.kappa)
@@ -391,7 +391,7 @@ class ReportCard(Evaluation):
             compare_column(entries, column, self.intervals, unit=by_slug[column.method].unit)
         mark_fit_overlaps(rows, overlaps)
         if not any(row["cells"] for row in rows):
-            given = {key: sum(len(result.estimates) for result in results.values()) for key, results in found.items()}
+            given = {key: sum(len(result.estimates) for result in results.values()) for key, results in method_results.items()}
             raise ValueError(
                 f"the report card would have an empty leaderboard: the sections gave no headline number for any "
                 f"(model, κ) row (numbers per section: {given}; rows: {[f'{m} / {k}' for m, k in rows_order]}). "
@@ -413,14 +413,14 @@ class ReportCard(Evaluation):
             "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_slug[c.method].group,
                                          "method_title": by_slug[c.method].name} for c in columns], "rows": rows},
             "sections": sections,
-            "notes": self._notes(found, models) + [
+            "notes": self._notes(method_results, models) + [
                 f"{group}: {two_seeds_note(self.intervals.level)}." for group, seeds in self.groups.items()
                 if len(seeds) == 2] + [
                 f"{group}: not combined over its seeds (left out of the leaderboard): {'; '.join(lines)}."
                 for group, lines in problems.items()],
         }
 
-    def _notes(self, found: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
+    def _notes(self, method_results: dict[str, Any], models: Sequence[ScoringModel]) -> list[str]:
         notes = [f"{self.intervals.describe()}; every other number: percentile bootstrap over its resampling unit.",
                  "What the intervals cover: the sampling of the test data (images, classes, chains) for one trained "
                  "model, not the variance over training runs; a model given as several seeds adds that (its "
@@ -430,7 +430,7 @@ class ReportCard(Evaluation):
                  "not a probability of being the best, it favours the observed leader (with equal true values the "
                  "observed leader still ranks first in most resamples).",
                  f"Passes: {self._pass_summary()}."]
-        for key, results in found.items():
+        for key, results in method_results.items():
             notes += methods()[key].notes(results, models)
         notes += fit_overlap_notes(self.passes.fits if self.passes is not None else [])
         return notes

@@ -1,6 +1,7 @@
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -421,3 +422,25 @@ def test_each_evaluation_finishes_the_wandb_run_it_started_and_leaves_the_users_
         assert wandb.run is mine  # the user's run stays open
     finally:
         mine.finish()
+
+
+def test_oscr_leaves_an_unreadable_test_image_out_and_counts_it(tmp_path: Path) -> None:
+    """A user's class folders with one corrupt test image: refused by default (naming the file), and under
+    ``on_bad_image: skip`` left out of the test set before the scoring pass, named in a warning and counted in
+    ``counts.skipped_images``; the other images are scored (every count one lower than the files)."""
+    from tests.conftest import make_imagenet_folder
+    from tests.test_train import folders_args
+
+    root = make_imagenet_folder(tmp_path / "mine", ["cat", "dog", "fox", "owl"], train=5, val=2)
+    train.run(folders_args(root, tmp_path / "csv", "--data.init_args.negative=[fox]", "--data.init_args.unknown=[owl]",
+                           f"--checkpoint_dir={tmp_path / 'run'}"))
+    checkpoint = next((tmp_path / "run").glob("*.ckpt"))
+    corrupt = sorted((root / "val" / "owl").iterdir())[0]
+    corrupt.write_bytes(b"not a JPEG")
+    common = ["oscr", "--model", str(checkpoint), "--wandb-mode", "disabled", "--no-plots", "--accelerator", "cpu"]
+    with pytest.raises(SystemExit, match=rf"{corrupt.name}"):
+        evaluate.main([*common, "--output-dir", str(tmp_path / "refused")])
+    with pytest.warns(RuntimeWarning, match=rf"skipping 1 unreadable image\(s\) of 8: \[.*{corrupt.name}"):
+        report = evaluate.main([*common, "--output-dir", str(tmp_path / "skipped"), "--data-arg", "on_bad_image=skip"])
+    assert report["counts"] == {"known": 4, "negatives": 2, "unknowns": 1, "skipped_images": 1}
+    assert json.loads((tmp_path / "skipped" / "metrics.json").read_text())["counts"] == report["counts"]

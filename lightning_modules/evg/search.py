@@ -120,16 +120,16 @@ class EvGSearch(pl.LightningModule):
             variation = self.variations[variation_name]
             seeds = self.seeds_of(chains) if variation.conditional else None
             for name, detector in self.detectors.items():
-                found = self.search(detector, variation, sampler, chains)
+                result = self.search(detector, variation, sampler, chains)
                 with torch.no_grad():
-                    worst = variation(found.points, seeds)
+                    worst = variation(result.points, seeds)
                 scored = {f"kappa/{other}": self.detectors[other].scores(worst).cpu() for other in self.detectors}
                 results[(name, variation_name, sampler)] = {
-                    "points": found.points.cpu(), "energy": found.energy.cpu(), "best_step": found.best_step.cpu(),
-                    "start_energy": found.start_energy.cpu(), "acceptance": found.acceptance.cpu(),
-                    "calls": torch.tensor(found.calls), "trace_steps": found.trace_steps.cpu(),
-                    "trace_energy": found.trace_energy.cpu(), "trace_best": found.trace_best.cpu(),
-                    "nan_proposals": found.nan_proposals.cpu(), **scored,
+                    "points": result.points.cpu(), "energy": result.energy.cpu(), "best_step": result.best_step.cpu(),
+                    "start_energy": result.start_energy.cpu(), "acceptance": result.acceptance.cpu(),
+                    "calls": torch.tensor(result.calls), "trace_steps": result.trace_steps.cpu(),
+                    "trace_energy": result.trace_energy.cpu(), "trace_best": result.trace_best.cpu(),
+                    "nan_proposals": result.nan_proposals.cpu(), **scored,
                 }
                 rank_zero_info(f"chains {int(chains[0])}-{int(chains[-1])}: search {len(results)}/{total} "
                                f"({name}, {variation_name}, {sampler}) done, {time.perf_counter() - started:.0f} s")
