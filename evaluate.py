@@ -30,7 +30,6 @@ import re
 import sys
 import typing
 import warnings
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -39,7 +38,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from datamodules.images import UnreadableImageError
 from datamodules.shard_store import ShardError
 from evaluation_engine import TrainerOptions
-from evaluation_engine.options import add_command_arguments, compose, flat_options
+from evaluation_engine.options import add_command_arguments, compose, flat_options, section_type
 from evaluation_engine.runner import release_peers
 from evaluation_methods.registry import commands, methods
 from report_card.card import ReportCard, report
@@ -185,10 +184,13 @@ def build_parser() -> ArgumentParser:
         command.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
         add_command_arguments(command, cls)
         if cls is ReportCard:  # a section per registered method: the options of its command, without the models
+            foreign = ["model", *TrainerOptions.__dataclass_fields__]  # refused by the card, naming the section
             for key, method in methods().items():
-                command.add_argument(f"--{key}", type=dict[str, Any] | None, default=None,
+                command.add_argument(f"--{key}", type=section_type(method.evaluation, foreign=foreign) | None,
+                                     default=None,
                                      help=f"the {method.name} section: options of evaluate.py {key} (config: FILE "
-                                          "takes them from that command's YAML); left out: not run")
+                                          "takes them from that command's YAML, relative to the file that names "
+                                          "it); left out: not run")
         if name != "severity-plot":
             command.add_class_arguments(TrainerOptions, None)
         subcommands.add_subcommand(name, command, help=summary(cls))
@@ -208,24 +210,6 @@ def dataclass_options(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def section_configs(values: dict[str, Any], files: Any) -> dict[str, Any]:
-    """The report card's sections whose ``config:`` came from a ``--config`` file, with that path read relative
-    to the file that names it (not to the current folder), so a report config runs from any folder."""
-    for file in [str(f) for f in (files or [])]:
-        path = Path(file)
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        for section in methods():
-            given = (loaded.get(section) or {}).get("config") if isinstance(loaded.get(section), dict) else None
-            current = values.get(section)
-            if (isinstance(given, str) and not Path(given).is_absolute() and isinstance(current, dict)
-                    and current.get("config") == given):
-                values[section] = {**current, "config": str(path.parent / given)}
-    return values
-
-
 def parse(argv: list[str]) -> tuple[str, Any]:
     """``(command, its typed evaluation)`` of a command line."""
     command = ALIASES.get(argv[0], argv[0]) if argv else ""
@@ -235,8 +219,6 @@ def parse(argv: list[str]) -> tuple[str, Any]:
     config = build_parser().parse_args([command, *normalise(command, argv[1:])])[command]
     values = dataclass_options(COMMANDS[command], {k: v for k, v in dict(config).items()
                                                    if k != "config" and not k.startswith("__")})
-    if command == "report":
-        values = section_configs(values, config.get("config"))
     fields = set(TrainerOptions.__dataclass_fields__)
     options = TrainerOptions(**{k: v for k, v in values.items() if k in fields}) if command != "severity-plot" else None
     cls = COMMANDS[command]

@@ -303,6 +303,38 @@ def add_command_arguments(parser: Any, cls: type, *, skip: set[str] = frozenset(
             parser.set_defaults(given)
 
 
+def section_type(cls: type, *, foreign: Sequence[str] = ()) -> Any:
+    """The type of a report card's section of command ``cls``, for jsonargparse: a mapping of the command's own
+    option names, each by its type (a word where a number is expected is named by the parser), and ``config``, a
+    YAML file of the command's options whose relative path is read against the file that names it (jsonargparse's
+    ``Path_fr``: the report's config file, else the current folder). ``foreign``: keys a section may not set but
+    that the card refuses with its own message (the report's models and trainer options)."""
+    from jsonargparse.typing import Path_fr
+
+    hints: dict[str, Any] = {name: hint for name, (_, hint) in flat_options(cls).items()}
+    if "intervals" in hints:
+        hints["intervals"] = dict[str, Any] | None  # given by its fields, built by Intervals.of
+    fields = {"config": Path_fr | None, **hints, **dict.fromkeys(foreign, Any)}
+    return typing.TypedDict(f"{getattr(cls, 'command', cls.__name__)}_section", fields, total=False)  # type: ignore[operator]
+
+
+def read_options(cls: type, path: str | Any, *, what: str) -> dict[str, Any]:
+    """The options in a YAML file of command ``cls`` (its ``--config``), read and checked by the command's own
+    jsonargparse parser (its options and the trainer's): only the keys the file sets."""
+    from jsonargparse import ArgumentParser
+
+    from evaluation_engine.runner import TrainerOptions
+
+    parser = ArgumentParser(exit_on_error=False)
+    add_command_arguments(parser, cls, skip={"model"})
+    parser.add_argument("--model", type=Any, default=None)  # a command's own file names its models; optional here
+    parser.add_class_arguments(TrainerOptions, None)
+    try:
+        return parser.parse_path(path, defaults=False).as_dict()
+    except Exception as error:  # jsonargparse's errors name the key and the expected type
+        raise ValueError(f"{what}: {error}".replace("\n", " ")) from None
+
+
 def check_options(cls: type, options: Mapping[str, Any], *, what: str) -> dict[str, Any]:
     """``options`` (flat names, some of a command's) checked by the command's own parser: an unknown name, a word
     where a number is expected, a scalar where a list is expected are errors naming ``what``, the option and the
@@ -324,4 +356,4 @@ def check_options(cls: type, options: Mapping[str, Any], *, what: str) -> dict[s
 
 
 __all__ = ["DataOptions", "DetectorOptions", "ModelOptions", "OptionGroup", "OutputOptions", "add_command_arguments",
-           "build_group", "check_options", "compose", "flat_options", "option_groups"]
+           "build_group", "check_options", "compose", "flat_options", "option_groups", "read_options", "section_type"]

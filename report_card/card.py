@@ -41,7 +41,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from evaluation_engine.command import Evaluation
@@ -54,6 +53,7 @@ from evaluation_engine.options import (
     compose,
     flat_options,
     option_groups,
+    read_options,
 )
 from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.runner import TrainerOptions
@@ -233,16 +233,14 @@ class ReportCard(Evaluation):
         if not isinstance(section, Mapping):
             raise ValueError(f"report section {name} must be a mapping of {name}'s options, got {section!r}")
         options: dict[str, Any] = {}
-        if section.get("config") is not None:
-            path = Path(section["config"])
+        command = methods()[name].evaluation
+        if section.get("config") is not None:  # a jsonargparse Path_fr where the command line or a config gave it
+            path = Path(getattr(section["config"], "absolute", section["config"]))
             if not path.is_file():
                 raise FileNotFoundError(f"report section {name}: its config {path} does not exist")
-            loaded = yaml.safe_load(path.read_text()) or {}
-            if not isinstance(loaded, Mapping):
-                raise ValueError(f"report section {name}: {path} is not a YAML mapping of options")
+            loaded = read_options(command, path, what=f"report section {name}: its config {path}")
             options.update({k: v for k, v in loaded.items() if k not in REPORT_KEYS})
         options.update({k: v for k, v in section.items() if k != "config"})
-        command = methods()[name].evaluation
         if "model" in options:
             raise ValueError(f"report section {name}: the models are the report's (model:), not a section's")
         if "trainer" in options or set(options) & TRAINER_KEYS:
