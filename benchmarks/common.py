@@ -40,6 +40,16 @@ T = TypeVar("T")
 # the command line
 
 
+def open_set_data(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` random open-set predictions of ``k`` known classes: softmax probabilities of scaled Gaussian logits
+    and labels ``0..k-1`` or ``-2`` (known vs unknown only), seeded."""
+    generator = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(torch.randn(n, k, generator=generator) * 3, dim=1)
+    target = torch.randint(-2, k, (n,), generator=generator)
+    target[target == -1] = -2  # known vs unknown only
+    return probs, target
+
+
 def benchmark_parser(doc: str | None, *, section: str) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with ``--tiny`` and ``--write``; the script adds its own options."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])

@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, best_time, finish, load_average, machine, parse, table
+from benchmarks.common import (
+    benchmark_parser,
+    best_time,
+    finish,
+    load_average,
+    machine,
+    open_set_data,
+    parse,
+    table,
+)
 from metrics import (
     auroc,
     auroc_interval,
@@ -46,14 +55,6 @@ def make_scores(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     id_scores = torch.rand(n // 2, generator=generator) ** 0.7
     ood_scores = torch.rand(n - n // 2, generator=generator)
     return id_scores, ood_scores
-
-
-def make_open_set(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    probs = torch.softmax(torch.randn(n, k, generator=generator) * 3, dim=1)
-    target = torch.randint(-2, k, (n,), generator=generator)
-    target[target == -1] = -2  # known vs unknown only
-    return probs, target
 
 
 def timed(fn: Any) -> tuple[float, Any]:
@@ -136,7 +137,7 @@ def run(n: int, resamples: int, reference_resamples: int, ccr_resamples: int, cl
           f"max |ours - sklearn| = {out['max_difference']:.1e}", flush=True)
 
     # (c) the bootstrap of CCR@FPR
-    probs, target = make_open_set(n, classes)
+    probs, target = open_set_data(n, classes)
     out["open_set_s"], out["open_set_cpu_s"], _ = timed_cpu(
         lambda: bootstrap_open_set(probs, target, fpr_targets=FPR_TARGETS, resamples=resamples, seed=0))
     known_rows, unknown_rows = (target >= 0).nonzero().squeeze(1), (target == -2).nonzero().squeeze(1)

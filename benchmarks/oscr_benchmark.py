@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import alternate, benchmark_parser, finish, machine, parse, table
+from benchmarks.common import alternate, benchmark_parser, finish, machine, open_set_data, parse, table
 from metrics import DEFAULT_FPR_TARGETS, ccr_from_curve, oscr_curve
 from metrics._validation import check_probs_and_target
 
@@ -47,14 +47,6 @@ def authors_loop(probs: np.ndarray, target: np.ndarray, thresholds: np.ndarray |
     return ccr, fpr
 
 
-def make_data(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    probs = torch.softmax(torch.randn(n, k, generator=generator) * 3, dim=1)
-    target = torch.randint(-2, k, (n,), generator=generator)
-    target[target == -1] = -2  # known vs unknown only
-    return probs, target
-
-
 def _seconds(fn: Any) -> Any:
     def timed() -> float:
         start = time.perf_counter()
@@ -70,7 +62,7 @@ def run(sizes: list[int], classes: int, *, full_loop_limit: int = FULL_LOOP_LIMI
     rounds (best of ``REPEAT``), so a slow phase of a shared machine falls on all three alike."""
     rows = []
     for n in sizes:
-        probs, target = make_data(n, classes)
+        probs, target = open_set_data(n, classes)
 
         def ours(probs: torch.Tensor = probs, target: torch.Tensor = target) -> None:
             fpr, ccr, _ = oscr_curve(probs, target, unknown_label=-2)

@@ -26,7 +26,7 @@ of a subset -- never a folder name alone. Labels come from one helper, :func:`da
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
-from datamodules.batch import collate_samples
+from datamodules.batch import Sample, collate_samples
 from datamodules.images import (
     ImageFileDataset,
     TensorImageDataset,
@@ -50,6 +50,32 @@ from openset_common.artefacts import digest, tensors_fingerprint
 Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds",
                "open_set_test"]
 ROLES: tuple[str, ...] = get_args(Role)
+
+
+class TransformedSet(Dataset):
+    """The samples of a data set with each image through ``transform`` (unreadable images stay ``None``): a
+    scoring pass's model inputs (the model's input transform), or raw images again (EvG's ``image_size``
+    resize, float tensors in ``[0, 1]``) for the models' own transforms; labels, source classes and a
+    fingerprint (the set's and the transform's ``repr``) of its own."""
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Any], Tensor]) -> None:
+        self.dataset, self.transform = dataset, transform
+        self.source_classes = getattr(dataset, "source_classes", None)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Sample:
+        sample = self.dataset[index]
+        if sample.image is None:
+            return sample
+        return Sample(self.transform(sample.image), sample.target, sample.index)
+
+    def labels(self) -> Tensor:
+        return dataset_labels(self.dataset)
+
+    def fingerprint(self) -> str:
+        return digest({"through": repr(self.transform), "of": dataset_fingerprint(self.dataset)})
 
 
 def dataset_fingerprint(dataset: Dataset) -> str:

@@ -12,7 +12,7 @@ batches, and the OOD set as training data of the GAN-latent variation model.
   unsorted SVHN / CelebA test split, 400 of their 224 px sets) (:meth:`EvGData.seed_indices`). The seeds are
   the OOD images at their own size (:meth:`EvGData.seed_images`), or through a pipeline (the detectors'
   common input, ``vary_at: input``); with an ``image_size`` every OOD image, clean ones too, is first
-  brought to it (:meth:`EvGData.through`, :class:`ThroughPipeline`), so that the clean images are the
+  brought to it (:meth:`EvGData.through`, :class:`datamodules.evaluation.TransformedSet`), so that the clean images are the
   chains' unvaried images.
 
 :class:`ChainBatches` yields the chain indices of one batch per item: batch ``k`` holds chains
@@ -35,13 +35,12 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.batch import Sample, collate_samples
+from datamodules.batch import collate_samples
 from datamodules.catalog import real_ood_set
-from datamodules.evaluation import EvaluationData, EvaluationSet, dataset_fingerprint
+from datamodules.evaluation import EvaluationData, EvaluationSet, TransformedSet
 from datamodules.images import BALANCED_RULE, balanced_choice, dataset_labels
 from datamodules.sources import DEBIAN_FASHION_MNIST_DIR
 from datamodules.transforms import ModelInput, TensorPipeline, to_float_tensor
-from openset_common.artefacts import digest
 
 SeedChoice = Literal["balanced", "first"]
 SEED_CHOICES: tuple[str, ...] = get_args(SeedChoice)
@@ -62,31 +61,6 @@ def image_size(image: Any) -> tuple[int, int]:
     if isinstance(image, Image.Image):
         return image.height, image.width
     return int(image.shape[-2]), int(image.shape[-1])
-
-
-class ThroughPipeline(Dataset):
-    """The samples of a data set with each raw image through ``pipeline`` (e.g. EvG's ``image_size`` resize):
-    raw images again (float tensors in ``[0, 1]``) for the models' own transforms; labels, source classes and
-    a fingerprint (the set's and the pipeline's ``repr``) of its own."""
-
-    def __init__(self, dataset: Dataset, pipeline: Callable[[Any], torch.Tensor]) -> None:
-        self.dataset, self.pipeline = dataset, pipeline
-        self.source_classes = getattr(dataset, "source_classes", None)
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> Sample:
-        sample = self.dataset[index]
-        if sample.image is None:
-            return sample
-        return Sample(self.pipeline(sample.image), sample.target, sample.index)
-
-    def labels(self) -> torch.Tensor:
-        return dataset_labels(self.dataset)
-
-    def fingerprint(self) -> str:
-        return digest({"through": repr(self.pipeline), "of": dataset_fingerprint(self.dataset)})
 
 
 class EvGData(EvaluationData):
@@ -160,10 +134,10 @@ class EvGData(EvaluationData):
         return torch.stack(images)
 
     def through(self, pipeline: Callable[[Any], torch.Tensor]) -> EvGData:
-        """The same sets, every OOD image through ``pipeline`` first (:class:`ThroughPipeline`)."""
+        """The same sets, every OOD image through ``pipeline`` first (:class:`datamodules.evaluation.TransformedSet`)."""
         ood = self["ood"]
         return EvGData(id_val=self["id_val"], id_test=self["id_test"],
-                       ood=EvaluationSet("ood", "ood", ThroughPipeline(ood.dataset, pipeline), info=ood.info),
+                       ood=EvaluationSet("ood", "ood", TransformedSet(ood.dataset, pipeline), info=ood.info),
                        classes=self.classes, batch_size=self.batch_size, num_workers=self.num_workers)
 
 

@@ -208,7 +208,7 @@ def leaves(dataset: Dataset) -> tuple[list[Dataset], np.ndarray, np.ndarray]:
     inner = getattr(dataset, "dataset", None)
     if not isinstance(dataset, (ImageFileDataset, TensorImageDataset)) and isinstance(inner, Dataset) \
             and len(inner) == size:  # type: ignore[arg-type]
-        return leaves(inner)  # a wrapper of the same samples (EvG's ThroughPipeline, a transformed view)
+        return leaves(inner)  # a wrapper of the same samples (a TransformedSet: a transformed view)
     return [dataset], np.zeros(size, dtype=np.int64), np.arange(size, dtype=np.int64)
 
 

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.batch import Batch, Sample, collate_samples, unpack_batch
 from datamodules.device_decode import DECODERS, collate_encoded, device_decoding
-from datamodules.evaluation import EvaluationSet, fit_folder_set
+from datamodules.evaluation import EvaluationSet, TransformedSet, fit_folder_set
 from datamodules.images import balanced_choice, check_choice
 from datamodules.overlap import (
     FitOverlapError,
@@ -181,22 +181,6 @@ class PredictionCache:
 
 # --------------------------------------------------------------------------------------------------
 # The scoring pass of the evaluation engine
-
-
-class TransformedSet(Dataset):
-    """A data set of raw images through a model's input transform (unreadable images stay ``None``)."""
-
-    def __init__(self, dataset: Dataset, transform: Callable[[Any], Tensor]) -> None:
-        self.dataset, self.transform = dataset, transform
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> Sample:
-        sample = self.dataset[index]
-        if sample.image is None:
-            return sample
-        return Sample(self.transform(sample.image), sample.target, sample.index)
 
 
 def model_input_of(runner: Runner, pl_module: pl.LightningModule) -> ModelInput:

@@ -21,6 +21,7 @@ from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir, slug
+from evaluation_engine.results import Estimate, MethodResult
 from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
@@ -31,10 +32,8 @@ from evaluation_engine.scoring import (
 from evaluation_methods.generated import id_datamodule
 from evaluation_methods.registry import (
     CardContext,
-    Estimate,
     Headline,
     Method,
-    MethodResult,
     Section,
     Table,
     column_cell,

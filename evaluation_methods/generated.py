@@ -24,7 +24,7 @@ from callbacks.generated import (
 )
 from datamodules.batch import AtLeast, collate_samples
 from datamodules.catalog import build_datamodule, ood_context, real_ood_set
-from datamodules.evaluation import EvaluationSet, fit_folder_set
+from datamodules.evaluation import EvaluationSet, TransformedSet, fit_folder_set
 from datamodules.generated import (
     GeneratedBenchmarkData,
     LatentSeeds,
@@ -39,10 +39,10 @@ from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
 )
+from evaluation_engine.results import Estimate, MethodResult
 from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
-    TransformedSet,
     default_fit_set,
     detector_pairs,
     overlap_columns,
@@ -50,10 +50,8 @@ from evaluation_engine.scoring import (
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
     CardContext,
-    Estimate,
     Headline,
     Method,
-    MethodResult,
     Section,
     Table,
     cell,

@@ -16,12 +16,12 @@ from evaluation_engine.command import DATA_OVERRIDES_RENAMED, Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir
+from evaluation_engine.results import MethodResult
 from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_methods.registry import (
     CardContext,
     Headline,
     Method,
-    MethodResult,
     Run,
     Section,
     Table,

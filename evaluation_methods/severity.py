@@ -22,6 +22,7 @@ from evaluation_engine.outputs import (
     slug,
 )
 from evaluation_engine.plots import plot_severity
+from evaluation_engine.results import Figure, MethodResult
 from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
@@ -30,10 +31,8 @@ from evaluation_engine.scoring import (
 from evaluation_methods.registry import (
     DETECTION_HEADERS,
     CardContext,
-    Figure,
     Headline,
     Method,
-    MethodResult,
     Run,
     Section,
     Table,

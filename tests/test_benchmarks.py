@@ -33,6 +33,7 @@ from benchmarks import (
     severity_benchmark,
     training_overhead,
 )
+from benchmarks.common import open_set_data
 from datamodules import imagenet_protocol
 
 pytestmark = pytest.mark.benchmark
@@ -44,7 +45,7 @@ def test_oscr_tiny_runs_both_branches_of_the_reference_loop() -> None:
     assert [row["n"] for row in rows] == [2000, 9000]
     assert [row["loop_full"] for row in rows] == [True, False]  # 9000 > the tiny limit: timed on 50 thresholds
     for row in rows:
-        probs, target = (t.numpy() for t in oscr_benchmark.make_data(row["n"], 4))
+        probs, target = (t.numpy() for t in open_set_data(row["n"], 4))
         known = target >= 0
         distinct = np.unique(np.r_[probs[known, target[known]], probs[target == -2].max(axis=1)])
         assert row["distinct"] == len(distinct)
