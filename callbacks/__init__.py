@@ -1,9 +1,11 @@
-"""The Lightning callbacks of the four methods (``pl.Callback`` only): they collect a method's outputs during
-``trainer.test`` / ``predict`` / ``fit`` and hand them to :mod:`metrics` through the engine (:mod:`engine`).
+"""Each method's evaluation: its ``evaluate(runner, ...)`` (in the processes of an
+:class:`evaluation_engine.runner.Runner`: launched by a command, or a Trainer's during training) scores through the
+engine's passes and hands the outputs to :mod:`metrics`, returning a :class:`evaluation_engine.results.MethodResult`;
+its Lightning hooks call the same ``evaluate`` during training (and the generators' writers run in ``predict``).
 
 Open-set OSCR (:class:`OpenSetEvaluation`), C-OOD severity (:class:`SeverityAUROC`, also during training), the
 generated sets (:class:`GeneratedSetWriter`, :class:`SampleGrids`, :class:`GeneratedBenchmark`) and EvG
-(:class:`EvGReport`). The commands that run them are in :mod:`methods`.
+(:class:`EvGReport`). The commands that run them are in :mod:`evaluation_methods`.
 """
 
 from callbacks.evg import AdversarialReport, EvGReport

@@ -274,6 +274,9 @@ class EvGReport:
         self.score_fixed_sets(runner, module)
         module.fit_standardisation({name: scores[self.standardise_on] for name, scores in self.scores.items()})
         batches = ChainBatches(self.chains, chains_per_batch, done=self.done(module))
+        # global rank zero's view of the finished batches for every rank (a rank that looked a moment later, after
+        # another wrote a chain file, would run another loader or skip the barriers)
+        batches.bounds = runner.broadcast(batches.bounds)
         self.check_batches(module, batches.all_bounds)
         skipped = [b for b in batches.all_bounds if b not in batches.bounds]
         if skipped and runner.is_global_zero:

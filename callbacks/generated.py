@@ -359,7 +359,7 @@ class GeneratedBenchmark(pl.Callback):
         kappas: κ names or objects; each is paired with the models it applies to (ensemble κ with ensembles,
             the others with single models, :func:`metrics.pairs_with`); a κ that pairs with no model, or a
             model with no κ, is refused.
-        models: the detectors' models (default: the module ``trainer.test`` runs).
+        models: the detectors' models (default: those :meth:`evaluate` is given; a user's ``trainer.test``: its module).
         kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
         describer: the model whose MI and predictions describe the sets (a deep ensemble); ``None`` skips them.
         describer_quality: the describer's members' accuracies and bar (checked by the caller); a weak one is

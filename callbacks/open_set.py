@@ -1,7 +1,9 @@
 """Open-set evaluation of a classifier during validation and at test: collect -> score -> metric -> log/plot.
 
-The callback gathers the probabilities, labels and dataset indices that ``validation_step`` /
-``test_step`` return, from all processes and without the ``DistributedSampler`` padding (every rank joins
+At test (``evaluate.py oscr``, a report card): :meth:`OpenSetEvaluation.evaluate` scores the protocol's test set
+through the engine's shared scoring pass (sharded, gathered exactly, cached) and reports from its logits. During
+training (and at a user's ``trainer.test`` of a training model) the callback gathers the probabilities, labels and
+dataset indices that ``validation_step`` / ``test_step`` return, from all processes and without the ``DistributedSampler`` padding (every rank joins
 the gather, also one without a batch), one collection per dataloader (their indices may overlap), and
 computes :func:`metrics.open_set_report`: CCR at FPR 1e-3/1e-2/1e-1/1 on negatives and on unknowns (the
 exact convention, and the authors' table convention if asked), known-vs-group AUROC, closed-set accuracy
@@ -12,7 +14,7 @@ During training (every ``every_n_epochs`` validation epochs) the scalars are log
 ``val/gamma``; every ``plot_every_n_epochs`` the OSCR curve image is logged and written to
 ``<checkpoint dir>/val-oscr/epoch_<n>.png``.
 
-On ``trainer.test`` it logs ``test/...`` and writes everything next to the checkpoint:
+At test it logs ``test/...`` and writes everything next to the checkpoint:
 
     <checkpoint dir>/<checkpoint name>-oscr/
         metrics.json   every number, its interval, the sample counts, the checkpoint, the CCR convention(s),
@@ -48,6 +50,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import nn
 
 from datamodules.evaluation import EvaluationSet
+from datamodules.transforms import ModelInput
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.outputs import (
     default_report_dir,
@@ -270,14 +273,18 @@ class OpenSetEvaluation(pl.Callback):
                       tested=trainer.ckpt_path or self.checkpoint)
 
     def evaluate(self, runner: Runner, model: nn.Module, test_set: EvaluationSet, *, passes: ScoringPasses,
-                 batch_size: int = 256, num_workers: int = 0, skipped: int = 0) -> MethodResult:
+                 batch_size: int = 256, num_workers: int = 0, skipped: int = 0,
+                 model_input: ModelInput | None = None) -> MethodResult:
         """The test report of a built classifier (a :class:`lightning_modules.ScoringModel` of a checkpoint of
         ``train.py``) on its protocol's test set, from the run's scoring pass of (model, set): the pass every
         method shares and caches, sharded and gathered exactly (2 processes give what 1 gives). ``skipped``:
-        unreadable test images left out of ``test_set`` before the pass (counted in the report). Returns the
-        report (what ``metrics.json`` holds) with its replicates, units, headline estimates and figures."""
+        unreadable test images left out of ``test_set`` before the pass (counted in the report); ``model_input``:
+        how the test images reach the model (default: the model's own; ``evaluate.py oscr``: its datamodule's, which
+        ``--data-arg resize_size=...`` changes, as it changed the test loop's transform). Returns the report (what
+        ``metrics.json`` holds) with its replicates, units, headline estimates and figures."""
         with runner.on_device(model), torch.no_grad():
-            outputs = passes.outputs(runner, model, test_set, batch_size=batch_size, num_workers=num_workers)
+            outputs = passes.outputs(runner, model, test_set, batch_size=batch_size, num_workers=num_workers,
+                                     model_input=model_input)
         probs, targets = torch.softmax(outputs["logits"].float(), dim=1), outputs["targets"]
         background = bool(getattr(model, "background_class", False))
         classes = getattr(model, "classes", None)

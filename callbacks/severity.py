@@ -1,7 +1,8 @@
 """C-OOD severity AUROC as a Lightning callback (Galil, Dabbah, El-Yaniv, ICLR 2023; DESIGN.md §5.2).
 
 :class:`SeverityAUROC` evaluates the model being trained (every ``every_n_epochs`` validation epochs) or
-tested (``evaluate.py severity``, and at ``trainer.test``) on severity data (:mod:`datamodules.severity`):
+tested (``evaluate.py severity``: :meth:`SeverityAUROC.evaluate` in the processes ``Runner.launch`` starts; a
+user's ``trainer.test`` of a training model too) on severity data (:mod:`datamodules.severity`):
 the ID test images, and the OOD pool's estimation and test images.
 
 1. collect: the engine's scoring passes (:class:`evaluation_engine.scoring.ScoringPasses`): one sharded pass over each
@@ -118,7 +119,7 @@ class SeverityAUROC(pl.Callback):
         kappas: κ names (:func:`metrics.resolve_detector`) or detector classes.
         kappa_args: per κ name, its keyword arguments (e.g. ``{"odin": {"temperature": 1000}}``).
         every_n_epochs: evaluate after every n-th validation epoch (0: never during training).
-        on_test: evaluate at ``trainer.test``.
+        on_test: evaluate at a user's ``trainer.test`` of the model.
         num_levels: severity levels (default: the paper's 11, fewer with a warning where the data have fewer
             windows ``M - G + 1``; more than that is refused).
         batch_size, num_workers: of the callback's own passes (default: the severity data's).
@@ -174,6 +175,8 @@ class SeverityAUROC(pl.Callback):
             raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
         if num_levels is not None and num_levels < 2:
             raise ValueError(f"num_levels must be at least 2, got {num_levels}")
+        if data is not None and data_args:
+            raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data = data
         self.data_args = dict(data_args or {})
         self.every_n_epochs = every_n_epochs
@@ -217,8 +220,6 @@ class SeverityAUROC(pl.Callback):
                     f"method); got {type(datamodule).__name__}"
                 )
             self.data = factory(**self.data_args)
-        elif self.data_args:
-            raise ValueError("give either `data` or `data_args` (arguments of the training datamodule's severity_data)")
         self.data.setup()
         if self.fit_set is None and any(k.fit_data for k in self.kappas):
             self.fit_set = default_fit_set(datamodule, self.data) or \

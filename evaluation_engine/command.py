@@ -83,7 +83,7 @@ class Evaluation:
         self.options = TrainerOptions.of(trainer)
         if self.options.decode == "device" and not self.decodes_on_device:
             raise ValueError(f"evaluate.py {self.command} decodes its images on the CPU (--decode device applies to "
-                             "the scoring passes of severity, generated, evg and report)")
+                             "the scoring passes of oscr, severity, generated, evg and report)")
         declared = option_groups(type(self))
         for parameter in declared:
             group = build_group(type(self), parameter, groups.pop(parameter, None))

@@ -142,10 +142,7 @@ class DetectorOptions(OptionGroup):
         self.kappa_args, self.fit = dict(self.kappa_args or {}), dict(self.fit or {})
         if not self.kappa:
             raise ValueError("give at least one confidence function (--kappa)")
-        # The one place a κ is resolved (a registry name, an entry point, a class path, pood:<Class>, or a class
-        # from Python): every command, section and callback takes its detectors from here. Each κ is then named by
-        # its detector's name, and so are the keys of its arguments and fit caps.
-        resolved = {name: resolve_detector(name) for name in self.kappa}
+        resolved = self.resolve(self.kappa)
         named = {name: cls.name for name, cls in resolved.items()}
         for option in ("kappa_args", "fit"):
             given = getattr(self, option)
@@ -169,6 +166,13 @@ class DetectorOptions(OptionGroup):
             raise ValueError(f"fit options for {unfitted}, which are not among the fitted kappas")
         self.fit = {name: check_fit_options(name, options) for name, options in self.fit.items()}
 
+    @staticmethod
+    def resolve(kappa: Sequence[str | type[Detector]]) -> dict[Any, type[Detector]]:
+        """The one place a κ is resolved (a registry name, an entry point, a class path, ``pood:<Class>``, or a
+        class from Python): every command, section and callback takes its detectors from here, each then named
+        by its detector's name. Given κ -> its detector class."""
+        return {name: resolve_detector(name) for name in kappa}
+
     @property
     def classes(self) -> list[type[Detector]]:
         """The detector classes of :attr:`kappa`, in order."""
@@ -176,7 +180,7 @@ class DetectorOptions(OptionGroup):
 
     def only(self, kappa: Sequence[str | type[Detector]]) -> dict[str, Any]:
         """This group's fields for a run of some of its κ (a report section's): their arguments and fit caps."""
-        kept = DetectorOptions(kappa=list(kappa)).kappa  # a class path: its detector's name
+        kept = list(dict.fromkeys(cls.name for cls in self.resolve(kappa).values()))  # a class path: its name
         return {"kappa": kept, "kappa_args": {k: v for k, v in self.kappa_args.items() if k in kept},
                 "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in kept},
                 "allow_fit_overlap": self.allow_fit_overlap}

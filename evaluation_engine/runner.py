@@ -174,12 +174,12 @@ class Runner:
             launched run, a user's ``trainer.test``).
     """
 
-    def __init__(self, *, fabric: Fabric | None = None, trainer: pl.Trainer | None = None,
-                 precision: str = "32-true") -> None:
+    def __init__(self, *, fabric: Fabric | None = None, trainer: pl.Trainer | None = None) -> None:
         if (fabric is None) == (trainer is None):
             raise TypeError("a Runner runs in a Fabric or in a Trainer: give one of them")
         self.fabric, self.trainer = fabric, trainer
-        self._precision = str(trainer.precision) if trainer is not None else str(precision)
+        # the precision that runs (Fabric's: on a CPU, 16-mixed runs as bf16-mixed), part of every cache key
+        self._precision = str(trainer.precision if trainer is not None else fabric.strategy.precision.precision)
 
     @classmethod
     def of(cls, trainer: pl.Trainer) -> Runner:
@@ -189,7 +189,7 @@ class Runner:
     @classmethod
     def local(cls, precision: str = "32-true") -> Runner:
         """This one process on the CPU, launching nothing (a test, a notebook)."""
-        return cls(fabric=Fabric(accelerator="cpu", devices=1, precision=precision), precision=precision)  # type: ignore[arg-type]
+        return cls(fabric=Fabric(accelerator="cpu", devices=1, precision=precision))  # type: ignore[arg-type]
 
     @staticmethod
     def launch(options: TrainerOptions, evaluation: Callable[[Runner], T], *, name: str, version: Any = None) -> T:
@@ -206,7 +206,7 @@ class Runner:
                                 loggers=[logger] if isinstance(logger, Logger) else None)
             except (ValueError, RuntimeError) as error:  # Fabric's refusal of an accelerator, a strategy, ...
                 raise ValueError(f"the trainer options are not valid here: {error}") from None
-            return fabric.launch(lambda fabric: evaluation(Runner(fabric=fabric, precision=options.precision)))
+            return fabric.launch(lambda fabric: evaluation(Runner(fabric=fabric)))
 
     # -- the processes ---------------------------------------------------------------------------
 
@@ -279,25 +279,39 @@ class Runner:
 
     def log_metrics(self, scalars: Mapping[str, float], module: pl.LightningModule | None = None) -> None:
         """Log numbers equal on every rank: inside a Trainer's loop through ``module.log_dict`` (so that
-        ``ModelCheckpoint`` can monitor them; ``max`` keeps them exact for any world size), else straight to
-        the loggers on global rank zero. Only finite values are logged."""
-        finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(float(v))}
+        ``ModelCheckpoint`` can monitor them, NaN included; ``max`` keeps them exact for any world size), else
+        straight to the loggers on global rank zero (finite values only)."""
         if self.trainer is not None and module is not None and getattr(module, "_trainer", None) is self.trainer:
-            module.log_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in finite.items()}, sync_dist=True,
-                            reduce_fx="max", add_dataloader_idx=False)
+            module.log_dict({k: torch.tensor(float(v), dtype=torch.float32) for k, v in scalars.items() if v is not None},
+                            sync_dist=True, reduce_fx="max", add_dataloader_idx=False)  # NaN too: a monitored key stays
             return
+        finite = {k: float(v) for k, v in scalars.items() if v is not None and math.isfinite(float(v))}
         for logger in self.loggers:
             logger.log_metrics(finite, step=self.step)
 
     @contextlib.contextmanager
     def on_device(self, *modules: torch.nn.Module) -> Iterator[None]:
-        """The modules on this process's device and in eval mode for the block; afterwards every submodule is back
-        in the mode it had (a model may keep parts in eval mode while it trains)."""
+        """The modules on this process's device, in the run's precision (a launched run's ``*-true`` precision
+        converts their weights, as a Trainer's set-up does: ``64-true`` scores in float64) and in eval mode for the
+        block; afterwards every parameter and buffer is back in its dtype and every submodule in its mode (a
+        report card's models are shared by its sections; a model may keep parts in eval mode while it trains)."""
         modes = [(part, part.training) for module in modules for part in module.modules()]
+        dtypes = [(owner, name, tensor.dtype, kind) for module in modules for owner in module.modules()
+                  for kind, tensors in (("_parameters", owner._parameters), ("_buffers", owner._buffers))
+                  for name, tensor in tensors.items() if tensor is not None]
         for module in modules:
             module.to(self.device).eval()
+            if self.fabric is not None:  # a Trainer converted its module at set-up
+                self.fabric.strategy.precision.convert_module(module)
         try:
             yield
         finally:
             for part, mode in modes:
                 part.training = mode
+            for owner, name, dtype, kind in dtypes:
+                tensor = getattr(owner, kind)[name]
+                if tensor is not None and tensor.dtype != dtype:
+                    if kind == "_parameters":
+                        tensor.data = tensor.data.to(dtype)
+                    else:
+                        owner._buffers[name] = tensor.to(dtype)

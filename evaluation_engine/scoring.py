@@ -336,14 +336,16 @@ class ScoringPasses:
         return outputs
 
     def outputs(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, *,
-                features: bool = False, batch_size: int = 256, num_workers: int = 0) -> dict[str, Tensor]:
-        """``{"logits", "targets"[, "features"]}`` of every sample of a set, on every rank (a collective)."""
+                features: bool = False, batch_size: int = 256, num_workers: int = 0,
+                model_input: ModelInput | None = None) -> dict[str, Tensor]:
+        """``{"logits", "targets"[, "features"]}`` of every sample of a set, on every rank (a collective);
+        ``model_input``: how the images reach the model (default: the module's own, :func:`model_input_of`)."""
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         name = slug(f"{model_name}-{evaluation_set.name}-logits")
         keys = ["logits", "features"] if features else ["logits"]
         return self._run(runner, pl_module, evaluation_set, name=name, part={"outputs": "logits"},
                          step=lambda images: forward_outputs(pl_module, images, features=features), keys=keys,
-                         batch_size=batch_size, num_workers=num_workers,
+                         batch_size=batch_size, num_workers=num_workers, model_input=model_input,
                          covers=(lambda kept_outputs: "features" in kept_outputs) if features else None)
 
     def model_scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,

@@ -71,10 +71,10 @@ class EvGEvaluation(Evaluation):
     """``evaluate.py evg`` (alias ``adversarial``): EvG, the outliers each detector trusts most (Yoon et al.),
     found by MCMC over variation models of an OOD set; worst-case AUROC and MinRank next to the clean ones.
 
-    The run has three steps, each explicit: ``trainer.test`` scores the fixed sets through the engine
-    (:class:`EvGReport`), :meth:`EvGSearch.fit_standardisation` fits each detector's energy on its ID
-    validation (or, ``standardise_on: id_test``, ID test) scores, and ``trainer.predict`` runs the chains
-    (resumable: finished batches are kept; a run's chains split into batches one way only).
+    The run has four steps, each explicit, in :meth:`EvGReport.evaluate`: the detectors that fit are fitted, the
+    fixed sets are scored through the engine, :meth:`EvGSearch.fit_standardisation` fits each detector's energy on
+    its ID validation (or, ``standardise_on: id_test``, ID test) scores, and the search's prediction loop runs the
+    chains (resumable: finished batches are kept; a run's chains split into batches one way only).
 
     Args:
         model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).

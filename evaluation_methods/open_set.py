@@ -55,6 +55,7 @@ class OSCREvaluation(Evaluation):
     """
 
     command = "oscr"
+    decodes_on_device = True
     renamed_options = DATA_OVERRIDES_RENAMED
 
     option_fields = {"data_options": ("data_args",), "output_options": ("output_dir", "cache_dir", "plots")}
@@ -96,7 +97,8 @@ class OSCREvaluation(Evaluation):
 
         def evaluate(runner: Runner) -> MethodResult | None:
             result = evaluation.evaluate(runner, scoring, test_set, passes=passes, batch_size=datamodule.batch_size,
-                                         num_workers=datamodule.num_workers, skipped=skipped)
+                                         num_workers=datamodule.num_workers, skipped=skipped,
+                                         model_input=datamodule.model_input())
             if not runner.is_global_zero:
                 return None
             print(f"\nOpen-set report written to {evaluation.report_path} (CCR@FPR conventions: "

@@ -194,8 +194,9 @@ class ReportCard(Evaluation):
         self.command_line = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
         self.section_options = {name: self._options(name, section) for name, section in self.sections.items()}
         # each section's detectors: its own κ, else the card's (resolved by the detector options, once)
-        self.section_detectors = {name: DetectorOptions(kappa=options["kappa"]).classes if "kappa" in options
-                                  else self.detector_options.classes for name, options in self.section_options.items()}
+        self.section_detectors = {name: list(dict.fromkeys(DetectorOptions.resolve(
+            [options["kappa"]] if isinstance(options["kappa"], str) else options["kappa"]).values()))
+            if "kappa" in options else self.detector_options.classes for name, options in self.section_options.items()}
         self._check_pairs()
 
     def _check_pairs(self) -> None:
@@ -268,7 +269,7 @@ class ReportCard(Evaluation):
             if key in accepted:
                 options.setdefault(key, value)
         # one W&B run for the whole report: the sections do not open their own; --decode device for the sections
-        # whose passes can (OSCR's test pass decodes on the CPU)
+        # whose passes can
         decode = self.options.decode if getattr(cls, "decodes_on_device", False) else "cpu"
         evaluation = cls(**compose(cls, {"model": model, **{k: v for k, v in options.items() if k in accepted}},
                                    what=f"report section {name}"),

@@ -2,8 +2,8 @@
 
 Each scenario runs an ``evaluate.py`` command once in this process (1 device) and once as a script on 2
 gloo processes (``--devices 2 --strategy ddp``; Lightning launches the second rank), then compares what
-both wrote. Every scenario has more processes than batches somewhere (a one-batch launch loader, one
-image to generate, one batch of chains), so a rank without data must still join every collective: a hang
+both wrote. Every scenario has more processes than batches somewhere (one image to generate, one batch of
+chains, sets smaller than the shards), so a rank without data must still join every collective: a hang
 ends in the timeout instead of blocking the suite.
 """
 

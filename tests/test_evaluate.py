@@ -424,7 +424,7 @@ def test_each_evaluation_finishes_the_wandb_run_it_started_and_leaves_the_users_
         mine.finish()
 
 
-def test_oscr_leaves_an_unreadable_test_image_out_and_counts_it(tmp_path: Path) -> None:
+def test_oscr_leaves_an_unreadable_test_image_out_and_counts_it(tmp_path: Path, monkeypatch) -> None:
     """A user's class folders with one corrupt test image: refused by default (naming the file), and under
     ``on_bad_image: skip`` left out of the test set before the scoring pass, named in a warning and counted in
     ``counts.skipped_images``; the other images are scored (every count one lower than the files)."""
@@ -444,3 +444,15 @@ def test_oscr_leaves_an_unreadable_test_image_out_and_counts_it(tmp_path: Path) 
         report = evaluate.main([*common, "--output-dir", str(tmp_path / "skipped"), "--data-arg", "on_bad_image=skip"])
     assert report["counts"] == {"known": 4, "negatives": 2, "unknowns": 1, "skipped_images": 1}
     assert json.loads((tmp_path / "skipped" / "metrics.json").read_text())["counts"] == report["counts"]
+    # --data-arg changes the test images' transform, as it changed the test loop's: the pass takes the datamodule's
+    sizes = []
+    outputs = ScoringPasses.outputs
+
+    def recording(self, runner, model, evaluation_set, **kwargs):
+        sizes.append(kwargs["model_input"].size)
+        return outputs(self, runner, model, evaluation_set, **kwargs)
+
+    monkeypatch.setattr(ScoringPasses, "outputs", recording)
+    evaluate.main([*common, "--output-dir", str(tmp_path / "resized"), "--data-arg", "on_bad_image=skip",
+                   "--data-arg", "resize_size=30", "--data-arg", "crop_size=28"])
+    assert sizes == [(28, 28)]

@@ -5,10 +5,10 @@ Adversarial Generation of Outliers*; DESIGN.md §5.4).
 (:class:`lightning_modules.evg.black_box.BlackBox`),
 variation model and sampler, the batched sampler of :mod:`lightning_modules.evg.samplers` from the chains' own
 random generators, then the worst case of each chain scored by **every** detector (the transferability
-matrix). :meth:`callbacks.EvGReport.run_chains` spreads the batches of chains over the processes (rank ``r`` of
-``W`` runs batches ``r, r + W, ...``; a ``trainer.predict`` of the search does the same), and a chain's random numbers do not depend on its batch or process, so 2 processes give the 1-process results bit for
-bit wherever the detectors' outputs are the same (float32 outputs may differ in their last bits with the batch).
-The report is the job of :class:`callbacks.EvGReport`.
+matrix). :meth:`callbacks.EvGReport.run_chains` spreads the batches of chains over the processes (rank ``r``
+of ``W`` runs batches ``r, r + W, ...``), and a chain's random numbers do not depend on its batch or process,
+so 2 processes give the 1-process results bit for bit wherever the detectors' outputs are the same (float32
+outputs may differ in their last bits with the batch). The report is the job of :class:`callbacks.EvGReport`.
 
 Its fitted state is its detectors' energy standardisation (buffers), set by one explicit call,
 :meth:`EvGSearch.fit_standardisation`, before the search; a search with an unfitted detector is refused.

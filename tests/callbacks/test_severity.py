@@ -362,3 +362,19 @@ def test_mc_dropout_on_a_checkpoint_without_dropout_is_refused_before_any_pass(d
                                          r"checkpoint's network is the one it trained"):
         run_severity(scoring, ["softmax", "mc_dropout"], tmp_path)
     assert scoring.forward_calls == 0 and not (tmp_path / "cache").exists()
+
+
+def test_data_or_data_args_is_checked_when_built_and_a_second_setup_keeps_the_data():
+    """``data`` and ``data_args`` together are refused when the callback is built; data built from the training
+    datamodule's ``severity_data(**data_args)`` are kept by a second set-up (``trainer.fit`` then
+    ``trainer.test`` of one callback), not refused as if the user had given both."""
+    with pytest.raises(ValueError, match="give either `data` or `data_args`"):
+        SeverityAUROC(data=small_data(), data_args={"estimation": 20})
+    callback = SeverityAUROC(data_args={"estimation": 20, "test": 10}, kappas=["softmax"], every_n_epochs=0)
+    datamodule = FashionMNISTOpenSetDataModule(max_train_per_class=10, batch_size=16)
+    model = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1)
+    callback.prepare(model, datamodule)
+    data = callback.data
+    assert len(data["ood_estimation"]) == 20 * len(data.ood_classes)
+    callback.prepare(model, datamodule)
+    assert callback.data is data

@@ -157,3 +157,15 @@ def test_a_kappa_by_class_path_keeps_its_arguments_in_a_section_and_two_keys_of_
     with pytest.raises(ValueError, match=r"kappa_args for 'metrics.detectors.knn.KNN' and 'knn', which name one "
                                          r"detector \('knn'\): give its arguments once"):
         DetectorOptions(kappa=[path], kappa_args={path: {"k": 3}, "knn": {"k": 5}})
+
+
+def test_a_detector_whose_hyperparameter_has_no_default_keeps_its_arguments_in_a_section() -> None:
+    """Naming a section's κ resolves names only: a detector whose hyperparameter has no default reaches the
+    section with the card's arguments (it is refused only where no arguments are given)."""
+    needy = type("Needy", (resolve_detector("ash_s").__mro__[1],), {"name": "needy_options", "variant": "p"})
+    options = DetectorOptions(kappa=[needy, "softmax"], kappa_args={"needy_options": {"percentile": 0.5}})
+    assert options.parameters["needy_options"] == {"percentile": 0.5} and options.classes[0] is needy
+    assert options.only([needy]) == {"kappa": ["needy_options"], "kappa_args": {"needy_options": {"percentile": 0.5}},
+                                     "fit_data": None, "fit": {}, "allow_fit_overlap": False}
+    with pytest.raises(ValueError, match=r"'needy_options' needs the hyperparameters \['percentile'\]"):
+        DetectorOptions(kappa=[needy])
