@@ -359,9 +359,12 @@ def decode_rows(settings: Settings, model: OpenSetClassifier, data: ProtocolData
                 root: Path, batch_size: int) -> list[Row]:
     """Rows 7-10: the engine's scoring pass over every image of ``folder``, from the folder and from its shard
     set, decoded on the CPU and on the device."""
+    from lightning_fabric import Fabric
+
     from datamodules.evaluation import EvaluationSet
     from datamodules.images import ImageFileDataset
     from datamodules.shards import folder_rows, write_shards
+    from evaluation_engine.runner import Runner
     from evaluation_engine.scoring import ScoringPasses
     from lightning_modules.scoring import ScoringModel
 
@@ -371,9 +374,8 @@ def decode_rows(settings: Settings, model: OpenSetClassifier, data: ProtocolData
     scoring = ScoringModel(model, model_input=data.model_input(), name="benchmark").to(settings.device).eval()
     if settings.channels_last:
         scoring = scoring.to(memory_format=torch.channels_last)
-    trainer = pl.Trainer(accelerator="gpu" if settings.cuda else "cpu", devices=1, precision=settings.precision,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    runner = Runner(fabric=Fabric(accelerator="gpu" if settings.cuda else "cpu", devices=1,
+                                  precision=settings.precision))
     result = []
     for name, where, decode in zip(DECODE_ROWS, ("folders", "shards", "folders", "shards"),
                                    ("cpu", "cpu", "device", "device"), strict=True):
@@ -384,7 +386,7 @@ def decode_rows(settings: Settings, model: OpenSetClassifier, data: ProtocolData
             settings.synchronize()
             start = time.perf_counter()
             with torch.inference_mode():
-                outputs = passes.outputs(trainer, scoring, images, batch_size=batch_size, num_workers=settings.num_workers)
+                outputs = passes.outputs(runner, scoring, images, batch_size=batch_size, num_workers=settings.num_workers)
             settings.synchronize()
             best = min(best, time.perf_counter() - start)
         assert outputs["logits"].shape[0] == len(rows)

@@ -184,8 +184,8 @@ def test_fit_overlap_tiny_finds_the_copies_and_the_links_and_nothing_in_the_trai
 
 def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> None:
     row = report_card.main(["--tiny"])
-    # one model, OSCR (not a scoring pass) and severity: its ID test, estimation and test sets, once each
-    assert (row["requests"], row["run"]) == (3, 3)
+    # one model, OSCR (its protocol test set) and severity (its ID test, estimation and test sets): each pass once
+    assert (row["requests"], row["run"]) == (4, 4)
     assert row["sections"] == "oscr, severity" and row["models"] == 1
     assert row["card_s"] > 0 and row["separately_s"] > 0
 
