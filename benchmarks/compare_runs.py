@@ -31,12 +31,12 @@ DEFAULT_IGNORE = ("wandb/*", "*/wandb/*", "cache/*", "*/cache/*", "chains/*", "*
 
 
 def files(root: Path, ignore: list[str]) -> set[str]:
-    found = set()
+    files = set()
     for path in root.rglob("*"):
         relative = str(path.relative_to(root))
         if path.is_file() and path.suffix in SUFFIXES and not any(fnmatch.fnmatch(relative, g) for g in ignore):
-            found.add(relative)
-    return found
+            files.add(relative)
+    return files
 
 
 def _csv(path: Path, ignore_keys: set[str]) -> list[dict[str, str]]:
@@ -162,10 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{folder} is not a folder")
     result = compare(args.first, args.second, ignore=args.ignore, ignore_keys=set(args.ignore_key))
     changed = 0
-    for relative, found in result.items():
-        if found:
+    for relative, differences in result.items():
+        if differences:
             changed += 1
-            print(f"DIFFERS  {relative}: " + "; ".join(found))
+            print(f"DIFFERS  {relative}: " + "; ".join(differences))
         else:
             print(f"same     {relative}")
     print(f"\n{len(result) - changed} of {len(result)} files the same, {changed} differ")

@@ -151,7 +151,7 @@ def measure(fit: Callable[[], EvaluationSet], other: Callable[[], EvaluationSet]
     """Best seconds of the fingerprints of both sets and of the check (fresh sets each time), and what the
     check read. With ``cache_dir``: also the check of a second run (``second_s``): a fresh :class:`ScoringPasses`
     on ``cache_dir``, where a first one saved both sets' identities, the sets' fingerprints computed before."""
-    found: dict[str, Any] = {}
+    measured: dict[str, Any] = {}
 
     def fingerprints() -> float:
         a, b = fit(), other()
@@ -164,7 +164,7 @@ def measure(fit: Callable[[], EvaluationSet], other: Callable[[], EvaluationSet]
         start = time.perf_counter()
         overlap = find_overlap(a, b)
         seconds = time.perf_counter() - start
-        found.update(count=overlap.count, hows=overlap.hows, images=a.size + b.size, **read_counts(a, b))
+        measured.update(count=overlap.count, hows=overlap.hows, images=a.size + b.size, **read_counts(a, b))
         return seconds
 
     cases: dict[str, Callable[[], float]] = {"fingerprints": fingerprints, "check": check}
@@ -179,12 +179,12 @@ def measure(fit: Callable[[], EvaluationSet], other: Callable[[], EvaluationSet]
                 start = time.perf_counter()
                 overlap = passes.overlap(a, b)
                 seconds = time.perf_counter() - start
-            found.update(second_count=overlap.count, second_reads=reads)
+            measured.update(second_count=overlap.count, second_reads=reads)
             return seconds
 
         cases["second run"] = second
     times = alternate(cases, repeat=repeat)
-    return {**found, "fingerprint_s": min(times["fingerprints"]), "check_s": min(times["check"]),
+    return {**measured, "fingerprint_s": min(times["fingerprints"]), "check_s": min(times["check"]),
             **({"second_s": min(times["second run"])} if cache_dir is not None else {})}
 
 

@@ -134,16 +134,16 @@ def auroc_study(rng: np.random.Generator, reps: int, resamples: int, families: S
     for family in families:
         for area in AUROCS:
             for n in sizes:
-                found = {m: Coverage() for m in METHODS}
+                tallies = {m: Coverage() for m in METHODS}
                 for rep in range(reps):
                     x, y, truth = auroc_scores(rng, family, area, n)
                     id_scores, ood_scores = torch.from_numpy(x), torch.from_numpy(y)
                     for method in METHODS:
                         if method == "bootstrap" and (family != "binormal" or rep >= bootstrap_reps):
                             continue
-                        found[method].add(*auroc_interval(id_scores, ood_scores, method=method, resamples=resamples,
+                        tallies[method].add(*auroc_interval(id_scores, ood_scores, method=method, resamples=resamples,
                                                           seed=rep), truth)
-                rows.append({"family": family, "auroc": area, "n": n, **found})
+                rows.append({"family": family, "auroc": area, "n": n, **tallies})
     return rows
 
 
@@ -186,22 +186,22 @@ def open_set_study(rng: np.random.Generator, reps: int, resamples: int, sizes: S
     truth = open_set_truth(rng, population)
     rows = []
     for n in sizes:
-        found = {k: Coverage() for k in ("ccr exact", "ccr authors", "gamma", "accuracy", "accuracy bootstrap",
+        tallies = {k: Coverage() for k in ("ccr exact", "ccr authors", "gamma", "accuracy", "accuracy bootstrap",
                                           "auroc")}
         for rep in range(reps):
             probs, target = open_set_sample(rng, n)
             replicates = bootstrap_open_set(probs, target, fpr_targets=(0.1,), conventions=("exact", "authors"),
                                             resamples=resamples, seed=rep)
-            found["ccr exact"].add(*percentile_interval(replicates["unknowns/ccr@fpr=0.1"]), truth["ccr"])
-            found["ccr authors"].add(*percentile_interval(replicates["unknowns/authors_ccr@fpr=0.1"]), truth["ccr"])
-            found["gamma"].add(*percentile_interval(replicates["gamma"]), truth["gamma"])
+            tallies["ccr exact"].add(*percentile_interval(replicates["unknowns/ccr@fpr=0.1"]), truth["ccr"])
+            tallies["ccr authors"].add(*percentile_interval(replicates["unknowns/authors_ccr@fpr=0.1"]), truth["ccr"])
+            tallies["gamma"].add(*percentile_interval(replicates["gamma"]), truth["gamma"])
             known = target >= 0
             correct = int((probs[known].argmax(dim=1) == target[known]).sum())
-            found["accuracy"].add(*wilson_interval(correct, int(known.sum())), truth["accuracy"])  # the callbacks'
-            found["accuracy bootstrap"].add(*percentile_interval(replicates["closed_set_accuracy"]), truth["accuracy"])
+            tallies["accuracy"].add(*wilson_interval(correct, int(known.sum())), truth["accuracy"])  # the callbacks'
+            tallies["accuracy bootstrap"].add(*percentile_interval(replicates["closed_set_accuracy"]), truth["accuracy"])
             confidence = max_known_score(probs)
-            found["auroc"].add(*auroc_interval(confidence[target >= 0], confidence[target == -2]), truth["auroc"])
-        rows.append({"n": n, **found})
+            tallies["auroc"].add(*auroc_interval(confidence[target >= 0], confidence[target == -2]), truth["auroc"])
+        rows.append({"n": n, **tallies})
     return rows, truth
 
 
@@ -373,14 +373,14 @@ def correlated(rng: np.random.Generator, n: int, shifts: Sequence[float], correl
 def difference_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequence[int]) -> list[dict[str, Any]]:
     rows = []
     for n in sizes:
-        found = Coverage()
+        tallies = Coverage()
         shifts = (math.sqrt(2) * float(ndtri(0.9)), math.sqrt(2) * float(ndtri(0.87)))
         for rep in range(reps):
             (a_id, a_ood), (b_id, b_ood) = correlated(rng, n, shifts)
             a, b = bootstrap_auroc(a_id, a_ood, resamples, rep), bootstrap_auroc(b_id, b_ood, resamples, rep)
             low, high, _ = paired_difference(a, b)
-            found.add(low, high, 0.9 - 0.87)
-        rows.append({"n": n, "difference": found})
+            tallies.add(low, high, 0.9 - 0.87)
+        rows.append({"n": n, "difference": tallies})
     return rows
 
 
@@ -422,7 +422,7 @@ def seeds_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequ
     truth = float(ndtr((d + u) / math.sqrt(2)).mean())
     rows = []
     for n in sizes:
-        found = Coverage()
+        tallies = Coverage()
         for rep in range(reps):
             shared_id, shared_ood = rng.normal(size=n), rng.normal(size=n)
             estimates, replicates = [], []
@@ -432,8 +432,8 @@ def seeds_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequ
                 estimates.append(auroc(id_scores, ood_scores))
                 replicates.append(bootstrap_auroc(id_scores, ood_scores, resamples, rep))
             combined = seed_mean(torch.tensor(estimates, dtype=torch.float64), torch.stack(replicates))
-            found.add(combined.low, combined.high, truth)
-        rows.append({"n": n, "seeds": found})
+            tallies.add(combined.low, combined.high, truth)
+        rows.append({"n": n, "seeds": tallies})
     return rows
 
 

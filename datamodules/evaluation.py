@@ -282,9 +282,9 @@ def fit_folder_set(root: str, classes: Sequence[str] | None, *, name: str = "fit
         raise ValueError(f"fit data {root}: the model does not say which classes it predicts, so its class folders "
                          "cannot be matched")
     folders = class_folders(classes, what=f"fit data {root}")
-    found = subfolders(folder)
-    missing = [(c, f) for c, f in zip(classes, folders, strict=True) if f not in set(found)]
-    other = [f for f in found if f not in set(folders)]
+    present = subfolders(folder)
+    missing = [(c, f) for c, f in zip(classes, folders, strict=True) if f not in set(present)]
+    other = [f for f in present if f not in set(folders)]
     if missing or other:
         more = " ..." if len(missing) > 10 else ""
         renamed = [c for c, f in missing[:10] if c != f]

@@ -220,17 +220,17 @@ class ImageFileDataset(Dataset):
                 folder, name = os.path.split(relative)
                 if folder not in folders:
                     folders[folder] = shard_set_of(folder)
-                found, relative = folders[folder], name
+                store_and_name, relative = folders[folder], name
             else:
-                found = inside
-            if found is None:
+                store_and_name = inside
+            if store_and_name is None:
                 inner.append(None)
                 continue
-            inner.append(f"{found[1]}/{relative}" if found[1] else relative)
-            number = next((k for k, store in enumerate(self.stores) if store is found[0]), None)
+            inner.append(f"{store_and_name[1]}/{relative}" if store_and_name[1] else relative)
+            number = next((k for k, store in enumerate(self.stores) if store is store_and_name[0]), None)
             if number is None:
                 number = len(self.stores)
-                self.stores.append(found[0])
+                self.stores.append(store_and_name[0])
             store_of[row] = number
         if not self.stores:
             return

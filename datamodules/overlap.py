@@ -193,17 +193,17 @@ def leaves(dataset: Dataset) -> tuple[list[Dataset], np.ndarray, np.ndarray]:
     """The data sets that hold a set's images, and for each position of the set which one (``(N,)``) and the
     position there (``(N,)``): through ``Subset``, ``ConcatDataset`` and wrappers that keep their samples."""
     if isinstance(dataset, Subset):
-        found, of, position = leaves(dataset.dataset)
+        files, of, position = leaves(dataset.dataset)
         chosen = np.asarray([int(i) for i in dataset.indices], dtype=np.int64)
-        return found, of[chosen], position[chosen]
+        return files, of[chosen], position[chosen]
     if isinstance(dataset, ConcatDataset):
-        found, ofs, positions = [], [], []
+        files, ofs, positions = [], [], []
         for part in dataset.datasets:
             inner, of, position = leaves(part)
-            ofs.append(of + len(found))
+            ofs.append(of + len(files))
             positions.append(position)
-            found += inner
-        return found, np.concatenate(ofs or [np.zeros(0, np.int64)]), np.concatenate(positions or [np.zeros(0, np.int64)])
+            files += inner
+        return files, np.concatenate(ofs or [np.zeros(0, np.int64)]), np.concatenate(positions or [np.zeros(0, np.int64)])
     size = len(dataset)  # type: ignore[arg-type]
     inner = getattr(dataset, "dataset", None)
     if not isinstance(dataset, (ImageFileDataset, TensorImageDataset)) and isinstance(inner, Dataset) \
@@ -389,11 +389,11 @@ class SetImages:
         try:
             with self._open(row) as image:
                 width, height = image.size
-                found = {}
+                digests = {}
                 for channels in wanted.get((width, height), []):
                     pixels = np.asarray(image.convert(MODES[channels]), dtype=np.uint8)
-                    found[channels] = _pixel_digest(pixels.reshape(height, width, channels).transpose(2, 0, 1))
-                return width, height, found
+                    digests[channels] = _pixel_digest(pixels.reshape(height, width, channels).transpose(2, 0, 1))
+                return width, height, digests
         except (*UNREADABLE_BYTES, *UNREADABLE_IMAGE):
             return None
 
@@ -415,12 +415,12 @@ class SetImages:
                 need |= sized & (stages[channels][1][rows] == NOT_YET)
         todo = rows[need]
         if todo.size:
-            for row, found in zip(todo.tolist(), self._in_threads(todo, lambda r: self._look(r, wanted)), strict=True):
-                if found is None:
+            for row, looked in zip(todo.tolist(), self._in_threads(todo, lambda r: self._look(r, wanted)), strict=True):
+                if looked is None:
                     dims[row] = -1
                     continue
-                dims[row] = found[:2]
-                for channels, value in found[2].items():
+                dims[row] = looked[:2]
+                for channels, value in looked[2].items():
                     stages[channels][0][row], stages[channels][1][row] = value, READ
             self.changed = True
         out = []
@@ -446,14 +446,14 @@ class SetImages:
         """Per tensor row, a digest (``S16``) of its shape and its pixels as the set yields them (float32 in
         ``[0, 1]``: a ``uint8`` image divided by 255, as :class:`TensorImageDataset` serves it)."""
         if self._pixels is None:
-            found = np.zeros(self.tensors.size, dtype=f"S{DIGEST_SIZE}")
+            digests = np.zeros(self.tensors.size, dtype=f"S{DIGEST_SIZE}")
             for chunk, batch in self._tensor_chunks():
                 batch = batch.float().div(255) if batch.dtype == torch.uint8 else batch.float()
                 shape = repr(tuple(batch.shape[1:])).encode()
                 array = batch.contiguous().numpy()
                 for k, row in enumerate(chunk.tolist()):
-                    found[row] = _blake(shape + array[k].tobytes())
-            self._pixels = found
+                    digests[row] = _blake(shape + array[k].tobytes())
+            self._pixels = digests
         return self._pixels
 
     def quantised(self) -> tuple[np.ndarray, np.ndarray]:
@@ -462,7 +462,7 @@ class SetImages:
         a ``uint8`` image as stored, a float one in ``[0, 1]`` as ``round(255 x)``, what a lossless export writes)."""
         if self._quantised is None:
             shapes = np.full((self.tensors.size, 3), -1, dtype=np.int64)
-            found = np.zeros(self.tensors.size, dtype=f"S{DIGEST_SIZE}")
+            digests = np.zeros(self.tensors.size, dtype=f"S{DIGEST_SIZE}")
             for chunk, batch in self._tensor_chunks():
                 if batch.ndim != 4 or batch.shape[1] not in MODES:
                     continue
@@ -470,8 +470,8 @@ class SetImages:
                 array = values.contiguous().numpy()
                 shapes[chunk] = batch.shape[1:]
                 for k, row in enumerate(chunk.tolist()):
-                    found[row] = _pixel_digest(array[k])
-            self._quantised = (shapes, found)
+                    digests[row] = _pixel_digest(array[k])
+            self._quantised = (shapes, digests)
         return self._quantised
 
     # -- kept on disk -----------------------------------------------------------------------------
@@ -507,25 +507,25 @@ class SetImages:
             return False
         try:
             with np.load(path, allow_pickle=False) as saved:
-                found = {name: saved[name] for name in saved.files}
-            if str(found["format"]) != IDENTITIES_FORMAT or str(found["key"]) != key \
-                    or int(found["size"]) != self.size:
+                saved_arrays = {name: saved[name] for name in saved.files}
+            if str(saved_arrays["format"]) != IDENTITIES_FORMAT or str(saved_arrays["key"]) != key \
+                    or int(saved_arrays["size"]) != self.size:
                 raise ValueError("another set, key or format")
-            stat = found.get("stat")
+            stat = saved_arrays.get("stat")
             if stat is not None and stat.shape != (3, self.files.size):
                 raise ValueError(f"its stat has shape {stat.shape}, the set {self.files.size} files")
             stages = {}
             for stage in STAGES:
-                if f"{stage}_rows" in found:
-                    rows = found[f"{stage}_rows"]
+                if f"{stage}_rows" in saved_arrays:
+                    rows = saved_arrays[f"{stage}_rows"]
                     digests, states = (np.zeros(self.size, dtype=f"S{DIGEST_SIZE}"),
                                        np.zeros(self.size, dtype=np.int8))
-                    digests[rows], states[rows] = found[f"{stage}_digests"], found[f"{stage}_states"]
+                    digests[rows], states[rows] = saved_arrays[f"{stage}_digests"], saved_arrays[f"{stage}_states"]
                     stages[stage] = (digests, states)
             dims = None
-            if "dims_rows" in found:
+            if "dims_rows" in saved_arrays:
                 dims = np.full((self.size, 2), -2, dtype=np.int32)
-                dims[found["dims_rows"]] = found["dims"]
+                dims[saved_arrays["dims_rows"]] = saved_arrays["dims"]
         except (OSError, ValueError, KeyError, IndexError, TypeError) as error:
             warnings.warn(f"rejecting the saved identities {path} of {self.name}: {type(error).__name__}: {error}; "
                           "recomputing", RuntimeWarning, stacklevel=2)
@@ -559,20 +559,20 @@ def _file_matches(fit: SetImages, other: SetImages) -> Matches:
     if not fit.files.size or not other.files.size:
         return []
     (fit_device, fit_inode, fit_size), (other_device, other_inode, other_size) = fit.stat(), other.stat()
-    found: Matches = []
+    matches: Matches = []
     fit_keys, other_keys = _keys(fit_device, fit_inode), _keys(other_device, other_inode)
     valid_fit, valid_other = fit_size >= 0, other_size >= 0
     same = np.isin(fit_keys, other_keys[valid_other]) & valid_fit
     if same.any():
         first = _first_of(other_keys[valid_other], other.files[valid_other])
-        found.append((fit.files[same], np.asarray([first[k] for k in fit_keys[same].tolist()], dtype=np.int64),
+        matches.append((fit.files[same], np.asarray([first[k] for k in fit_keys[same].tolist()], dtype=np.int64),
                       "same file"))
     # a copy: the same size, then the same head, then the same bytes (rows already matched as files are left out)
     left = valid_fit & ~same
     sizes = np.isin(fit_size, other_size[valid_other]) & left
     other_sized = np.isin(other_size, fit_size[left]) & valid_other
     if not sizes.any():
-        return found
+        return matches
     fit_rows, other_rows = fit.files[sizes], other.files[other_sized]
     fit_sizes, other_sizes = fit_size[sizes], other_size[other_sized]
     fit_digests, fit_read = fit.digests(fit_rows, head=True)
@@ -581,16 +581,16 @@ def _file_matches(fit: SetImages, other: SetImages) -> Matches:
     alike = np.isin(fit_heads, other_heads[other_read]) & fit_read
     other_alike = np.isin(other_heads, fit_heads[alike]) & other_read
     if not alike.any():
-        return found
+        return matches
     fit_whole, fit_whole_read = _whole_keys(fit, fit_rows[alike], fit_sizes[alike], fit_heads[alike])
     other_whole, other_whole_read = _whole_keys(other, other_rows[other_alike], other_sizes[other_alike],
                                                 other_heads[other_alike])
     copies = np.isin(fit_whole, other_whole[other_whole_read]) & fit_whole_read
     if copies.any():
         first = _first_of(other_whole[other_whole_read], other_rows[other_alike][other_whole_read])
-        found.append((fit_rows[alike][copies], np.asarray([first[k] for k in fit_whole[copies].tolist()],
+        matches.append((fit_rows[alike][copies], np.asarray([first[k] for k in fit_whole[copies].tolist()],
                                                           dtype=np.int64), "same bytes"))
-    return found
+    return matches
 
 
 def _whole_keys(images: SetImages, rows: np.ndarray, sizes: np.ndarray, heads: np.ndarray
@@ -628,7 +628,7 @@ def _tensor_matches(fit: SetImages, other: SetImages) -> Matches:
 def _decoded_matches(fit: SetImages, other: SetImages) -> Matches:
     """The files of one set decoded to the pixels of the other's tensor images (both directions): only files
     whose size is a tensor image's are decoded (:meth:`SetImages.decoded`)."""
-    found: Matches = []
+    matches: Matches = []
     for files, tensors, fit_has_files in ((fit, other, True), (other, fit, False)):
         if not files.files.size or not tensors.tensors.size:
             continue
@@ -649,8 +649,8 @@ def _decoded_matches(fit: SetImages, other: SetImages) -> Matches:
                 first = _first_of(file_pixels, file_rows)
                 pairs = (tensor_rows[same], [first[k] for k in tensor_pixels[same].tolist()])
             if pairs[0].size:
-                found.append((pairs[0], np.asarray(pairs[1], dtype=np.int64), "same pixels"))
-    return found
+                matches.append((pairs[0], np.asarray(pairs[1], dtype=np.int64), "same pixels"))
+    return matches
 
 
 def _not_compared(fit: SetImages, other: SetImages) -> str:

@@ -296,11 +296,11 @@ def _row_checker(protocol: Protocol, split: str) -> Callable[[str, int], str | N
             return (f"{relative!r} (label {label}) is not under '{folder}/<wnid>/': "
                     f"the {split} file lists ILSVRC2012 {folder}/ images")
         wnid = parts[-2]
-        found = roles.get(wnid)
-        if found is None:
+        class_role = roles.get(wnid)
+        if class_role is None:
             return (f"class {wnid} has label {label}, but it is in none of the protocol's known, negative "
                     f"and unknown classes")
-        expected, role = found
+        expected, role = class_role
         if role == "unknown" and split != "test":
             return (f"class {wnid} has label {label}, but it is an unknown class of the protocol, "
                     f"which never appears in the {split} file (only in test, with label {UNKNOWN_LABEL})")

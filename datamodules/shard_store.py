@@ -304,13 +304,13 @@ class ShardSet:
         count = 0
         for start in range(0, len(paths), CHUNK):
             keys = path_keys(paths[start:start + CHUNK])
-            found = np.searchsorted(keys_of_set, keys).clip(max=max(len(keys_of_set) - 1, 0))
-            hit = keys_of_set[found] == keys if len(keys_of_set) else np.zeros(len(keys), dtype=bool)
+            slots = np.searchsorted(keys_of_set, keys).clip(max=max(len(keys_of_set) - 1, 0))
+            hit = keys_of_set[slots] == keys if len(keys_of_set) else np.zeros(len(keys), dtype=bool)
             if not hit.all():
                 count += int((~hit).sum())
                 missing += [paths[start + i] for i in np.flatnonzero(~hit)[:5 - len(missing)]]
             if not count:
-                positions[start:start + len(keys)] = index["positions"][found]
+                positions[start:start + len(keys)] = index["positions"][slots]
         if count:
             asked = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()
             raise ShardError(f"{what}: the shard set {self.root} ({self.describe_source()}) does not hold "
@@ -455,8 +455,8 @@ def read_sample(reader: Any, local: int, *, position: int, path: str, recorded: 
         raise ShardError(f"{where}: the shards hold {item.get('path')!r} (image {item.get('index')}) there: the "
                          f"manifest does not match its shards{then}")
     data = bytes(item["image"])
-    if recorded is not None and (found := sample_digest(data)) != recorded:
-        raise ShardError(f"{where}: its bytes are not the ones written (xxh3_64 {found:016x}, recorded "
+    if recorded is not None and (actual := sample_digest(data)) != recorded:
+        raise ShardError(f"{where}: its bytes are not the ones written (xxh3_64 {actual:016x}, recorded "
                          f"{recorded:016x}): the part is corrupt{then}")
     return data
 
@@ -514,12 +514,12 @@ def read_meta(root: str) -> dict[str, Any]:
                          f"its own digest {SELF_DIGEST}: edited or corrupt); rewrite the set with "
                          f"`{write_command(meta.get('source') or {}, root)}`")
     advice = f"rewrite the set with `{write_command(meta.get('source') or {}, root)}`"
-    found, recorded = str(read_index(root, (IDENTITY,), advice=advice)[IDENTITY]), str(meta.get(IDENTITY))
-    if found != recorded:
+    actual, recorded = str(read_index(root, (IDENTITY,), advice=advice)[IDENTITY]), str(meta.get(IDENTITY))
+    if actual != recorded:
         # one of the two files is another set's: its recorded source may not be this set's, so none is named
         raise ShardError(f"shard set {root}: {path} is not this set's: it was written with another {INDEX_FILE} "
                          f"(another set's {SHARDS_FILE}, copied?; it records the identity {recorded[:16]}, "
-                         f"{INDEX_FILE} {found[:16]}); write the set again from its own files with "
+                         f"{INDEX_FILE} {actual[:16]}); write the set again from its own files with "
                          f"`{write_command({}, root)}`")
     return meta
 

@@ -145,10 +145,10 @@ def hyponym_closure(root: str, wordnet: Any = None) -> set[str]:
 def descendants_in(roots: Iterable[str], candidates: Iterable[str], wordnet: Any = None) -> list[str]:
     """Sorted candidate wnids that lie in the hyponym closure of any of ``roots``."""
     candidates = set(candidates)
-    found: set[str] = set()
+    hyponyms: set[str] = set()
     for root in roots:
-        found |= hyponym_closure(root, wordnet) & candidates
-    return sorted(found)
+        hyponyms |= hyponym_closure(root, wordnet) & candidates
+    return sorted(hyponyms)
 
 
 def main(argv: list[str] | None = None) -> None:

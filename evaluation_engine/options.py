@@ -233,12 +233,12 @@ def flat_options(cls: type) -> dict[str, tuple[str | None, Any]]:
     """Every flat option name of a command -> (the group parameter it belongs to, or ``None`` for the command's
     own, and its type)."""
     hints = typing.get_type_hints(cls.__init__)
-    found: dict[str, tuple[str | None, Any]] = {name: (None, hints.get(name, Any)) for name in own_options(cls)}
+    options: dict[str, tuple[str | None, Any]] = {name: (None, hints.get(name, Any)) for name in own_options(cls)}
     for parameter, group in option_groups(cls).items():
         group_hints = typing.get_type_hints(group)
         for name in group_fields(cls, parameter, group):
-            found[name] = (parameter, group_hints[name])
-    return found
+            options[name] = (parameter, group_hints[name])
+    return options
 
 
 def compose(cls: type, options: Mapping[str, Any], *, what: str | None = None) -> dict[str, Any]:

@@ -90,10 +90,10 @@ def _class_path(recorded: str | None) -> str | None:
     if recorded is None:
         return None
     try:
-        found = import_class(recorded)
+        recorded_class = import_class(recorded)
     except (ImportError, AttributeError, ValueError):
         return recorded
-    return f"{found.__module__}.{found.__qualname__}"
+    return f"{recorded_class.__module__}.{recorded_class.__qualname__}"
 
 
 def checkpoint_recipe(checkpoint: dict[str, Any]) -> dict[str, Any]:

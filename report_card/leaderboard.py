@@ -156,14 +156,14 @@ def leaderboard_text(card: dict[str, Any]) -> str:
     for row in card["leaderboard"]["rows"]:
         parts = []
         for column in columns:
-            found = row["cells"].get(column["key"])
-            if found and found.get("value") is not None:
+            entry = row["cells"].get(column["key"])
+            if entry and entry.get("value") is not None:
                 digits = int(column.get("digits", 3))
-                interval = (f" [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
-                            if found.get("low") is not None else "")
-                mark = " (best)" if found["best"] else (" (worse)" if found["significant"] else "")
-                mark += " (fitted on its test data)" if found.get("fit_overlap") else ""
-                parts.append(f"{column['method']} {column['title']} {found['value']:.{digits}f}{interval}{mark}")
+                interval = (f" [{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]"
+                            if entry.get("low") is not None else "")
+                mark = " (best)" if entry["best"] else (" (worse)" if entry["significant"] else "")
+                mark += " (fitted on its test data)" if entry.get("fit_overlap") else ""
+                parts.append(f"{column['method']} {column['title']} {entry['value']:.{digits}f}{interval}{mark}")
         lines.append(f"  {row['model']} / {row['kappa']}: " + "; ".join(parts))
     return "\n".join(lines)
 

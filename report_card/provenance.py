@@ -51,14 +51,14 @@ def model_sha256(spec: str) -> str | None:
 
 
 def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
+    versions = {"python": platform.python_version()}
     for package in ("openset-bench", "torch", "torchvision", "pytorch-lightning", "torchmetrics", "timm", "numpy",
                     "scikit-learn", "wandb"):
         try:
-            found[package] = importlib.metadata.version(package)
+            versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return found
+    return versions
 
 
 def data_sets(log: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -32,8 +32,8 @@ def log_card(card: dict[str, Any], options: TrainerOptions, *, folder: str | Pat
         for row in card["leaderboard"]["rows"]:
             values: list[Any] = [row["model"], row["kappa"]]
             for column in card["leaderboard"]["columns"]:
-                found = row["cells"].get(column["key"]) or {}
-                values += [found.get("value"), found.get("low"), found.get("high"), found.get("share_first")]
+                cell = row["cells"].get(column["key"]) or {}
+                values += [cell.get("value"), cell.get("low"), cell.get("high"), cell.get("share_first")]
             data.append(values)
         if any(row.get("fit_overlap") for row in card["leaderboard"]["rows"]):  # the page's † rows, said
             columns.append("fit overlap")

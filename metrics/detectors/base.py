@@ -569,8 +569,8 @@ def order_statistics(chunks: Callable[[], Iterable[Tensor]], ranks: Iterable[int
                     digits = high + (1 << (_DIGIT - 1))
                 else:
                     digits = high[(high >> _DIGIT) == prefix] & 0xFFFF
-                found = torch.bincount(digits.long(), minlength=1 << _DIGIT)
-                counts[prefix] = found if counts[prefix] is None else counts[prefix] + found
+                digit_counts = torch.bincount(digits.long(), minlength=1 << _DIGIT)
+                counts[prefix] = digit_counts if counts[prefix] is None else counts[prefix] + digit_counts
         for rank, (prefix, left) in state.items():
             cumulative = counts[prefix].cumsum(0)
             digit = int(torch.searchsorted(cumulative, torch.tensor(left, device=cumulative.device), right=True))
