@@ -9,8 +9,8 @@
     python evaluate.py evg --config configs/evaluate/fashion_evg.yaml          # `adversarial` is an alias
     python evaluate.py report --config configs/evaluate/fashion_report.yaml    # all four, with intervals
 
-Each command is the typed class of its method (:mod:`evaluation_methods`): its options are the class's own
-arguments and the fields of the option groups it composes (:mod:`evaluation_engine.options`: model, data,
+Each command is the typed class of its method (:mod:`evaluation_methods`), a keyword-only dataclass: its options
+are its fields, those of the option groups it inherits among them (:mod:`evaluation_engine.options`: model, data,
 detectors, output, intervals, trainer), each checked by its type; ``--config`` takes a YAML file of the same keys (``class_path`` where a component is
 configured), ``--print_config`` prints the whole configuration. Every command speaks one vocabulary:
 ``--model`` (a checkpoint, ``timm:NAME``, ``torchvision:NAME``, ``ensemble:FILE``), ``--data`` and
@@ -38,10 +38,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from datamodules.images import UnreadableImageError
 from datamodules.shard_store import ShardError
 from evaluation_engine import TrainerOptions
-from evaluation_engine.options import add_command_arguments, compose, flat_options, section_type
+from evaluation_engine.options import add_command_arguments, command_options, section_type
 from evaluation_engine.runner import release_peers
 from evaluation_methods.registry import commands, methods
-from report_card.card import ReportCard, report
+from report_card.card import RENAMED_SECTIONS, ReportCard, report
 
 
 class Commands(collections.abc.Mapping):
@@ -79,7 +79,7 @@ class DeprecatedOption(FutureWarning):
 
 def option_kinds(cls: type) -> tuple[set[str], set[str]]:
     """The list-valued and the boolean option names of a command (its own, its option groups' and the trainer's)."""
-    hints = {**{name: hint for name, (_, hint) in flat_options(cls).items()}, **typing.get_type_hints(TrainerOptions)}
+    hints = {**command_options(cls), **typing.get_type_hints(TrainerOptions)}
     lists = {name for name, hint in hints.items()
              if any(typing.get_origin(member) in (list, collections.abc.Sequence) for member in (hint, *typing.get_args(hint)))}
     return lists, {name for name, hint in hints.items() if hint is bool}
@@ -188,9 +188,12 @@ def build_parser() -> ArgumentParser:
             for key, method in methods().items():
                 command.add_argument(f"--{key}", type=section_type(method.evaluation, foreign=foreign) | None,
                                      default=None,
-                                     help=f"the {method.name} section: options of evaluate.py {key} (config: FILE "
-                                          "takes them from that command's YAML, relative to the file that names "
-                                          "it); left out: not run")
+                                     help=f"the {method.name} section: options of evaluate.py "
+                                          f"{method.evaluation.command} (config: FILE takes them from that command's "
+                                          "YAML, relative to the file that names it); left out: not run")
+            for old, new in RENAMED_SECTIONS.items():
+                command.add_argument(f"--{old}", type=section_type(methods()[new].evaluation, foreign=foreign) | None,
+                                     default=None, help=f"the old name of --{new} (kept for one release)")
         if name != "severity-plot":
             command.add_class_arguments(TrainerOptions, None)
         subcommands.add_subcommand(name, command, help=summary(cls))
@@ -200,8 +203,7 @@ def build_parser() -> ArgumentParser:
 def dataclass_options(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Options typed as a dataclass (``intervals``), which the parser gives as dotted keys
     (``intervals.level``), built into that dataclass (``None`` stays ``None``)."""
-    hints = {name: hint for name, (_, hint) in flat_options(cls).items()}
-    for name, hint in hints.items():
+    for name, hint in command_options(cls).items():
         kinds = [t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
         prefix = f"{name}."
         fields = {k[len(prefix):]: values.pop(k) for k in list(values) if k.startswith(prefix)}
@@ -222,7 +224,9 @@ def parse(argv: list[str]) -> tuple[str, Any]:
     fields = set(TrainerOptions.__dataclass_fields__)
     options = TrainerOptions(**{k: v for k, v in values.items() if k in fields}) if command != "severity-plot" else None
     cls = COMMANDS[command]
-    return command, cls(**compose(cls, {k: v for k, v in values.items() if k not in fields}), trainer=options)
+    if cls is ReportCard:  # each section is an option of its own on the line and in YAML
+        values["sections"] = {key: values.pop(key) for key in [*methods(), *RENAMED_SECTIONS] if key in values}
+    return command, cls(**{k: v for k, v in values.items() if k not in fields}, trainer=options)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -34,7 +34,7 @@ def tiny_config(folder: Path) -> Path:
     from tests.conftest import train_demo_checkpoint
 
     checkpoint = train_demo_checkpoint(folder / "demo", "eos")
-    config = {"model": [str(checkpoint)], "kappa": ["softmax", "max_logit"], "oscr": {},
+    config = {"model": [str(checkpoint)], "kappa": ["softmax", "max_logit"], "open_set": {},
               "severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
               "intervals": {"resamples": 100}}
     path = folder / "report.yaml"

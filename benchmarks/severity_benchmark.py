@@ -40,7 +40,7 @@ LOGIT_KAPPAS = ["softmax", "max_logit", "entropy", "energy", "pood:EnergyBased"]
 
 def logit_kappas() -> list:
     """The four logit-based κ of the registry plus a fifth of pytorch-ood by name (its energy)."""
-    return DetectorOptions(kappa=list(LOGIT_KAPPAS)).classes
+    return DetectorOptions(kappa=list(LOGIT_KAPPAS)).detector_classes
 
 
 def construction_data(classes: int, seed: int = 0, id_images: int = 50_000) -> dict[str, torch.Tensor]:

@@ -418,7 +418,7 @@ class GeneratedBenchmark(pl.Callback):
         self._calibrations: dict[tuple[Any, ...], tuple[dict[str, float | None], dict[str, Tensor]]] = {}
         # the κ, their arguments and fit caps, checked where every command checks them
         detectors = DetectorOptions(kappa=list(kappas), kappa_args=kappa_args, fit=fit)
-        self.kappas, self.kappa_parameters, self.fit = detectors.classes, detectors.parameters, detectors.fit
+        self.kappas, self.kappa_parameters, self.fit = detectors.detector_classes, detectors.kappa_parameters, detectors.fit
         self.models = list(models) if models is not None else None
         self.describer, self.perceptual = describer, perceptual
         self.describer_quality = describer_quality

@@ -312,7 +312,7 @@ class OpenSetEvaluation(pl.Callback):
                 if dataloader_idx == 0:
                     self.report_path = directory
         report = self.report
-        result = MethodResult("oscr", payloads.get(0, {"scalars": report["scalars"], "counts": report["counts"]}),
+        result = MethodResult("open_set", payloads.get(0, {"scalars": report["scalars"], "counts": report["counts"]}),
                               folder=self.report_path if runner.is_global_zero else None,
                               replicates=report.get("replicates"),
                               units=report.get("units") or json.dumps(report["counts"], sort_keys=True))

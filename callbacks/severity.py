@@ -167,7 +167,7 @@ class SeverityAUROC(pl.Callback):
         # the κ, their arguments (resolved parameters: validated now, part of the cache keys) and fit caps, checked
         # where every command checks them
         detectors = DetectorOptions(kappa=list(kappas), kappa_args=kappa_args, fit=fit)
-        self.kappas, self.kappa_args, self.kappa_parameters = detectors.classes, detectors.kappa_args, detectors.parameters
+        self.kappas, self.kappa_args, self.kappa_parameters = detectors.detector_classes, detectors.kappa_args, detectors.kappa_parameters
         self.fit_set, self.fit = fit_set, detectors.fit
         self.train_fit = check_fit_options("train_fit", dict(train_fit if train_fit is not None else {"per_class": 100}))
         self.detectors: dict[str, Any] = {}  # κ name -> the fitted detector of the last evaluation

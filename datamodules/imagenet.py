@@ -18,8 +18,10 @@ neither happens hours into an epoch.
 
 from __future__ import annotations
 
+import inspect
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,47 +43,68 @@ from datamodules.protocols import (
 from datamodules.severity import FolderSeverityData, ProtocolSeverityData
 from datamodules.transforms import IMAGENET_MEAN, IMAGENET_STD, ModelInput, eval_transform, train_transform
 from openset_common.artefacts import atomic_write_text
+from openset_common.typed import save_arguments
+
+
+@dataclass(kw_only=True)
+class FolderOptions:
+    """The options every class-folder protocol shares (ImageNet's P1-P3 and a user's class folders): where its CSV
+    files are, and how its images are loaded and brought to the model. Each datamodule takes them by these names
+    (``--data.init_args.crop_size 32``, ``crop_size: 32`` in YAML) and passes them on as ``**options``.
+
+    Attributes:
+        protocol_dir: folder of the protocol CSV files (``p<n>_{train,val,test}.csv``; read if present, else
+            written there).
+        train_negatives: ``"include"`` (EOS), ``"exclude"`` (SoftMax) or ``"background"`` (BG); linked to
+            the model's loss by ``train.py``.
+        batch_size: per-device batch size (the paper: 64).
+        num_workers: data-loading processes per device.
+        resize_size: the Resize before the crop (the paper: 256).
+        crop_size: the crop (the paper: 224; random in training, centred in evaluation).
+        normalize: subtract ``mean`` and divide by ``std`` (off in the paper).
+        mean: the per-channel mean of ``normalize``.
+        std: the per-channel standard deviation of ``normalize``.
+        on_bad_image: ``"fail"`` or ``"skip"`` unreadable images.
+        verify_images: decode every image of the protocol once in ``prepare_data``.
+        pin_memory: pinned host memory for the loaders.
+    """
+
+    protocol_dir: str = "data/protocols"
+    train_negatives: TrainNegatives = "include"
+    batch_size: int = 64
+    num_workers: int = 8
+    resize_size: int = 256
+    crop_size: int = 224
+    normalize: bool = False
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    on_bad_image: BadImagePolicy = "fail"
+    verify_images: bool = False
+    pin_memory: bool = True
 
 
 class FolderProtocolDataModule(OpenSetDataModule):
     """An open-set protocol over class folders (``train/<class>/``, ``val/<class>/``); see the module docstring.
 
     Subclasses give the :class:`~datamodules.protocols.Protocol` (the known, negative and unknown classes)
-    and the name of its CSV files; everything else is shared.
+    and the name of its CSV files, and pass the shared options (:class:`FolderOptions`) on as ``**options``.
     """
 
-    def __init__(
-        self,
-        *,
-        root: str,
-        protocol: Protocol,
-        name: int | str,
-        protocol_dir: str,
-        train_negatives: TrainNegatives,
-        batch_size: int,
-        num_workers: int,
-        resize_size: int,
-        crop_size: int,
-        normalize: bool,
-        mean: tuple[float, float, float],
-        std: tuple[float, float, float],
-        on_bad_image: BadImagePolicy,
-        verify_images: bool,
-        pin_memory: bool,
-    ) -> None:
-        super().__init__(
-            batch_size=batch_size, num_workers=num_workers, train_negatives=train_negatives, pin_memory=pin_memory
-        )
+    def __init__(self, *, root: str, protocol: Protocol, name: int | str, **options: Any) -> None:
+        self.options = FolderOptions(**options)
+        super().__init__(batch_size=self.options.batch_size, num_workers=self.options.num_workers,
+                         train_negatives=self.options.train_negatives, pin_memory=self.options.pin_memory)
         if len(protocol.known) < 2:
             raise ValueError(f"an open-set protocol needs at least 2 known classes, got {protocol.known}")
         self.root = str(root)
         self.protocol_number = name
         self.protocol = protocol
-        self.protocol_dir = Path(protocol_dir)
-        self.on_bad_image = on_bad_image
-        self.verify_images = verify_images
-        self.crop_size = crop_size
-        transform_kwargs = {"resize": resize_size, "crop": crop_size, "normalize": normalize, "mean": mean, "std": std}
+        self.protocol_dir = Path(self.options.protocol_dir)
+        self.on_bad_image = self.options.on_bad_image
+        self.verify_images = self.options.verify_images
+        self.crop_size = self.options.crop_size
+        transform_kwargs = {"resize": self.options.resize_size, "crop": self.options.crop_size,
+                            "normalize": self.options.normalize, "mean": self.options.mean, "std": self.options.std}
         self.train_transform = train_transform(**transform_kwargs)
         self.eval_transform = eval_transform(**transform_kwargs)
 
@@ -235,40 +258,13 @@ class ImageNetProtocolDataModule(FolderProtocolDataModule):
     Args:
         root: ILSVRC2012 folder with ``train/`` and ``val/`` class folders.
         protocol: 1, 2 or 3.
-        protocol_dir: folder of the protocol CSV files (``p<n>_{train,val,test}.csv``; read if present, else
-            written there).
-        train_negatives: ``"include"`` (EOS), ``"exclude"`` (SoftMax) or ``"background"`` (BG); linked to
-            the model's loss by ``train.py``.
-        batch_size: per-device batch size (the paper: 64).
-        num_workers: data-loading processes per device.
-        resize_size, crop_size: Resize(256) then a 224 crop, as the paper.
-        normalize: subtract ``mean`` and divide by ``std`` (off in the paper).
-        on_bad_image: ``"fail"`` or ``"skip"`` unreadable images.
-        verify_images: decode every image of the protocol once in ``prepare_data``.
+        options: the options of every class-folder protocol (:class:`FolderOptions`: ``protocol_dir``,
+            ``train_negatives``, ``batch_size``, ``num_workers``, ``resize_size``, ``crop_size``, ...).
     """
 
-    def __init__(
-        self,
-        root: str,
-        protocol: int = 1,
-        protocol_dir: str = "data/protocols",
-        train_negatives: TrainNegatives = "include",
-        batch_size: int = 64,
-        num_workers: int = 8,
-        resize_size: int = 256,
-        crop_size: int = 224,
-        normalize: bool = False,
-        mean: tuple[float, float, float] = IMAGENET_MEAN,
-        std: tuple[float, float, float] = IMAGENET_STD,
-        on_bad_image: BadImagePolicy = "fail",
-        verify_images: bool = False,
-        pin_memory: bool = True,
-    ) -> None:
-        super().__init__(root=root, protocol=imagenet_protocol(protocol), name=protocol, protocol_dir=protocol_dir,
-                         train_negatives=train_negatives, batch_size=batch_size, num_workers=num_workers,
-                         resize_size=resize_size, crop_size=crop_size, normalize=normalize, mean=mean, std=std,
-                         on_bad_image=on_bad_image, verify_images=verify_images, pin_memory=pin_memory)
-        self.save_hyperparameters()
+    def __init__(self, root: str, protocol: int = 1, **options: Any) -> None:
+        super().__init__(root=root, protocol=imagenet_protocol(protocol), name=protocol, **options)
+        save_arguments(self, self.options, inspect.currentframe())
 
     def severity_data(self, **kwargs: Any) -> ProtocolSeverityData:
         """:meth:`FolderProtocolDataModule.severity_data` for the protocol's classes
@@ -292,29 +288,11 @@ class ClassFolderDataModule(FolderProtocolDataModule):
         negative: classes seen in training as "other" (γ, the checkpoint-selection metric, needs some).
         unknown: classes never seen in training (their ``val/`` images are the test set's unknowns).
         name: the name of the CSV files (``<name>_{train,val,test}.csv`` in ``protocol_dir``).
-        The others: as :class:`ImageNetProtocolDataModule`.
+        options: the options of every class-folder protocol (:class:`FolderOptions`).
     """
 
-    def __init__(
-        self,
-        root: str,
-        known: list[str] | None = None,
-        negative: list[str] | None = None,
-        unknown: list[str] | None = None,
-        name: str = "folders",
-        protocol_dir: str = "data/protocols",
-        train_negatives: TrainNegatives = "include",
-        batch_size: int = 64,
-        num_workers: int = 8,
-        resize_size: int = 256,
-        crop_size: int = 224,
-        normalize: bool = False,
-        mean: tuple[float, float, float] = IMAGENET_MEAN,
-        std: tuple[float, float, float] = IMAGENET_STD,
-        on_bad_image: BadImagePolicy = "fail",
-        verify_images: bool = False,
-        pin_memory: bool = True,
-    ) -> None:
+    def __init__(self, root: str, known: list[str] | None = None, negative: list[str] | None = None,
+                 unknown: list[str] | None = None, name: str = "folders", **options: Any) -> None:
         negative, unknown = list(negative or []), list(unknown or [])
         if known is None:
             train = Path(root) / "train"
@@ -330,12 +308,8 @@ class ClassFolderDataModule(FolderProtocolDataModule):
                              f"{sorted(unknown)})")
         if str(name).isdigit():
             raise ValueError(f"name {name!r} would take the file names of ImageNet protocol P{name}: choose another")
-        super().__init__(root=root, protocol=Protocol(list(known), negative, unknown), name=name,
-                         protocol_dir=protocol_dir, train_negatives=train_negatives, batch_size=batch_size,
-                         num_workers=num_workers, resize_size=resize_size, crop_size=crop_size, normalize=normalize,
-                         mean=mean, std=std, on_bad_image=on_bad_image, verify_images=verify_images,
-                         pin_memory=pin_memory)
-        self.save_hyperparameters()
+        super().__init__(root=root, protocol=Protocol(list(known), negative, unknown), name=name, **options)
+        save_arguments(self, self.options, inspect.currentframe())
 
     def check_folders(self, rows_by_split: dict[str, list[tuple[str, int]]]) -> None:
         """The class folders the rows refer to (:meth:`FolderProtocolDataModule.check_folders`), and every image

@@ -9,23 +9,24 @@ runs its callback's ``evaluate`` in the processes of a :class:`evaluation_engine
 
     from evaluation_methods import SeverityEvaluation
     from evaluation_engine import TrainerOptions
-    tables = SeverityEvaluation.of(model="runs/demo/checkpoints/best.ckpt", data="fashion",
-                                   kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
+    tables = SeverityEvaluation(model="runs/demo/checkpoints/best.ckpt", data="fashion",
+                                kappa=["softmax", "energy"], trainer=TrainerOptions(accelerator="cpu")).run()
 
-The options every command repeats are typed groups (:mod:`evaluation_engine.options`): ``.of`` takes them by
-their flat names, as the command line does; the constructor takes the groups themselves
-(``SeverityEvaluation(model=..., detector_options=DetectorOptions(kappa=["energy"]))``).
+A command is a keyword-only dataclass: its fields are its options, and it inherits the typed groups every command
+shares (:mod:`evaluation_engine.options`), whose fields are its own by their flat names, as on the command line.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from evaluation_engine.options import OptionGroup
 from evaluation_engine.runner import TrainerOptions
 
 
@@ -45,61 +46,44 @@ DATA_OVERRIDES_RENAMED = {"data": ("data_arg", "--data KEY=VALUE is deprecated (
                                                "KEY=VALUE")}
 
 
-class Evaluation:
-    """The base of the typed evaluations: the trainer options, the shared option groups, and :meth:`run`.
+@dataclass(kw_only=True, eq=False)
+class Evaluation(OptionGroup):
+    """The base of the typed evaluations: a keyword-only dataclass whose fields are the command's options, the
+    trainer options, and :meth:`run`. A command inherits the option groups it reads
+    (``class SeverityEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, OutputOptions)``), declares
+    its own fields, checks them in ``__post_init__`` (after ``super().__post_init__()``, which checks the groups'),
+    and is decorated ``@dataclass(kw_only=True, eq=False)`` itself.
 
-    Args:
-        trainer: the Trainer and logging options (default: :class:`TrainerOptions`' defaults).
-        groups: the shared option groups the command composes (:mod:`evaluation_engine.options`: its ``__init__``
-            names them, e.g. ``detector_options: DetectorOptions | None``), each ``None``, a mapping of its fields
-            or the group; built over :attr:`option_defaults`, kept as attributes of their names, and their fields
-            the command reads (:attr:`option_fields`) as attributes of theirs (``self.kappa``).
+    Attributes:
+        trainer: the Trainer and logging options (default: :class:`TrainerOptions`' defaults); kept checked as
+            :attr:`options`.
     """
 
-    command: str = ""
+    command: ClassVar[str] = ""
     # how evaluate.py reads the command's line beyond the shared vocabulary: the option that takes the leading
     # positional values (``severity-plot TABLE...``); options of an old spelling, mapped with a deprecation
     # warning (name -> (new name, what the warning says)); options no longer needed, ignored with a warning
     # that says why (name -> why)
-    positional: str | None = None
-    renamed_options: dict[str, tuple[str, str]] = {}
-    dropped_options: dict[str, str] = {}
-    # the fields of a shared option group the command reads (group parameter -> field names; default: all of them)
-    # and the command's defaults of group fields (field -> value), on the command line, in YAML and from Python
-    option_fields: dict[str, tuple[str, ...]] = {}
-    option_defaults: dict[str, Any] = {}
+    positional: ClassVar[str | None] = None
+    renamed_options: ClassVar[dict[str, tuple[str, str]]] = {}
+    dropped_options: ClassVar[dict[str, str]] = {}
+    # the command's scoring passes read image files and can decode them on the device (--decode device)
+    decodes_on_device: ClassVar[bool] = False
+
+    trainer: TrainerOptions | None = None
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
-    shared_passes: Any = None
+    shared_passes: Any = field(default=None, init=False, repr=False)
     # the models a run of several evaluations built (the report card's), by spec: each section scores those
     # (its checkpoints are read once per card); else None and each evaluation builds its own
-    built_models: dict[str, Any] | None = None
-    # the command's scoring passes read image files and can decode them on the device (--decode device)
-    decodes_on_device: bool = False
+    built_models: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
-    def __init__(self, *, trainer: TrainerOptions | None = None, **groups: Any) -> None:
-        from evaluation_engine.options import build_group, group_fields, option_groups
-
-        self.options = TrainerOptions.of(trainer)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.options = TrainerOptions.of(self.trainer)
         if self.options.decode == "device" and not self.decodes_on_device:
             raise ValueError(f"evaluate.py {self.command} decodes its images on the CPU (--decode device applies to "
                              "the scoring passes of oscr, severity, generated, evg and report)")
-        declared = option_groups(type(self))
-        for parameter in declared:
-            group = build_group(type(self), parameter, groups.pop(parameter, None))
-            setattr(self, parameter, group)
-            for name in group_fields(type(self), parameter, declared[parameter]):
-                setattr(self, name, getattr(group, name))
-        if groups:
-            raise TypeError(f"{type(self).__name__} composes no option groups {sorted(groups)}")
-
-    @classmethod
-    def of(cls, **options: Any) -> Evaluation:
-        """The command from flat option names, as on the command line (``kappa=[...]``, ``data="fashion"``,
-        ``output_dir=...``, its own options, ``trainer=``): each shared group's fields gathered into the group."""
-        from evaluation_engine.options import compose
-
-        return cls(**compose(cls, options))
 
     def scoring_passes(self, cache_dir: str | Path | None) -> Any:
         """The passes the command's callback scores with: the run's shared ones (the report card's), else its own

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -19,10 +19,10 @@ from datamodules.evg import SEED_CHOICES, EvGData, SeedChoice
 from datamodules.transforms import TensorPipeline
 from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
+from evaluation_engine.options import DataOptions, DetectorOptions, OutputOptions, WeightOptions
 from evaluation_engine.outputs import check_output_dir, slug
 from evaluation_engine.results import Estimate, MethodResult
-from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     check_detectors,
@@ -67,7 +67,8 @@ class SeedInput:
 
 
 
-class EvGEvaluation(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class EvGEvaluation(Evaluation, WeightOptions, DataOptions, DetectorOptions, OutputOptions):
     """``evaluate.py evg`` (alias ``adversarial``): EvG, the outliers each detector trusts most (Yoon et al.),
     found by MCMC over variation models of an OOD set; worst-case AUROC and MinRank next to the clean ones.
 
@@ -76,7 +77,7 @@ class EvGEvaluation(Evaluation):
     its ID validation (or, ``standardise_on: id_test``, ID test) scores, and the search's prediction loop runs the
     chains (resumable: finished batches are kept; a run's chains split into batches one way only).
 
-    Args:
+    Attributes:
         model: the detectors' models (``timm:<name>``, ``torchvision:<name>``, checkpoints, ``ensemble:<members>``).
         ood: the OOD set: ``digits``, ``fashion:unknown``, ``fashion:<ids>`` or an image folder.
         image_size: the side every OOD image (the clean ones too) is first brought to (bilinear, antialiased),
@@ -116,69 +117,77 @@ class EvGEvaluation(Evaluation):
         seed_choice: the seed images: ``balanced`` (default: seeded, balanced over the OOD set's classes) or
             ``first`` (the authors': the first ``min(chains, N_ood)`` images of the set; their scripts run
             1,000, ``attack.py --n_sample 1000``).
-        model_options: ``random_weights`` (:class:`ModelOptions`).
-        data_options: ``data``, the in-distribution data (validation standardises, test is the AUROC's
-            positives): ``fashion``, a checkpoint (its datamodule) or a datamodule class path; default: the first
-            checkpoint model's; ``data_args``; ``batch_size`` (256) and ``num_workers`` (0) of the passes over the
-            fixed sets (:class:`DataOptions`).
-        detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
-            ``fit``, ``allow_fit_overlap`` (:class:`DetectorOptions`).
-        output_options: ``output_dir`` (default ``runs/evg``): tables, figures and chain results; ``cache_dir``
-            (default: ``<output_dir>/cache``); ``plots`` (:class:`OutputOptions`).
+        data: the in-distribution data (validation standardises, test is the AUROC's positives): ``fashion``, a
+            checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
+        batch_size: of the passes over the fixed sets (default 256).
+        num_workers: data-loading workers of those passes (default 0).
+        fit_data: the in-distribution training images of fitted detectors (default: the ID datamodule's training
+            split).
+        output_dir: tables, figures and chain results (default ``runs/evg``).
+        cache_dir: the cache of the fixed sets' passes (default: ``<output_dir>/cache``).
+
+    The other options are the groups' (:class:`WeightOptions`, :class:`DataOptions`, :class:`DetectorOptions`,
+    :class:`OutputOptions`).
     """
 
-    command = "evg"
-    decodes_on_device = True
+    command: ClassVar[str] = "evg"
+    decodes_on_device: ClassVar[bool] = True
 
-    option_fields = {"model_options": ("random_weights",)}
-    option_defaults = {"batch_size": 256, "num_workers": 0, "output_dir": "runs/evg"}
+    model: Sequence[str]
+    ood: str = "digits"
+    image_size: int | None = None
+    variation: Sequence[str] = ("affine", "colour")
+    variation_args: dict[str, dict[str, Any]] | None = None
+    gan: str | None = None
+    sampler: Sequence[str] = ("mh", "random")
+    sampler_args: dict[str, dict[str, Any]] | None = None
+    chains: int = 1000
+    steps: int = 2000
+    chains_per_batch: int = 100
+    seed: int = 0
+    standardise_on: StandardiseOn = "id_val"
+    trace_every: int = 10
+    intervals: Intervals | None = None
+    vary_at: VaryAt = "data"
+    seed_choice: SeedChoice = "balanced"
+    batch_size: int | None = 256
+    num_workers: int | None = 0
+    output_dir: str | None = "runs/evg"
 
-    def __init__(self, model: Sequence[str], ood: str = "digits", image_size: int | None = None,
-                 variation: Sequence[str] = ("affine", "colour"), variation_args: dict[str, dict[str, Any]] | None = None,
-                 gan: str | None = None, sampler: Sequence[str] = ("mh", "random"),
-                 sampler_args: dict[str, dict[str, Any]] | None = None, chains: int = 1000, steps: int = 2000,
-                 chains_per_batch: int = 100, seed: int = 0, standardise_on: StandardiseOn = "id_val",
-                 trace_every: int = 10, intervals: Intervals | None = None, vary_at: VaryAt = "data",
-                 seed_choice: SeedChoice = "balanced", *, model_options: ModelOptions | None = None,
-                 data_options: DataOptions | None = None, detector_options: DetectorOptions | None = None,
-                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
-                         detector_options=detector_options, output_options=output_options)
-        self.intervals = Intervals.of(intervals)
-        if not model:
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.intervals = Intervals.of(self.intervals)
+        if not self.model:
             raise ValueError("give at least one model (--model, or model: in --config)")
-        for name, value in (("chains", chains), ("steps", steps), ("chains_per_batch", chains_per_batch),
-                            ("trace_every", trace_every), ("batch_size", self.batch_size or 0)):
-            if value < 1:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if image_size is not None and image_size < 8:
-            raise ValueError(f"image_size must be at least 8, got {image_size}")
-        unknown = sorted(set(sampler) - set(SAMPLERS))
+        for name in ("chains", "steps", "chains_per_batch", "trace_every", "batch_size"):
+            if (getattr(self, name) or 0) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.image_size is not None and self.image_size < 8:
+            raise ValueError(f"image_size must be at least 8, got {self.image_size}")
+        unknown = sorted(set(self.sampler) - set(SAMPLERS))
         if unknown:
             raise ValueError(f"unknown samplers {unknown}; choose from {sorted(SAMPLERS)}")
-        self.model, self.ood, self.image_size = list(model), ood, image_size
-        self.variation, self.variation_args, self.gan = list(variation), dict(variation_args or {}), gan
+        self.model, self.variation, self.variation_args = list(self.model), list(self.variation), \
+            dict(self.variation_args or {})
         unknown = sorted(set(self.variation_args) - set(self.variation))
         if unknown:
             raise ValueError(f"variation_args for {unknown}, which are not among the variations {self.variation}")
         for name, options in self.variation_args.items():
             variation_options(name, options)  # by name and type, before any model is built or any pass runs
-        self.sampler, self.sampler_args = list(sampler), dict(sampler_args or {})
-        self.chains, self.steps, self.chains_per_batch = chains, steps, chains_per_batch
-        self.seed, self.trace_every = seed, trace_every
-        if standardise_on not in STANDARDISATION_SETS:
-            raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got {standardise_on!r}")
-        if vary_at not in VARY_AT:
-            raise ValueError(f"vary_at must be one of {list(VARY_AT)}, got {vary_at!r}")
-        if seed_choice not in SEED_CHOICES:
-            raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {seed_choice!r}")
-        self.standardise_on, self.vary_at, self.seed_choice = standardise_on, vary_at, seed_choice
+        self.sampler, self.sampler_args = list(self.sampler), dict(self.sampler_args or {})
+        if self.standardise_on not in STANDARDISATION_SETS:
+            raise ValueError(f"standardise_on must be one of {sorted(STANDARDISATION_SETS)}, got "
+                             f"{self.standardise_on!r}")
+        if self.vary_at not in VARY_AT:
+            raise ValueError(f"vary_at must be one of {list(VARY_AT)}, got {self.vary_at!r}")
+        if self.seed_choice not in SEED_CHOICES:
+            raise ValueError(f"seed_choice must be one of {list(SEED_CHOICES)}, got {self.seed_choice!r}")
 
     def pairs(self, models: dict[str, ScoringModel]) -> list[tuple[ScoringModel, type[Detector], dict[str, Any]]]:
         """(model, κ, the κ's parameters) of every detector; a κ that pairs with no model, or a model with no κ,
         is refused."""
-        return [(model, kappa, self.detector_options.parameters[kappa.name])
-                for model, kappa in detector_pairs(list(models.values()), self.detector_options.classes)]
+        return [(model, kappa, self.kappa_parameters[kappa.name])
+                for model, kappa in detector_pairs(list(models.values()), self.detector_classes)]
 
     def detectors(self, pairs: Sequence[tuple[ScoringModel, type[Detector], dict[str, Any]]],
                   fitted: Mapping[tuple[int, str], Detector], varied_images: VariedImages = "raw") -> dict[str, BlackBox]:
@@ -233,7 +242,7 @@ class EvGEvaluation(Evaluation):
         for model in models.values():
             check_classes(model.classes, data.classes, model=model.display_name, data="the ID data of EvG", subset=True)
         fit_set = None
-        if any(k.fit_data for k in self.detector_options.classes):
+        if any(k.fit_data for k in self.detector_classes):
             fit_set = fit_folder_set(self.fit_data, data.classes) if self.fit_data else default_fit_set(datamodule)
         for model, kappa, _ in pairs:
             check_detectors([kappa], model, fit_set)
@@ -334,7 +343,7 @@ EVG_UNIT = ("seed images (a chain's weight is its seed's) + ID test images; MinR
 class EvGMethod(Method):
     """Adversarial generation of outliers (Yoon et al.): per detector the worst case over the variations."""
 
-    key, slug, evaluation = "evg", "evg", EvGEvaluation
+    key, evaluation = "evg", EvGEvaluation
     title, name, group = "Adversarial generation of outliers, EvG (Yoon et al.)", "EvG adversarial outliers", "EvG"
     unit = EVG_UNIT
     headlines = (
@@ -354,7 +363,7 @@ class EvGMethod(Method):
                   "clean MinRank": row["clean min rank"],
                   **({FIT_OVERLAP: row.get(FIT_OVERLAP, "")} if any(r.get(FIT_OVERLAP) for r in result["rows"])
                      else {})} for row in result["rows"]]
-        return Section(self.slug, self.title, (
+        return Section(self.key, self.title, (
             "Metropolis-Hastings (and the other samplers) over affine, colour and GAN-latent variations of the OOD "
             "set find, per chain, the outlier each detector trusts most. Worst-case AUROC: ID test vs the chains' "
             "worst cases; MinRank: how many ID test images score above the most trusted one (0: an outlier beats "

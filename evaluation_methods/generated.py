@@ -8,8 +8,9 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -34,13 +35,19 @@ from datamodules.generated import (
 from datamodules.images import BALANCED_RULE, BadImagePolicy, ImageFileDataset, balanced_choice, check_choice
 from evaluation_engine.command import DATA_OVERRIDES_RENAMED, Evaluation, make_trainer
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.options import DataOptions, DetectorOptions, ModelOptions, OutputOptions
+from evaluation_engine.options import (
+    DataArgOptions,
+    DataOptions,
+    DetectorOptions,
+    OutputOptions,
+    WeightOptions,
+)
 from evaluation_engine.outputs import (
     check_output_dir,
     markdown_table,
 )
 from evaluation_engine.results import Estimate, MethodResult
-from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     default_fit_set,
@@ -75,7 +82,8 @@ from metrics.bootstrap_intervals import paired_difference
 from openset_common.artefacts import file_sha256, stale_staging_folders
 
 
-class GenerateSets(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class GenerateSets(Evaluation, DataArgOptions):
     """``evaluate.py generate``: write ``num`` images of each generator checkpoint as a generated set
     (:mod:`datamodules.generated`), each with its own output folder; several share one process.
 
@@ -87,7 +95,7 @@ class GenerateSets(Evaluation):
     generation mode, the choice rule and its seed, and the members (paths and sha256) of the ensemble the
     generator was trained against.
 
-    Args:
+    Attributes:
         model: ShiftGenerator or NearOODGenerator checkpoints of ``train.py``.
         output_dir: one folder per checkpoint (written whole or not at all).
         num: images per set.
@@ -105,25 +113,29 @@ class GenerateSets(Evaluation):
             the generator was trained with ``allow_weak_ensemble``); ``info.json`` records the quality of the
             describing ensemble (``ensemble_quality``) and of the one the generator was trained against
             (``training_ensemble_quality``, as its checkpoint recorded it).
-        data_options: ``data_args``, arguments of the generator's datamodule to change (e.g. its root);
-            ``batch_size`` (64) of the generation (in ``pix2pix`` mode the images depend on it: batch statistics)
-            (:class:`DataOptions`).
+        data_args: arguments of the generator's datamodule to change (e.g. its root).
+        batch_size: of the generation (in ``pix2pix`` mode the images depend on it: batch statistics).
     """
 
-    command = "generate"
-    renamed_options = DATA_OVERRIDES_RENAMED  # --data KEY=VALUE, the datamodule overrides of before
+    command: ClassVar[str] = "generate"
+    renamed_options: ClassVar[dict[str, tuple[str, str]]] = DATA_OVERRIDES_RENAMED  # --data KEY=VALUE, of before
 
-    option_fields = {"data_options": ("data_args", "batch_size")}
-    option_defaults = {"batch_size": 64}
+    model: Sequence[str]
+    output_dir: Sequence[str]
+    num: int
+    seed: int = 0
+    overwrite: bool = False
+    reference: int = 256
+    ensemble: str | Sequence[str] | None = None
+    lpips_net: str | None = None
+    lpips_random_backbone: bool = False
+    mode: GenerationMode = "eval"
+    allow_weak_ensemble: bool = False
+    batch_size: int = 64
 
-    def __init__(self, model: Sequence[str], output_dir: Sequence[str], num: int, seed: int = 0, overwrite: bool = False,
-                 reference: int = 256, ensemble: str | Sequence[str] | None = None,
-                 lpips_net: str | None = None, lpips_random_backbone: bool = False, mode: GenerationMode = "eval",
-                 allow_weak_ensemble: bool = False, *, data_options: DataOptions | None = None,
-                 trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, data_options=data_options)
-        self.allow_weak_ensemble = allow_weak_ensemble
-        self.model, self.output_dir = [str(m) for m in model], [str(o) for o in output_dir]
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.model, self.output_dir = [str(m) for m in self.model], [str(o) for o in self.output_dir]
         if not self.model:
             raise ValueError("give at least one generator checkpoint")
         if len(self.model) != len(self.output_dir):
@@ -133,15 +145,15 @@ class GenerateSets(Evaluation):
         twice = sorted({str(folder) for folder in self.output_dir if resolved.count(Path(folder).resolve()) > 1})
         if twice:  # the second set would replace the first (--overwrite) or fail after the first was generated
             raise ValueError(f"each generator needs its own output folder: {twice} given more than once")
-        if num < 1:
-            raise ValueError(f"the number of images must be positive, got {num}")
-        if reference < 1:
-            raise ValueError(f"reference must be positive, got {reference}")
-        LatentSeeds(num, seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
-        self.num, self.seed, self.overwrite, self.reference = num, seed, overwrite, reference
-        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
-        self.lpips_net, self.lpips_random_backbone = lpips_net, lpips_random_backbone
-        self.mode = check_generation_mode(mode)
+        if self.num < 1:
+            raise ValueError(f"the number of images must be positive, got {self.num}")
+        for name in ("reference", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        LatentSeeds(self.num, self.seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
+        self.ensemble = ([self.ensemble] if isinstance(self.ensemble, str) else list(self.ensemble)) \
+            if self.ensemble else None
+        self.mode = check_generation_mode(self.mode)
 
     def run(self) -> Path | list[Path]:
         for folder in self.output_dir:
@@ -213,12 +225,13 @@ class GenerateSets(Evaluation):
         return folder
 
 
-class GeneratedEvaluation(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class GeneratedEvaluation(Evaluation, WeightOptions, DataOptions, DetectorOptions, OutputOptions):
     """``evaluate.py generated``: detectors on generated near-OOD and shifted sets next to real OOD and real
     shifted sets, the sets' description, and the rank agreement of the detectors between generated and real
     benchmarks.
 
-    Args:
+    Attributes:
         model: the detectors' models: ``timm:<name>``, ``torchvision:<name>``, checkpoints,
             ``ensemble:<members>``.
         near_ood, shift: folders of generated sets (``evaluate.py generate``); a set generated for other
@@ -244,53 +257,60 @@ class GeneratedEvaluation(Evaluation):
         allow_weak_ensemble: describe the sets with an ensemble below its quality bar anyway
             (:mod:`lightning_modules.ensemble_quality`: the bar stated at ``train.py ensemble``, else the sanity
             bar); every row it shapes then names it in ``weak ensemble``.
-        model_options: ``random_weights`` (:class:`ModelOptions`).
-        data_options: ``data``, the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a
-            datamodule class path; default: the first checkpoint model's datamodule; ``data_args``;
-            ``batch_size`` (256) and ``num_workers`` (0) of the passes (:class:`DataOptions`).
-        detector_options: ``kappa``, ``kappa_args``, ``fit_data`` (default: the ID datamodule's training split),
-            ``fit``, ``allow_fit_overlap`` (:class:`DetectorOptions`).
-        output_options: ``output_dir`` (default ``runs/generated``): the tables and grids; ``cache_dir`` (default
-            none); ``plots`` (:class:`OutputOptions`).
+        data: the in-distribution data: ``fashion``, a checkpoint (its datamodule), or a datamodule class path;
+            default: the first checkpoint model's datamodule (from Python also a :class:`GeneratedBenchmarkData`).
+        batch_size: of the passes (default 256).
+        num_workers: data-loading workers of the passes (default 0).
+        fit_data: the in-distribution training images of fitted detectors (default: the ID datamodule's training
+            split).
+        output_dir: the tables and grids (default ``runs/generated``).
+
+    The other options are the groups' (:class:`WeightOptions`, :class:`DataOptions`, :class:`DetectorOptions`,
+    :class:`OutputOptions`).
     """
 
-    command = "generated"
-    decodes_on_device = True
-    dropped_options = {"image_size": "every model takes the sets through its own input transform"}
+    command: ClassVar[str] = "generated"
+    decodes_on_device: ClassVar[bool] = True
+    dropped_options: ClassVar[dict[str, str]] = {
+        "image_size": "every model takes the sets through its own input transform"}
 
-    option_fields = {"model_options": ("random_weights",)}
-    option_defaults = {"batch_size": 256, "num_workers": 0, "output_dir": "runs/generated"}
+    model: Sequence[str]
+    near_ood: Sequence[str] = ()
+    shift: Sequence[str] = ()
+    real_ood: Sequence[str] = ()
+    real_shift: Sequence[str] = ()
+    ensemble: str | Sequence[str] | None = None
+    lpips_net: str | None = None
+    lpips_random_backbone: bool = False
+    reference: int = 128
+    reference_seed: int = 0
+    label_filter: bool = False
+    on_bad_image: BadImagePolicy = "fail"
+    intervals: Intervals | None = None
+    allow_weak_ensemble: bool = False
+    batch_size: int | None = 256
+    num_workers: int | None = 0
+    output_dir: str | None = "runs/generated"
 
-    def __init__(self, model: Sequence[str], near_ood: Sequence[str] = (), shift: Sequence[str] = (),
-                 real_ood: Sequence[str] = (), real_shift: Sequence[str] = (),
-                 ensemble: str | Sequence[str] | None = None, lpips_net: str | None = None,
-                 lpips_random_backbone: bool = False, reference: int = 128, reference_seed: int = 0,
-                 label_filter: bool = False, on_bad_image: BadImagePolicy = "fail", intervals: Intervals | None = None,
-                 allow_weak_ensemble: bool = False, *, model_options: ModelOptions | None = None,
-                 data_options: DataOptions | None = None, detector_options: DetectorOptions | None = None,
-                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
-                         detector_options=detector_options, output_options=output_options)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._fit_set: EvaluationSet | None = None
-        if not model:
+        if not self.model:
             raise ValueError("give at least one model (--model, or model: in --config)")
-        self.allow_weak_ensemble = allow_weak_ensemble
-        self.intervals = Intervals.of(intervals)
-        self.model = list(model)
-        self.near_ood, self.shift, self.real_ood = list(near_ood), list(shift), list(real_ood)
-        self.real_shift = list(real_shift)
-        self.ensemble = ([ensemble] if isinstance(ensemble, str) else list(ensemble)) if ensemble else None
-        self.lpips_net, self.lpips_random_backbone, self.reference = lpips_net, lpips_random_backbone, reference
-        self.reference_seed = reference_seed
-        if label_filter and not self.ensemble:
+        self.intervals = Intervals.of(self.intervals)
+        self.model = list(self.model)
+        self.near_ood, self.shift, self.real_ood = list(self.near_ood), list(self.shift), list(self.real_ood)
+        self.real_shift = list(self.real_shift)
+        self.ensemble = ([self.ensemble] if isinstance(self.ensemble, str) else list(self.ensemble)) \
+            if self.ensemble else None
+        if self.label_filter and not self.ensemble:
             raise ValueError("label_filter needs --ensemble (the ensemble whose predictions on each shifted image and "
                              "its source are compared)")
-        self.label_filter = label_filter
-        self.on_bad_image = check_choice("on_bad_image", on_bad_image, ("fail", "skip"))
+        self.on_bad_image = check_choice("on_bad_image", self.on_bad_image, ("fail", "skip"))
 
     def run(self) -> MethodResult:
         models = [self.scoring_model(m, pretrained=not self.random_weights) for m in self.model]
-        detector_pairs(models, self.detector_options.classes)  # before any data are read
+        detector_pairs(models, self.detector_classes)  # before any data are read
         data = self.data if isinstance(self.data, GeneratedBenchmarkData) else self._data(models)
         if self._fit_set is None and self.fit_data and isinstance(self.data, GeneratedBenchmarkData):
             self._fit_set = fit_folder_set(self.fit_data, data.classes)
@@ -344,7 +364,7 @@ class GeneratedEvaluation(Evaluation):
             name, sep, folder = pair.partition("=")
             folder = folder if sep else pair
             shifted[name if sep else Path(folder).name] = real_shift_set(folder, classes, on_bad_image=self.on_bad_image)
-        kappas = self.detector_options.classes
+        kappas = self.detector_classes
         self._fit_set = (fit_folder_set(self.fit_data, classes) if self.fit_data else default_fit_set(datamodule)) \
             if any(k.fit_data for k in kappas) else None
         return GeneratedBenchmarkData(datamodule.evaluation_set("test", role="id_test", known_only=True),
@@ -402,7 +422,7 @@ def generated_estimates(result: MethodResult) -> list[Estimate]:
 class GeneratedMethod(Method):
     """Generated near-OOD and shifted sets (Mukhoti et al.): detectors on them next to real ones."""
 
-    key, slug, evaluation, commands = "generated", "generated", GeneratedEvaluation, (GenerateSets,)
+    key, evaluation, commands = "generated", GeneratedEvaluation, (GenerateSets,)
     title = "Generated near-OOD and shifted sets (Mukhoti et al.)"
     name, group = "Generated shift and near-OOD sets", "Generated"
     unit = "images (ID test and the set resampled separately)"
@@ -438,7 +458,7 @@ class GeneratedMethod(Method):
                                 "not simultaneous)", list(differences[0]), differences))
         if sets:
             tables.append(Table("what the sets are", list(sets[0]), sets))
-        return Section(self.slug, self.title, text, tables, list(result.figures))
+        return Section(self.key, self.title, text, tables, list(result.figures))
 
 
 def set_differences(rows: Sequence[dict[str, Any]], replicates: dict[str, Any], level: float) -> list[dict[str, Any]]:

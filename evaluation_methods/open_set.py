@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from callbacks.open_set import OpenSetEvaluation
 from datamodules.evaluation import EvaluationSet
 from datamodules.images import ImageFileDataset, without_unreadable
 from evaluation_engine.command import DATA_OVERRIDES_RENAMED, Evaluation
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.options import DataOptions, OutputOptions
+from evaluation_engine.options import DataArgOptions, OutputOptions
 from evaluation_engine.outputs import check_output_dir
 from evaluation_engine.results import MethodResult
-from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.runner import Runner
 from evaluation_methods.registry import (
     CardContext,
     Headline,
@@ -33,7 +34,8 @@ from lightning_modules.open_set_classifier import OpenSetClassifier
 from metrics import DEFAULT_FPR_TARGETS
 
 
-class OSCREvaluation(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class OSCREvaluation(Evaluation, DataArgOptions, OutputOptions):
     """``evaluate.py oscr``: the open-set test report (Palechor et al.) of a checkpoint of ``train.py`` -- CCR
     at FPR on negatives and unknowns, AUROC, closed-set accuracy, γ, the OSCR curves and score histograms.
 
@@ -43,35 +45,35 @@ class OSCREvaluation(Evaluation):
     checkpoint's are refused. The report goes next to the checkpoint (``<checkpoint>-oscr/``) unless
     ``output_dir`` is given, and to W&B.
 
-    Args:
+    Attributes:
         model: a checkpoint of ``train.py``.
         fpr: the FPR targets of CCR@FPR.
         ccr_convention: ``exact`` (the largest CCR with FPR <= target) and/or ``authors`` (the published
             tables' procedure, keys ``authors_ccr@fpr=...``).
         intervals: level, bootstrap resamples and seed of the intervals.
-        data_options: ``data_args``, the datamodule arguments to change (:class:`DataOptions`).
-        output_options: ``output_dir``, the report folder; ``cache_dir``, the cache of the test set's pass (default
-            none; the report card's); ``plots`` (:class:`OutputOptions`).
+        data_args: the datamodule arguments to change.
+        output_dir: the report folder (default: ``<checkpoint>-oscr/`` next to the checkpoint).
+        cache_dir: the cache of the test set's pass (default none; the report card's).
     """
 
-    command = "oscr"
-    decodes_on_device = True
-    renamed_options = DATA_OVERRIDES_RENAMED
+    command: ClassVar[str] = "oscr"
+    decodes_on_device: ClassVar[bool] = True
+    renamed_options: ClassVar[dict[str, tuple[str, str]]] = DATA_OVERRIDES_RENAMED
 
-    option_fields = {"data_options": ("data_args",), "output_options": ("output_dir", "cache_dir", "plots")}
+    model: str
+    fpr: Sequence[float] = DEFAULT_FPR_TARGETS
+    ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",)
+    intervals: Intervals | None = None
 
-    def __init__(self, model: str, fpr: Sequence[float] = DEFAULT_FPR_TARGETS,
-                 ccr_convention: Sequence[Literal["exact", "authors"]] = ("exact",),
-                 intervals: Intervals | None = None, *, data_options: DataOptions | None = None,
-                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, data_options=data_options, output_options=output_options)
-        if str(model).startswith(("timm:", "torchvision:", "ensemble:")):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if str(self.model).startswith(("timm:", "torchvision:", "ensemble:")):
             raise ValueError(f"oscr needs a checkpoint of train.py (a classifier trained on an open-set protocol, whose "
-                             f"test set holds its negatives and unknowns), got the model name {model!r}; the other "
-                             "commands (severity, generated, evg) take timm:, torchvision: and ensemble: models")
-        self.intervals = Intervals.of(intervals)
-        self.model, self.fpr = model, list(fpr)
-        self.conventions = list(ccr_convention)
+                             f"test set holds its negatives and unknowns), got the model name {self.model!r}; the "
+                             "other commands (severity, generated, evg) take timm:, torchvision: and ensemble: models")
+        self.intervals = Intervals.of(self.intervals)
+        self.fpr = list(self.fpr)
+        self.conventions = list(self.ccr_convention)
 
     def run(self) -> MethodResult | None:
         # both refusals before anything runs: a model that is no classifier of train.py (a generator has no
@@ -136,7 +138,7 @@ def is_checkpoint(spec: str) -> bool:
 class OpenSetMethod(Method):
     """Open-set recognition (Palechor et al.): every checkpoint of ``train.py`` on its protocol's test set."""
 
-    key, slug, evaluation, per_model = "oscr", "open_set", OSCREvaluation, True
+    key, evaluation, per_model = "open_set", OSCREvaluation, True
     title, name, group = "Open-set recognition (Palechor et al.)", "Open set (OSCR)", "Open set"
     unit = "test images (knowns, negatives, unknowns resampled separately)"
     headlines = (
@@ -163,7 +165,7 @@ class OpenSetMethod(Method):
                 low, high = intervals.get(name, (None, None))
                 table.append({"model": model, "metric": name, "value": cell(value, low, high)})
             figures += [dataclasses.replace(f, title=f"{model}: {f.title}") for f in result.figures]
-        return Section(self.slug, self.title, (
+        return Section(self.key, self.title, (
             "Every number of the open-set test report of each checkpoint on its protocol's test set: CCR at each "
             "FPR target on negatives (-1, seen in training) and unknowns (-2, never seen), the AUROC of knowns vs "
             f"each group, closed-set accuracy and γ. Intervals: resampling unit {self.unit}."),

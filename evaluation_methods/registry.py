@@ -37,7 +37,7 @@ BUILT_IN = ("evaluation_methods.open_set", "evaluation_methods.severity", "evalu
 
 @dataclasses.dataclass(frozen=True)
 class Headline:
-    """A leaderboard column: ``key``, its title, the method (its :attr:`Method.slug`), whether higher is better,
+    """A leaderboard column: ``key``, its title, the method (its :attr:`Method.key`), whether higher is better,
     what it is, the decimals the terminal shows (0 for a count such as MinRank), and whether the value is a
     proportion within [0, 1] (AUROC, CCR; a count is not: its seed-mean interval is clipped at 0 only)."""
 
@@ -100,18 +100,18 @@ class Method:
     fit, :meth:`runs`, :meth:`check`, :meth:`section` and :meth:`notes`.
 
     Attributes:
-        key: the command of ``evaluate.py`` and the card's section key (``oscr``).
-        slug: the method's id on the card and its folder there (``open_set``).
+        key: the method's one id: the card's section key, its folder there and the leaderboard columns' method
+            (``open_set``).
         title: the section's title; ``name`` the short one of the leaderboard's legend; ``group`` the
             leaderboard's column group.
         unit: what the intervals resample.
         headlines: the leaderboard columns it fills.
-        evaluation: its command's typed class; ``commands`` more commands of the method (``severity-plot``).
+        evaluation: its command's typed class (its name, ``evaluation.command``, is the key's unless the command
+            kept an older name: ``evaluate.py oscr``); ``commands`` more commands of the method (``severity-plot``).
         per_model: one evaluation per model of the card (in the model's folder), else one over all models.
     """
 
     key: ClassVar[str]
-    slug: ClassVar[str]
     title: ClassVar[str]
     name: ClassVar[str]
     group: ClassVar[str]
@@ -136,7 +136,7 @@ class Method:
         tables = [Table(f"{name + ': ' if name else ''}{title}", list(rows[0]) if rows else [], list(rows))
                   for name, result in results.items() for title, rows in result.items()
                   if isinstance(rows, list) and all(isinstance(r, Mapping) for r in rows)]
-        return Section(self.slug, self.title, f"Resampled: {self.unit}.", tables,
+        return Section(self.key, self.title, f"Resampled: {self.unit}.", tables,
                        [f for result in results.values() for f in result.figures])
 
     def notes(self, results: Mapping[str | None, MethodResult], models: Sequence[Any]) -> list[str]:
@@ -152,26 +152,27 @@ _LOADED = False
 
 
 def register(method: type[Method] | Method) -> Any:
-    """Register a method (a :class:`Method` subclass or instance; usable as a class decorator). A key or a
-    slug already registered by another method is refused, and so is a command name another method uses."""
+    """Register a method (a :class:`Method` subclass or instance; usable as a class decorator). A key already
+    registered by another method is refused, and so is a command name another method uses."""
     instance = method() if isinstance(method, type) else method
-    for attribute in ("key", "slug", "title", "name", "group", "evaluation"):
+    for attribute in ("key", "title", "name", "group", "evaluation"):
         if not hasattr(instance, attribute):
             raise TypeError(f"method {type(instance).__name__} does not set {attribute}")
-    if instance.evaluation.command != instance.key:
-        raise ValueError(f"method {instance.key}: its evaluation's command is {instance.evaluation.command!r}")
+    if getattr(instance, "slug", instance.key) != instance.key:  # a plug-in written for two ids
+        raise ValueError(f"method {instance.key}: one id per method, its key; its slug {instance.slug!r} is no "
+                         "longer read (drop it, or make it the key)")
     if not instance.key.isidentifier() or instance.key in RESERVED:
         raise ValueError(f"method key {instance.key!r}: a report section's key must be a Python name and not one "
                          f"of evaluate.py report's own options or commands {sorted(RESERVED)}")
-    wrong = [h.key for h in instance.headlines if h.method != instance.slug]
+    wrong = [h.key for h in instance.headlines if h.method != instance.key]
     if wrong:
-        raise ValueError(f"method {instance.key}: leaderboard columns {wrong} name another method than its slug "
-                         f"{instance.slug!r} (Headline.method)")
+        raise ValueError(f"method {instance.key}: leaderboard columns {wrong} name another method than its key "
+                         f"{instance.key!r} (Headline.method)")
     for other in _REGISTRY.values():
         if type(other) is type(instance):
             continue
-        taken = {other.key, other.slug, *(c.command for c in other.commands)}
-        mine = {instance.key, instance.slug, *(c.command for c in instance.commands)}
+        taken = {other.key, *(c.command for c in (other.evaluation, *other.commands))}
+        mine = {instance.key, *(c.command for c in (instance.evaluation, *instance.commands))}
         if taken & mine:
             raise ValueError(f"method {type(instance).__name__}: {sorted(taken & mine)} already registered by "
                              f"{type(other).__name__}")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -23,7 +24,7 @@ from evaluation_engine.outputs import (
 )
 from evaluation_engine.plots import plot_severity
 from evaluation_engine.results import Figure, MethodResult
-from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import (
     FIT_OVERLAP,
     command_fit_set,
@@ -45,44 +46,43 @@ from lightning_modules.scoring import ScoringModel
 from metrics import TABLE_COLUMNS, Detector, pairs_with
 
 
-class SeverityEvaluation(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class SeverityEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, OutputOptions):
     """``evaluate.py severity``: the model-tailored C-OOD severity benchmark (Galil et al.) of any model.
 
     11 severity levels are built for each (model, κ) and each level's AUROC is reported, with the columns of
     the paper's published tables. The model's passes are cached in ``cache_dir``, so a further κ on the same
     model does not run the model again.
 
-    Args:
+    Attributes:
         model: ``timm:<name>``, ``torchvision:<name>``, a checkpoint of ``train.py`` or ``ensemble:<members>``
             (from Python also a :class:`lightning_modules.ScoringModel`).
         num_levels: severity levels (default: the paper's 11, fewer with a warning where the data have fewer
             windows M - G + 1; more than that is refused).
         intervals: level, bootstrap resamples and seed of the intervals (classes within each level resampled).
-        model_options: ``model_args``, ``pretrained_file``, ``random_weights`` (:class:`ModelOptions`).
-        data_options: ``data`` -- ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a
-            P1-P3 checkpoint's unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class
-            path; default: the checkpoint's own datamodule's, else ``imagenet`` (from Python also a
-            :class:`SeverityData`) --, ``data_args`` (``id_root``, ``pool_root``, ``pool_file``, ``estimation``,
-            ...), ``batch_size`` and ``num_workers`` of the passes (default: the data's) (:class:`DataOptions`).
-        detector_options: ``kappa``, ``kappa_args``, ``fit_data``, ``fit``, ``allow_fit_overlap``
-            (:class:`DetectorOptions`).
-        output_options: ``output_dir`` (default: ``runs/severity/<model>``), ``cache_dir`` (default
-            ``runs/cache``), ``plots`` (:class:`OutputOptions`).
+        data: ``imagenet`` (ImageNet-1k val + an ImageNet-21k pool file), ``protocol`` (a P1-P3 checkpoint's
+            unknown classes), ``folder`` (class folders), ``fashion`` (the demo), or a class path; default: the
+            checkpoint's own datamodule's, else ``imagenet`` (from Python also a :class:`SeverityData`); its
+            ``data_args``: ``id_root``, ``pool_root``, ``pool_file``, ``estimation``, ...; ``batch_size`` and
+            ``num_workers`` of the passes (default: the data's).
+        output_dir: default ``runs/severity/<model>``.
+        cache_dir: the cache of model passes (default ``runs/cache``; ``None``: none).
+
+    The other options are the groups' (:class:`ModelOptions`, :class:`DataOptions`, :class:`DetectorOptions`,
+    :class:`OutputOptions`).
     """
 
-    command = "severity"
-    decodes_on_device = True
+    command: ClassVar[str] = "severity"
+    decodes_on_device: ClassVar[bool] = True
 
-    option_defaults = {"cache_dir": "runs/cache"}
+    model: str
+    num_levels: int | None = None
+    intervals: Intervals | None = None
+    cache_dir: str | None = "runs/cache"
 
-    def __init__(self, model: str, num_levels: int | None = None, intervals: Intervals | None = None, *,
-                 model_options: ModelOptions | None = None, data_options: DataOptions | None = None,
-                 detector_options: DetectorOptions | None = None, output_options: OutputOptions | None = None,
-                 trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, model_options=model_options, data_options=data_options,
-                         detector_options=detector_options, output_options=output_options)
-        self.intervals = Intervals.of(intervals)
-        self.model, self.num_levels = model, num_levels
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.intervals = Intervals.of(self.intervals)
         self._prepared: tuple[ScoringModel, Path, SeverityAUROC] | None = None
 
     def prepare(self) -> None:
@@ -101,7 +101,7 @@ class SeverityEvaluation(Evaluation):
                                  num_levels=self.num_levels, batch_size=self.batch_size, num_workers=self.num_workers,
                                  cache_dir=self.cache_dir, output_dir=str(output_dir), plots=self.plots,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
-                                 fit_set=command_fit_set(scoring, self.fit_data, self.detector_options.classes),
+                                 fit_set=command_fit_set(scoring, self.fit_data, self.detector_classes),
                                  fit=self.fit, allow_fit_overlap=self.allow_fit_overlap)
         severity.prepare(scoring)  # every class folder and the pool file, and every check, before the processes start
         self._prepared = (scoring, output_dir, severity)
@@ -124,23 +124,27 @@ class SeverityEvaluation(Evaluation):
         return Runner.launch(self.options, evaluate, name=f"severity-{scoring.display_name}")
 
 
+@dataclass(kw_only=True, eq=False)
 class SeverityPlot(Evaluation):
     """``evaluate.py severity-plot``: one figure of OOD AUROC against severity for every (model, κ) in the
     given tables (``evaluate.py severity``'s or the paper's published one).
 
-    Args:
+    Attributes:
         tables: CSV tables with the columns of :data:`metrics.TABLE_COLUMNS`.
         output: the PNG file to write.
     """
 
-    command = "severity-plot"
-    positional = "tables"  # severity-plot runs/*/severity.csv --output all.png
+    command: ClassVar[str] = "severity-plot"
+    positional: ClassVar[str | None] = "tables"  # severity-plot runs/*/severity.csv --output all.png
 
-    def __init__(self, tables: Sequence[str], output: str, *, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer)
-        if not tables:
+    tables: Sequence[str]
+    output: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.tables:
             raise ValueError("give at least one severity table")
-        self.tables, self.output = list(tables), output
+        self.tables = list(self.tables)
 
     def run(self) -> Path:
         lines: dict[str, list[dict[str, float]]] = {}
@@ -167,7 +171,7 @@ class SeverityPlot(Evaluation):
 class SeverityMethod(Method):
     """C-OOD severity levels (Galil et al.): per (model, κ), the levels built for it and their AUROC."""
 
-    key, slug, evaluation, commands, per_model = "severity", "severity", SeverityEvaluation, (SeverityPlot,), True
+    key, evaluation, commands, per_model = "severity", SeverityEvaluation, (SeverityPlot,), True
     title, name, group = "C-OOD severity levels (Galil et al.)", "C-OOD severity levels", "Severity"
     unit = "the pool's classes (keyed by pool index) + ID images"
     headlines = (
@@ -210,7 +214,7 @@ class SeverityMethod(Method):
                                   "level 0 = easiest, the last level = hardest; bands: the class-resampled intervals"))
         level_columns = ["model", "κ", *[k for k in (levels[0] if levels else {}) if k.startswith("level ")],
                          *([FIT_OVERLAP] if any(r[FIT_OVERLAP] for r in levels) else [])]
-        return Section(self.slug, self.title, (
+        return Section(self.key, self.title, (
             "For each (model, κ) the OOD classes are sorted by the model's mean κ on their estimation images and "
             "grouped into severity levels of |Y_ID| classes each (level 0: the easiest to detect; the last: the "
             "classes the model trusts most). Each level's AUROC is ID test vs that level's test images. "

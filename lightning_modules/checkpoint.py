@@ -11,7 +11,6 @@ other numbers; :func:`load_run` refuses evaluation data whose classes are not th
 from __future__ import annotations
 
 import importlib
-import inspect
 import pickle
 import zipfile
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from openset_common.typed import import_object
+from openset_common.typed import import_object, parameter_names
 
 
 class CheckpointError(ValueError):
@@ -176,13 +175,12 @@ def datamodule_from_checkpoint(checkpoint: dict[str, Any], path: str | Path,
     # LightningCLI records bookkeeping keys such as "_class_path" next to the arguments
     saved = {k: v for k, v in checkpoint["datamodule_hyper_parameters"].items() if not k.startswith("_")}
     datamodule_class = import_class(checkpoint["datamodule_class"])
-    parameters = inspect.signature(datamodule_class).parameters
+    parameters, takes_any = parameter_names(datamodule_class)
     if "known" in parameters and saved.get("known", False) is None and checkpoint.get("classes"):
         # LightningCLI records the arguments as given: known classes found by listing the training folders
         # (class folders' default) are the checkpoint's recorded classes, so the datamodule is rebuilt without
         # listing them again (from another folder, on another machine, the training root need not be there)
         saved["known"] = list(checkpoint["classes"])
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     unknown = sorted(set(overrides or {}) - set(parameters))
     if unknown and not takes_any:
         raise ValueError(f"{datamodule_class.__name__} (the datamodule of {path}) has no arguments {unknown}; it takes "

@@ -38,8 +38,9 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
@@ -47,12 +48,10 @@ from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import (
     DetectorOptions,
-    ModelOptions,
     OutputOptions,
+    WeightOptions,
     check_options,
-    compose,
-    flat_options,
-    option_groups,
+    command_options,
     read_options,
 )
 from evaluation_engine.outputs import check_output_dir, slug
@@ -81,6 +80,8 @@ from report_card.publish import log_card
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
 # keys a section's own config file may not set: the report card's models, κ and trainer are every section's
 REPORT_KEYS = {"model", "kappa", *TRAINER_KEYS}
+# the sections of an old name (kept for one release): the old key -> the method's key
+RENAMED_SECTIONS = {"oscr": "open_set"}
 PAGE_FILES = ("index.html", "report.md", "report.json")
 
 
@@ -122,71 +123,78 @@ class ModelSeeds:
                            [{"kind": spec_kind(s)} for s in dict.fromkeys(self.seeds)])
 
 
-class ReportCard(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
     """``evaluate.py report``: one OOD report card of one or several models across the four methods, with a
     confidence interval on every number, as one self-contained page, Markdown, JSON and W&B.
 
     See the module docstring for what it runs, compares and writes.
 
-    Args:
+    Attributes:
         model: the models: checkpoints of ``train.py``, ``timm:<name>``, ``torchvision:<name>``,
             ``ensemble:<members>``, or :class:`ModelSeeds` (``{name: eos, seeds: [a.ckpt, b.ckpt]}``: several
             training runs of one recipe as one model).
-        sections: the sections to run, one per registered method by its key (``oscr``, ``severity``,
+        intervals: level, bootstrap resamples, seed and AUROC method of every interval (a mapping of them
+            from Python).
+        title: the page's title.
+        sections: the sections to run, one per registered method by its key (``open_set``, ``severity``,
             ``generated``, ``evg``, and any plug-in's: :func:`evaluation_methods.registry.methods`), each the
             options of that method's command
             (``evaluate.py <method> --help``) without the models, checked by type before anything runs;
             ``config: FILE`` takes them from that command's YAML (its ``model``, ``kappa`` and trainer options
             left out; a relative FILE in a ``--config`` file is read relative to that file), keys next to it
-            override it. ``oscr: {}`` runs OSCR for every checkpoint model on its own protocol. A section left
-            out (``null``) is not run.
-        intervals: level, bootstrap resamples, seed and AUROC method of every interval (a mapping of them
-            from Python).
-        title: the page's title.
-        detector_options: ``kappa``, the confidence functions, each paired with the models it applies to
-            (ensemble κ with ensembles; a κ that pairs with no model is refused; a section may give its own
-            ``kappa``), ``kappa_args``, ``fit_data``, ``fit``, for every section (:class:`DetectorOptions`).
-        model_options: ``random_weights`` (:class:`ModelOptions`).
-        output_options: ``output_dir`` (default ``runs/report``), the report folder (each section's folders
-            inside it unless the section names its own); ``cache_dir`` (default ``runs/cache``), the run's cache
-            of scoring passes (``None``: in memory for the run only); ``plots`` (:class:`OutputOptions`).
+            override it. ``open_set: {}`` (``oscr: {}``, its old spelling) runs OSCR for every checkpoint model on its own protocol. A section left
+            out (``None``) is not run. On the command line and in YAML each section is an option of its own
+            (``--severity '{num_levels: 5}'``, ``severity:``).
+        kappa: the confidence functions, each paired with the models it applies to (ensemble κ with ensembles; a
+            κ that pairs with no model is refused; a section may give its own ``kappa``); with ``kappa_args``,
+            ``fit_data``, ``fit``, ``allow_fit_overlap``, for every section (:class:`DetectorOptions`).
+        output_dir: the report folder (default ``runs/report``; each section's folders inside it unless the section
+            names its own).
+        cache_dir: the run's cache of scoring passes (default ``runs/cache``; ``None``: in memory for the run only).
     """
 
-    command = "report"
-    decodes_on_device = True
+    command: ClassVar[str] = "report"
+    decodes_on_device: ClassVar[bool] = True
 
-    option_fields = {"model_options": ("random_weights",)}
-    option_defaults = {"output_dir": "runs/report", "cache_dir": "runs/cache"}
+    model: Sequence[str | ModelSeeds]
+    intervals: Intervals | None = None
+    title: str | None = None
+    sections: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    output_dir: str | None = "runs/report"
+    cache_dir: str | None = "runs/cache"
 
-    def __init__(self, model: Sequence[str | ModelSeeds], intervals: Intervals | None = None, title: str | None = None,
-                 *, detector_options: DetectorOptions | None = None, model_options: ModelOptions | None = None,
-                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None,
-                 **sections: dict[str, Any] | None) -> None:
+    def __post_init__(self) -> None:
+        model = self.model
         check_model_type(model)
-        if title is not None and not isinstance(title, str):
-            raise TypeError(f"report: title must be a str, got {title!r} ({type(title).__name__})")
-        detector_options, model_options, output_options = (
-            _checked_group(type(self), name, group) for name, group in (
-                ("detector_options", detector_options), ("model_options", model_options),
-                ("output_options", output_options)))
-        super().__init__(trainer=trainer, detector_options=detector_options, model_options=model_options,
-                         output_options=output_options)
+        if self.title is not None and not isinstance(self.title, str):
+            raise TypeError(f"report: title must be a str, got {self.title!r} ({type(self.title).__name__})")
+        self._check_types()
+        super().__post_init__()
         if not model:
             raise ValueError("give at least one model (--model, or model: in --config)")
         specs, self.groups = _model_specs([model] if isinstance(model, (str, ModelSeeds, Mapping)) else model)
         self.model = specs
         registered = methods()
-        unknown = sorted(set(sections) - set(registered))
+        self.sections = dict(self.sections)
+        for old, new in RENAMED_SECTIONS.items():
+            if self.sections.get(old) is not None:
+                if self.sections.get(new) is not None:
+                    raise ValueError(f"report sections {old!r} and {new!r} name one method: give {new!r} only")
+                warnings.warn(f"the report section {old!r} is now {new!r} (kept for one release)", FutureWarning,
+                              stacklevel=3)
+                self.sections[new] = self.sections.pop(old)
+            self.sections.pop(old, None)
+        unknown = sorted(set(self.sections) - set(registered))
         if unknown:
             raise ValueError(f"report sections {unknown} are no registered evaluation method (the methods: "
                              f"{sorted(registered)})")
         # in the order of the registry, whatever order they were given in
-        self.sections = {name: sections[name] for name in registered if sections.get(name) is not None}
+        self.sections = {name: self.sections[name] for name in registered if self.sections.get(name) is not None}
         if not self.sections:
             raise ValueError(f"the report has no section: give at least one of {', '.join(registered)}")
         self.output_dir = Path(self.output_dir)
-        self.intervals = Intervals.of(intervals)
-        self.title = title
+        self.intervals = Intervals.of(self.intervals)
         for group, seeds in self.groups.items():
             if len(seeds) == 2:
                 warnings.warn(f"model {group!r}: {two_seeds_note(self.intervals.level)}", UserWarning, stacklevel=2)
@@ -196,14 +204,33 @@ class ReportCard(Evaluation):
         # each section's detectors: its own κ, else the card's (resolved by the detector options, once)
         self.section_detectors = {name: list(dict.fromkeys(DetectorOptions.resolve(
             [options["kappa"]] if isinstance(options["kappa"], str) else options["kappa"]).values()))
-            if "kappa" in options else self.detector_options.classes for name, options in self.section_options.items()}
+            if "kappa" in options else self.detector_classes for name, options in self.section_options.items()}
         self._check_pairs()
+
+    def _check_types(self) -> None:
+        """The card's own options given from Python, each checked by its type by the command's parser before
+        anything runs: a wrong type is a ``TypeError`` naming the option, the value and the type expected. Paths
+        (``os.PathLike``) are taken as their strings; ``"no"`` is read as the command line reads it."""
+        check_kappa_type(self.kappa)
+        known = command_options(type(self))
+        for name in ("output_dir", "cache_dir", "fit_data"):
+            if isinstance(getattr(self, name), os.PathLike):
+                setattr(self, name, os.fspath(getattr(self, name)))
+        for name in sorted(set(known) - {"model", "kappa", "intervals", "title", "sections"}):
+            value = getattr(self, name)
+            try:
+                parsed = check_options(type(self), {name: value}, what="report")[name]
+            except ValueError:
+                raise TypeError(f"report: {name} must be {_type_text(known[name])}, got {value!r} "
+                                f"({type(value).__name__})") from None
+            if isinstance(parsed, bool):
+                setattr(self, name, parsed)
 
     def _check_pairs(self) -> None:
         """Refuse, before anything runs, a κ that pairs with no model of the card and an OSCR section without a
         model it can evaluate (OSCR without a checkpoint of ``train.py``), as the commands refuse them."""
         ensembles = [spec.startswith("ensemble:") for spec in self.model]
-        for where, kappas in [("kappa", self.detector_options.classes)] + [
+        for where, kappas in [("kappa", self.detector_classes)] + [
                 (f"{s}.kappa", self.section_detectors[s]) for s, o in self.section_options.items() if "kappa" in o]:
             for kappa in kappas:
                 if not any(pairs_with(kappa, ensemble=e) for e in ensembles):
@@ -213,7 +240,7 @@ class ReportCard(Evaluation):
         for name in self.sections:
             methods()[name].check(self.model)
         # a model no κ pairs with would get no leaderboard row (a model of several seeds: its seeds are of one kind)
-        every = list(dict.fromkeys([*self.detector_options.classes, *(k for kappas in self.section_detectors.values()
+        every = list(dict.fromkeys([*self.detector_classes, *(k for kappas in self.section_detectors.values()
                                                                        for k in kappas)]))
         grouped = {spec: group for group, specs in self.groups.items() for spec in specs}
         for spec in dict.fromkeys(self.model):
@@ -255,24 +282,27 @@ class ReportCard(Evaluation):
 
     def _evaluation(self, name: str, model: Any, kappa: Sequence[str] | None, output_dir: Path) -> Evaluation:
         cls = methods()[name].evaluation
-        accepted = flat_options(cls)
+        accepted = command_options(cls)
         options = dict(self.section_options[name])
         options["output_dir"] = str(output_dir)  # the caller's choice: the section's folder or one inside it
         if kappa is not None and "kappa" in accepted:
             options["kappa"] = list(kappa)  # the section's (or the card's) κ that pair with this run's model
         kappas = options.get("kappa", self.kappa)
-        # the card's detector options, for the section's own κ only; its intervals, plots, weights and cache
-        defaults = {**self.detector_options.only([kappas] if isinstance(kappas, str) else list(kappas)),
-                    "intervals": self.intervals, "plots": self.plots, "random_weights": self.random_weights,
-                    "cache_dir": self.cache_dir}
+        # the card's detector options for the section's own κ only (a κ the section does not run would be refused
+        # there); its intervals, plots, weights and cache
+        kept = list(dict.fromkeys(c.name for c in DetectorOptions.resolve(
+            [kappas] if isinstance(kappas, str) else list(kappas)).values()))  # a class path: its name
+        defaults = {"kappa": kept, "kappa_args": {k: v for k, v in self.kappa_args.items() if k in kept},
+                    "fit_data": self.fit_data, "fit": {k: v for k, v in self.fit.items() if k in kept},
+                    "allow_fit_overlap": self.allow_fit_overlap, "intervals": self.intervals, "plots": self.plots,
+                    "random_weights": self.random_weights, "cache_dir": self.cache_dir}
         for key, value in defaults.items():
             if key in accepted:
                 options.setdefault(key, value)
         # one W&B run for the whole report: the sections do not open their own; --decode device for the sections
         # whose passes can
         decode = self.options.decode if getattr(cls, "decodes_on_device", False) else "cpu"
-        evaluation = cls(**compose(cls, {"model": model, **{k: v for k, v in options.items() if k in accepted}},
-                                   what=f"report section {name}"),
+        evaluation = cls(model=model, **{k: v for k, v in options.items() if k in accepted},
                          trainer=dataclasses.replace(self.options, wandb_mode="disabled", decode=decode))
         evaluation.shared_passes = self.passes
         evaluation.built_models = self.built_models
@@ -328,7 +358,7 @@ class ReportCard(Evaluation):
 
     def _folder(self, section: str) -> Path:
         """A section's folder: its own ``output_dir``, else ``<report>/<method>``."""
-        return Path(self.section_options[section].get("output_dir") or self.output_dir / methods()[section].slug)
+        return Path(self.section_options[section].get("output_dir") or self.output_dir / section)
 
     def _pass_summary(self) -> str:
         log = self.passes.log if self.passes is not None else []
@@ -343,9 +373,9 @@ class ReportCard(Evaluation):
         overlaps: dict[tuple[str, str], dict[str, str]] = {}  # (model, κ) -> column -> its allowed fit overlap
         rows_order: list[tuple[str, str]] = []
         for model in models:
-            for name, kappa in self.detector_options.detectors.items():
+            for kappa in self.detector_classes:
                 if pairs_with(kappa, ensemble=bool(model.ensemble)):
-                    rows_order.append((model.display_name, name))
+                    rows_order.append((model.display_name, kappa.name))
         sections = []
 
         context = CardContext(self.intervals, self.plots, self.output_dir)
@@ -383,11 +413,11 @@ class ReportCard(Evaluation):
             for image in section["images"]:
                 image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
         columns = [h for h in headlines() if any(h.key in c for c in cells.values())]
-        by_slug = {m.slug: m for m in methods().values()}
+        by_key = methods()
         rows = [{"model": m, "kappa": k, "cells": {}} for m, k in rows_order]
         for column in columns:
             entries = [(row, cells.get((row["model"], row["kappa"]), {}).get(column.key)) for row in rows]
-            compare_column(entries, column, self.intervals, unit=by_slug[column.method].unit)
+            compare_column(entries, column, self.intervals, unit=by_key[column.method].unit)
         mark_fit_overlaps(rows, overlaps)
         if not any(row["cells"] for row in rows):
             given = {key: sum(len(result.estimates) for result in results.values()) for key, results in method_results.items()}
@@ -409,8 +439,8 @@ class ReportCard(Evaluation):
                        for m in models],
             "data": data_sets(self.passes.log if self.passes is not None else []),
             "passes": list(self.passes.log) if self.passes is not None else [],
-            "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_slug[c.method].group,
-                                         "method_title": by_slug[c.method].name} for c in columns], "rows": rows},
+            "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_key[c.method].group,
+                                         "method_title": by_key[c.method].name} for c in columns], "rows": rows},
             "sections": sections,
             "notes": self._notes(method_results, models) + [
                 f"{group}: {two_seeds_note(self.intervals.level)}." for group, seeds in self.groups.items()
@@ -460,8 +490,10 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
     check_model_type(model)
     check_kappa_type(kappa)
     single = isinstance(model, (str, ModelSeeds, Mapping))
-    return ReportCard.of(model=[model] if single else list(model), kappa=[kappa] if isinstance(kappa, str) else list(kappa),
-                         trainer=TrainerOptions.of(trainer), **options).run()
+    sections = {**options.pop("sections", {}), **{key: options.pop(key) for key in list(options)
+                                                  if key in methods() or key in RENAMED_SECTIONS}}
+    return ReportCard(model=[model] if single else list(model), kappa=[kappa] if isinstance(kappa, str) else list(kappa),
+                      sections=sections, trainer=TrainerOptions.of(trainer), **options).run()
 
 
 # -- the types of the entry points ---------------------------------------------------------------------------
@@ -495,36 +527,6 @@ def check_kappa_type(kappa: Any) -> None:
 def _type_text(hint: Any) -> str:
     """``str | None``, ``bool``, ``dict[str, Any] | None``: a type as it is written."""
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "").replace("NoneType", "None")
-
-
-def _checked_group(cls: type, parameter: str, group: Any) -> Any:
-    """An option group given as a mapping (``.of``'s flat names gathered, or from Python) with each field the
-    command reads checked by its type (the command's own parser): a wrong type is a ``TypeError`` naming the
-    option, the value and the type expected. Paths (``os.PathLike``) are taken as their strings. Unknown
-    names, groups given whole and ``None`` are left to the group's own checks."""
-    if not isinstance(group, Mapping):
-        return group
-    known = flat_options(cls)
-    if parameter not in option_groups(cls):
-        return group
-    checked = {name: os.fspath(value) if isinstance(value, os.PathLike) else value for name, value in group.items()}
-    if "kappa" in checked:
-        check_kappa_type(checked["kappa"])
-    typed = {name: value for name, value in checked.items()
-             if name != "kappa" and known.get(name, (None,))[0] == parameter}
-    try:
-        parsed = check_options(cls, typed, what="report")  # one parser for the group; one per option on error
-    except ValueError:
-        for name, value in typed.items():
-            try:
-                check_options(cls, {name: value}, what="report")
-            except ValueError:
-                raise TypeError(f"report: {name} must be {_type_text(known[name][1])}, got {value!r} "
-                                f"({type(value).__name__})") from None
-        raise
-    # "no" read as the command line reads it, never a true string
-    checked.update({name: value for name, value in parsed.items() if isinstance(value, bool)})
-    return checked
 
 
 # -- the seeds of one recipe ----------------------------------------------------------------------------------

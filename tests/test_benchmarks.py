@@ -186,7 +186,7 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
     row = report_card.main(["--tiny"])
     # one model, OSCR (its protocol test set) and severity (its ID test, estimation and test sets): each pass once
     assert (row["requests"], row["run"]) == (4, 4)
-    assert row["sections"] == "oscr, severity" and row["models"] == 1
+    assert row["sections"] == "open_set, severity" and row["models"] == 1
     assert row["card_s"] > 0 and row["separately_s"] > 0
 
 

@@ -193,7 +193,7 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
     if name == "report":
         severity = {"data": "fashion", "data_args": {"estimation": 20, "test": 10}, "batch_size": int(ONE_IMAGE)}
         oscr = {"data_args": {"batch_size": int(ONE_IMAGE)}}
-        return [["report", "--model", checkpoint, "--kappa", "softmax", "entropy", "--oscr", json.dumps(oscr), "--severity",
+        return [["report", "--model", checkpoint, "--kappa", "softmax", "entropy", "--open_set", json.dumps(oscr), "--severity",
                  json.dumps(severity), "--intervals", '{"resamples": 200}', "--cache-dir", str(cache),
                  "--output-dir", str(out), "--no-plots"]]
     return [["evg", "--model", checkpoint, "--kappa", "softmax", "max_logit", "--ood", "digits", "--data", "fashion",

@@ -101,3 +101,50 @@ def test_no_top_level_module_of_the_project_has_a_generic_name():
     assert top == ["evaluate", "train", "benchmarks", "callbacks", "datamodules", "evaluation_engine",
                    "evaluation_methods", "lightning_modules", "metrics", "openset_common", "report_card"]
     assert not set(top) & set(GENERIC_NAMES)
+
+
+def test_the_options_a_module_passes_on_are_typed_recorded_whole_and_rebuilt(tmp_path):
+    """openset_common.typed: a datamodule and a generator that take their shared options as ``**options`` (an
+    options dataclass, declared once) have them checked by name and type as jsonargparse reads the signature
+    (``--data-arg``), record every one of them (a default too) as hyper-parameters, and are rebuilt from those."""
+    import dataclasses
+    import warnings
+
+    from datamodules.imagenet import ClassFolderDataModule, FolderOptions
+    from lightning_modules.checkpoint import datamodule_from_checkpoint
+    from lightning_modules.generated import NearOODGenerator
+    from lightning_modules.generated.generators import GeneratorOptions
+    from openset_common.typed import parameter_names, typed_arguments
+
+    for name in ("cat", "dog", "owl"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+    names, more = parameter_names(ClassFolderDataModule)
+    assert names == ["root", "known", "negative", "unknown", "name",
+                     *[f.name for f in dataclasses.fields(FolderOptions)]] and not more
+    assert typed_arguments(ClassFolderDataModule, {"crop_size": "32"}, what="--data-arg") == {"crop_size": 32}
+    with pytest.raises(ValueError, match=r"--data-arg \(ClassFolderDataModule\) has no arguments \['crop_sise'\]"):
+        typed_arguments(ClassFolderDataModule, {"crop_sise": 32}, what="--data-arg")
+    with pytest.raises(ValueError, match=r"--data-arg: .*crop_size.*abc"):
+        typed_arguments(ClassFolderDataModule, {"crop_size": "abc"}, what="--data-arg")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        datamodule = ClassFolderDataModule(str(tmp_path), unknown=["owl"], crop_size=32, num_workers=0)
+    expected = {"root": str(tmp_path), "known": ["cat", "dog"], "negative": [], "unknown": ["owl"], "name": "folders",
+                **dataclasses.asdict(FolderOptions(crop_size=32, num_workers=0))}
+    assert dict(datamodule.hparams) == expected and datamodule.crop_size == 32 and datamodule.num_workers == 0
+    checkpoint = {"datamodule_class": "datamodules.ClassFolderDataModule",
+                  "datamodule_hyper_parameters": dict(datamodule.hparams)}
+    rebuilt = datamodule_from_checkpoint(checkpoint, "x.ckpt", {"resize_size": 40})
+    assert dict(rebuilt.hparams) == {**expected, "resize_size": 40}
+    with pytest.raises(ValueError, match=r"has no arguments \['resize_sise'\]"):
+        datamodule_from_checkpoint(checkpoint, "x.ckpt", {"resize_sise": 40})
+
+    generator = NearOODGenerator(lambda_perceptual=0, lambda_semantic=0, base_width=8, latent_dim=16, lr=1e-3)
+    recorded = dict(generator.hparams)
+    assert {k: recorded[k] for k in (f.name for f in dataclasses.fields(GeneratorOptions))} == dataclasses.asdict(
+        GeneratorOptions(lambda_perceptual=0, lambda_semantic=0, lr=1e-3))
+    assert (recorded["latent_dim"], recorded["channels"], generator.lr) == (16, 1, 1e-3)
+    assert dict(NearOODGenerator(**recorded).hparams) == recorded
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr_'"):
+        NearOODGenerator(lr_=1e-3)

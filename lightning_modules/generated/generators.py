@@ -70,9 +70,11 @@ hyper-parameters).
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -88,6 +90,7 @@ from lightning_modules.nets.ensemble import DeepEnsemble
 from lightning_modules.nets.gans import PatchGANDiscriminator, UNetGenerator, build_gan
 from lightning_modules.nets.lpips import PerceptualDistance
 from metrics.ensemble import mutual_information_from_logits
+from openset_common.typed import save_arguments
 
 AdversarialLoss = Literal["non_saturating", "hinge"]
 FIXED_SAMPLES = 64
@@ -152,52 +155,80 @@ def generator_adversarial_loss(fake: Tensor, kind: AdversarialLoss) -> Tensor:
     return F.binary_cross_entropy_with_logits(fake, torch.ones_like(fake))
 
 
+@dataclass(kw_only=True)
+class GeneratorOptions:
+    """The options both generators share: the regularisers, the adversarial game and the optimiser. Each generator
+    takes them by these names (``--model.init_args.lambda_semantic 0``, ``lr: 2e-4`` in YAML) and passes them on
+    as ``**options``.
+
+    Attributes:
+        ensemble: member checkpoints of the deep ensemble, or a members file (needed when ``lambda_semantic > 0``).
+        lambda_adversarial: the weight of the adversarial term.
+        lambda_perceptual: the weight of the LPIPS term (shift: ``-LPIPS(x, G(x))``; near-OOD:
+            ``+LPIPS(G(z), x_real)``).
+        lambda_semantic: the weight of the ensemble's MI term (shift: ``+MI(G(x))``; near-OOD: ``-MI(G(z))``).
+        lpips_net: the LPIPS backbone.
+        lpips_random_backbone: a randomly initialised LPIPS backbone (only when asked for by name).
+        lr: Adam's learning rate for both networks (Pix2Pix's 2e-4; Mukhoti et al.'s are lost, this is this
+            project's choice).
+        betas: Adam's betas (Pix2Pix's (0.5, 0.999)).
+        adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
+        regularise_every: apply LPIPS and MI on every k-th step with k-times the weights (see the module docstring).
+        training_seed: the seed of the training randomness (dropout masks, latent noise, fake labels, the random
+            pairing; see :func:`step_seed`); ``None``: the run's ``seed_everything`` seed. (Not ``seed``: the
+            datamodules' ``seed`` hyper-parameter would clash with it in the logger's merged hyper-parameters.)
+        allow_weak_ensemble: train the MI term against an ensemble below its quality bar anyway (see the module
+            docstring); the checkpoint and the sets generated from it say so.
+    """
+
+    ensemble: list[str] | str | None = None
+    lambda_adversarial: float = 1.0
+    lambda_perceptual: float = 1.0
+    lambda_semantic: float = 1.0
+    lpips_net: str = "vgg"
+    lpips_random_backbone: bool = False
+    lr: float = 2e-4
+    betas: tuple[float, float] = (0.5, 0.999)
+    adversarial_loss: AdversarialLoss = "non_saturating"
+    regularise_every: int = 1
+    training_seed: int | None = None
+    allow_weak_ensemble: bool = False
+
+
 class RegularisedGenerator(pl.LightningModule):
-    """What both generators share: the regularisers, the two optimisers, logging and fixed samples."""
+    """What both generators share: the regularisers, the two optimisers, logging and fixed samples; their options
+    (:class:`GeneratorOptions`) come as ``**options``."""
 
     generator: nn.Module
     discriminator: nn.Module
 
-    def __init__(
-        self,
-        *,
-        ensemble: Sequence[str] | str | None,
-        lambda_adversarial: float,
-        lambda_perceptual: float,
-        lambda_semantic: float,
-        lpips_net: str,
-        lpips_random_backbone: bool,
-        lr: float,
-        betas: tuple[float, float],
-        adversarial_loss: AdversarialLoss,
-        regularise_every: int = 1,
-        training_seed: int | None = None,
-        allow_weak_ensemble: bool = False,
-    ) -> None:
+    def __init__(self, **options: Any) -> None:
         super().__init__()
         self.automatic_optimization = False
-        if regularise_every < 1:
-            raise ValueError(f"regularise_every must be >= 1, got {regularise_every}")
-        if training_seed is not None and training_seed < 0:
-            raise ValueError(f"training_seed must be >= 0 (or None: the run's seed_everything seed), got {training_seed}")
-        self.regularise_every = regularise_every
-        self.training_seed = training_seed  # not `seed`: a datamodule's `seed` hyper-parameter would clash
-        if lambda_adversarial < 0 or lambda_perceptual < 0 or lambda_semantic < 0:
-            raise ValueError(f"the loss weights must be >= 0, got lambda_adversarial={lambda_adversarial}, "
-                             f"lambda_perceptual={lambda_perceptual}, lambda_semantic={lambda_semantic} (the signs "
-                             "of the regularisers are fixed by the objective)")
-        if adversarial_loss not in ("non_saturating", "hinge"):
-            raise ValueError(f"adversarial_loss must be 'non_saturating' or 'hinge', got {adversarial_loss!r}")
-        if lambda_semantic > 0 and not ensemble:
+        self.options = o = GeneratorOptions(**options)
+        if o.regularise_every < 1:
+            raise ValueError(f"regularise_every must be >= 1, got {o.regularise_every}")
+        if o.training_seed is not None and o.training_seed < 0:
+            raise ValueError(f"training_seed must be >= 0 (or None: the run's seed_everything seed), got "
+                             f"{o.training_seed}")
+        self.regularise_every = o.regularise_every
+        self.training_seed = o.training_seed  # not `seed`: a datamodule's `seed` hyper-parameter would clash
+        if o.lambda_adversarial < 0 or o.lambda_perceptual < 0 or o.lambda_semantic < 0:
+            raise ValueError(f"the loss weights must be >= 0, got lambda_adversarial={o.lambda_adversarial}, "
+                             f"lambda_perceptual={o.lambda_perceptual}, lambda_semantic={o.lambda_semantic} (the "
+                             "signs of the regularisers are fixed by the objective)")
+        if o.adversarial_loss not in ("non_saturating", "hinge"):
+            raise ValueError(f"adversarial_loss must be 'non_saturating' or 'hinge', got {o.adversarial_loss!r}")
+        if o.lambda_semantic > 0 and not o.ensemble:
             raise ValueError("lambda_semantic > 0 needs the ensemble's member checkpoints (ensemble: [...])")
-        self.lambda_adversarial = lambda_adversarial
-        self.lambda_perceptual, self.lambda_semantic = lambda_perceptual, lambda_semantic
-        self.lr, self.betas, self.adversarial_loss = lr, tuple(betas), adversarial_loss
-        self.ensemble = DeepEnsemble.from_checkpoints(ensemble) if ensemble else None
-        self.ensemble_members, self.allow_weak_ensemble = ensemble, allow_weak_ensemble
+        self.lambda_adversarial = o.lambda_adversarial
+        self.lambda_perceptual, self.lambda_semantic = o.lambda_perceptual, o.lambda_semantic
+        self.lr, self.betas, self.adversarial_loss = o.lr, tuple(o.betas), o.adversarial_loss
+        self.ensemble = DeepEnsemble.from_checkpoints(o.ensemble) if o.ensemble else None
+        self.ensemble_members, self.allow_weak_ensemble = o.ensemble, o.allow_weak_ensemble
         self.ensemble_quality: EnsembleQuality | None = None  # checked at fit (see the module docstring)
-        self.perceptual = (PerceptualDistance(lpips_net, random_backbone=lpips_random_backbone)
-                           if lambda_perceptual > 0 else None)
+        self.perceptual = (PerceptualDistance(o.lpips_net, random_backbone=o.lpips_random_backbone)
+                           if o.lambda_perceptual > 0 else None)
         self._ddp_params_and_buffers_to_ignore = self.frozen_names()
 
     # -- the run: data in [0, 1], per-rank randomness, frozen scorers kept out of DDP's broadcasts ----------
@@ -339,52 +370,22 @@ class ShiftGenerator(RegularisedGenerator):
     Args:
         channels: image channels.
         image_size: side of the square images (32 ... 256, a power of two).
-        ensemble: member checkpoints of the deep ensemble, or a members file (needed when ``lambda_semantic > 0``).
-        lambda_adversarial, lambda_l1, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
-            the L1 term, of ``-LPIPS(x, G(x))`` and of ``+MI(G(x))``.
+        lambda_l1: the weight of the L1 term.
         discriminator: ``"unconditional"`` (realism) or ``"conditional"`` (Pix2Pix's ``D(x, y)``).
         l1_target: ``"source"`` or ``"none"``.
-        lpips_net, lpips_random_backbone: the LPIPS backbone (a random one only when asked for by name).
-        base_width, dropout: of the U-Net; the PatchGAN's depth follows the image size.
-        lr, betas: Adam for both networks (Pix2Pix's 2e-4, (0.5, 0.999); Mukhoti et al.'s are lost, this is
-            this project's choice).
-        adversarial_loss: ``"non_saturating"`` (Pix2Pix's BCE) or ``"hinge"``.
-        regularise_every: apply LPIPS and MI on every k-th step with k-times the weights (see the module docstring).
-        training_seed: the seed of the training randomness (dropout masks; see :func:`step_seed`); ``None``:
-            the run's ``seed_everything`` seed. (Not ``seed``: the datamodules' ``seed`` hyper-parameter would
-            clash with it in the logger's merged hyper-parameters.)
-        allow_weak_ensemble: train the MI term against an ensemble below its quality bar anyway (see the module
-            docstring); the checkpoint and the sets generated from it say so.
+        base_width: of the U-Net and the PatchGAN (whose depth follows the image size).
+        dropout: of the U-Net.
+        options: the options both generators share (:class:`GeneratorOptions`: ``ensemble``, ``lambda_perceptual``
+            (``-LPIPS(x, G(x))``), ``lambda_semantic`` (``+MI(G(x))``), ``lr``, ...; ``training_seed`` seeds the
+            dropout masks).
     """
 
-    def __init__(
-        self,
-        channels: int = 1,
-        image_size: int = 32,
-        ensemble: list[str] | str | None = None,
-        lambda_adversarial: float = 1.0,
-        lambda_l1: float = 10.0,
-        lambda_perceptual: float = 1.0,
-        lambda_semantic: float = 1.0,
-        discriminator: Literal["unconditional", "conditional"] = "unconditional",
-        l1_target: Literal["source", "none"] = "source",
-        lpips_net: str = "vgg",
-        lpips_random_backbone: bool = False,
-        base_width: int = 64,
-        dropout: float = 0.5,
-        lr: float = 2e-4,
-        betas: tuple[float, float] = (0.5, 0.999),
-        adversarial_loss: AdversarialLoss = "non_saturating",
-        regularise_every: int = 1,
-        training_seed: int | None = None,
-        allow_weak_ensemble: bool = False,
-    ) -> None:
-        super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
-                         lambda_semantic=lambda_semantic, lpips_net=lpips_net,
-                         lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, training_seed=training_seed,
-                         allow_weak_ensemble=allow_weak_ensemble)
-        self.save_hyperparameters()
+    def __init__(self, channels: int = 1, image_size: int = 32, lambda_l1: float = 10.0,
+                 discriminator: Literal["unconditional", "conditional"] = "unconditional",
+                 l1_target: Literal["source", "none"] = "source", base_width: int = 64, dropout: float = 0.5,
+                 **options: Any) -> None:
+        super().__init__(**options)
+        save_arguments(self, self.options, inspect.currentframe())
         if discriminator not in ("unconditional", "conditional"):
             raise ValueError(f"discriminator must be 'unconditional' or 'conditional', got {discriminator!r}")
         if l1_target not in ("source", "none"):
@@ -483,44 +484,18 @@ class NearOODGenerator(RegularisedGenerator):
         conditional_classes: > 0 for a class-conditional GAN over that many classes (labels from the batch for
             real images, uniform for fakes). Not called ``num_classes``: ``train.py`` links the data's class count
             to a model's ``num_classes``, which would make every GAN conditional.
-        ensemble: member checkpoints, or a members file (needed when ``lambda_semantic > 0``).
-        lambda_adversarial, lambda_perceptual, lambda_semantic: weights of the adversarial term, of
-            ``+LPIPS(G(z), x_real)`` and of ``-MI(G(z))``.
         pairing: ``"random"`` or ``"nearest"`` real image of the batch for the LPIPS term.
-        lpips_net, lpips_random_backbone, lr, betas, adversarial_loss, regularise_every, training_seed,
-            allow_weak_ensemble: as :class:`ShiftGenerator` (``training_seed``: of the latent noise, the fake labels
-            and the random pairing).
+        options: the options both generators share (:class:`GeneratorOptions`: ``ensemble``, ``lambda_perceptual``
+            (``+LPIPS(G(z), x_real)``), ``lambda_semantic`` (``-MI(G(z))``), ``lr``, ...; ``training_seed`` seeds the
+            latent noise, the fake labels and the random pairing).
     """
 
-    def __init__(
-        self,
-        channels: int = 1,
-        image_size: int = 32,
-        latent_dim: int = 64,
-        architecture: Literal["auto", "dcgan", "resnet"] = "auto",
-        base_width: int = 64,
-        spectral_norm: bool | None = None,
-        conditional_classes: int = 0,
-        ensemble: list[str] | str | None = None,
-        lambda_adversarial: float = 1.0,
-        lambda_perceptual: float = 1.0,
-        lambda_semantic: float = 1.0,
-        pairing: Literal["random", "nearest"] = "random",
-        lpips_net: str = "vgg",
-        lpips_random_backbone: bool = False,
-        lr: float = 2e-4,
-        betas: tuple[float, float] = (0.5, 0.999),
-        adversarial_loss: AdversarialLoss = "non_saturating",
-        regularise_every: int = 1,
-        training_seed: int | None = None,
-        allow_weak_ensemble: bool = False,
-    ) -> None:
-        super().__init__(ensemble=ensemble, lambda_adversarial=lambda_adversarial, lambda_perceptual=lambda_perceptual,
-                         lambda_semantic=lambda_semantic, lpips_net=lpips_net,
-                         lpips_random_backbone=lpips_random_backbone, lr=lr, betas=betas, adversarial_loss=adversarial_loss,
-                         regularise_every=regularise_every, training_seed=training_seed,
-                         allow_weak_ensemble=allow_weak_ensemble)
-        self.save_hyperparameters()
+    def __init__(self, channels: int = 1, image_size: int = 32, latent_dim: int = 64,
+                 architecture: Literal["auto", "dcgan", "resnet"] = "auto", base_width: int = 64,
+                 spectral_norm: bool | None = None, conditional_classes: int = 0,
+                 pairing: Literal["random", "nearest"] = "random", **options: Any) -> None:
+        super().__init__(**options)
+        save_arguments(self, self.options, inspect.currentframe())
         if pairing not in ("random", "nearest"):
             raise ValueError(f"pairing must be 'random' or 'nearest', got {pairing!r}")
         self.pairing, self.num_classes, self.latent_dim = pairing, conditional_classes, latent_dim

@@ -420,7 +420,7 @@ def test_seed_choice_first_is_the_authors_and_balanced_the_default() -> None:
     with pytest.raises(ValueError, match="seed choice must be one of \\['balanced', 'first'\\], got 'random'"):
         data.seed_indices(3, 0, choice="random")
     with pytest.raises(ValueError, match="seed_choice must be one of"):
-        EvGEvaluation(["m.ckpt"], seed_choice="last")
+        EvGEvaluation(model=["m.ckpt"], seed_choice="last")
 
 
 def test_what_the_variations_act_on() -> None:
@@ -429,7 +429,7 @@ def test_what_the_variations_act_on() -> None:
     clean ones too) resized first."""
     common = [tiny_model(TensorPipeline(32, 1), size=32, name="a"), tiny_model(TensorPipeline(32, 1), size=32, name="b")]
     mixed = [common[0], tiny_model(TensorPipeline(20, 1), size=20, name="c")]
-    data = EvGEvaluation(["m.ckpt"])
+    data = EvGEvaluation(model=["m.ckpt"])
     assert data.vary_at == "data"
     found = data.seed_input(mixed, [(28, 28)])
     assert (found.pipeline, found.resize_ood, found.varied_images) == (None, False, "raw")
@@ -439,16 +439,16 @@ def test_what_the_variations_act_on() -> None:
     assert "several sizes (28x28, 30x28)" in several.description
     with pytest.raises(ValueError, match=r"several sizes .*give image_size"):
         data.seed_input(mixed, [(28, 28), (30, 28)])
-    at_input = EvGEvaluation(["m.ckpt"], vary_at="input")
+    at_input = EvGEvaluation(model=["m.ckpt"], vary_at="input")
     found = at_input.seed_input(common, [(28, 28)])
     assert repr(found.pipeline) == repr(TensorPipeline(32, 1)) and found.varied_images == "model_input"
     assert "at the detectors' common input (32x32 px; vary_at: input)" in found.description
     with pytest.raises(ValueError, match=r"other inputs .*'a': \(32, 32\), 'c': \(20, 20\).*give image_size"):
         at_input.seed_input(mixed, [(28, 28)])
-    resized = EvGEvaluation(["m.ckpt"], vary_at="input", image_size=16).seed_input(mixed, [(28, 28)])
+    resized = EvGEvaluation(model=["m.ckpt"], vary_at="input", image_size=16).seed_input(mixed, [(28, 28)])
     assert resized.resize_ood and resized.varied_images == "raw" and repr(resized.pipeline) == repr(TensorPipeline(16, 1))
     with pytest.raises(ValueError, match="vary_at must be one of \\['data', 'input'\\], got 'model'"):
-        EvGEvaluation(["m.ckpt"], vary_at="model")
+        EvGEvaluation(model=["m.ckpt"], vary_at="model")
 
 
 @pytest.mark.parametrize("rule", ["data", "image_size", "input"])
@@ -470,7 +470,7 @@ def test_the_identity_variation_of_a_seed_scores_its_clean_score(rule: str) -> N
     images = torch.rand(10, 1, 20, 20, generator=torch.Generator().manual_seed(1)).mul(255).round().div(255)
     data = evg_data(images, torch.arange(10) % 5)
     indices = data.seed_indices(6, 0)
-    evaluation = EvGEvaluation(["m.ckpt"], image_size=28 if rule == "image_size" else None, vary_at=
+    evaluation = EvGEvaluation(model=["m.ckpt"], image_size=28 if rule == "image_size" else None, vary_at=
                                "input" if rule == "input" else "data")
     found = evaluation.seed_input(models, data.seed_sizes(indices))
     if found.resize_ood:

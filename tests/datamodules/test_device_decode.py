@@ -163,7 +163,7 @@ def test_a_command_whose_passes_cannot_decode_on_the_device_refuses_it():
 
     with pytest.raises(ValueError, match=r"evaluate\.py severity-plot decodes its images on the CPU \(--decode device "
                                          r"applies to the scoring passes of oscr, severity, generated, evg and report\)"):
-        SeverityPlot(["runs/severity.csv"], "all.png", trainer={"decode": "device"})
-    assert SeverityEvaluation.of(model="timm:resnet18", trainer={"decode": "device"}).options.decode == "device"
+        SeverityPlot(tables=["runs/severity.csv"], output="all.png", trainer={"decode": "device"})
+    assert SeverityEvaluation(model="timm:resnet18", trainer={"decode": "device"}).options.decode == "device"
     # OSCR's protocol test set is one of the shared passes: it decodes where the others do (a card's sections agree)
-    assert OSCREvaluation.of(model="runs/p1/best.ckpt", trainer={"decode": "device"}).options.decode == "device"
+    assert OSCREvaluation(model="runs/p1/best.ckpt", trainer={"decode": "device"}).options.decode == "device"

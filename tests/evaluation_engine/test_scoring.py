@@ -623,7 +623,7 @@ def severity_command(root, out, fit_data, **options):
 
     scoring = ScoringModel(Quadrants(), model_input=ModelInput(TensorPipeline(12, 3)), name="tiny", classes=KNOWN)
     data = FolderSeverityData(str(root), KNOWN, UNKNOWN, estimation=2, batch_size=16, num_workers=0)
-    evaluation = SeverityEvaluation.of(
+    evaluation = SeverityEvaluation(
         model=scoring, data=data, num_levels=2, intervals={"resamples": 20}, kappa=["softmax", "knn"],
         kappa_args={"knn": {"k": 1}}, fit_data=str(fit_data), output_dir=str(out), cache_dir=None, plots=False,
         trainer=TrainerOptions(accelerator="cpu", devices=1, wandb_mode="disabled", progress_bar=False), **options)

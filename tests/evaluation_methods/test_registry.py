@@ -32,7 +32,9 @@ TOY_MODULE = '''
 """A toy method that scores images: per (model, κ), the AUROC of the ID test images against a real OOD set,
 fitted detectors fitted first, with a bootstrap interval (the images resampled, ID and OOD apart)."""
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -42,7 +44,7 @@ from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.options import DataOptions, DetectorOptions, OutputOptions
 from evaluation_engine.outputs import write_replicates, write_tables
-from evaluation_engine.runner import Runner, TrainerOptions
+from evaluation_engine.runner import Runner
 from evaluation_engine.scoring import default_fit_set
 from evaluation_methods.registry import Estimate, Headline, Method, MethodResult
 from metrics import pairs_with
@@ -52,23 +54,24 @@ from metrics.resampling import resample_weights
 COLUMNS = ("model", "kappa", "toy auroc", "low", "high")
 
 
-class ToyEvaluation(Evaluation):
+@dataclass(kw_only=True, eq=False)
+class ToyEvaluation(Evaluation, DetectorOptions, DataOptions, OutputOptions):
     """``evaluate.py toy``: ID test images vs a real OOD set, the AUROC of every model and kappa.
 
-    Args:
+    Attributes:
         model: checkpoints of train.py (the first one's datamodule is the ID data unless --data names one).
         ood: the real OOD set (``digits``, ``fashion:unknown``, a folder).
         intervals: the bootstrap.
     """
 
-    command = "toy"
+    command: ClassVar[str] = "toy"
+    model: list[str]
+    ood: str = "digits"
+    intervals: Intervals | None = None
 
-    def __init__(self, model: list[str], ood: str = "digits", intervals: Intervals | None = None, *,
-                 detector_options: DetectorOptions | None = None, data_options: DataOptions | None = None,
-                 output_options: OutputOptions | None = None, trainer: TrainerOptions | None = None) -> None:
-        super().__init__(trainer=trainer, detector_options=detector_options, data_options=data_options,
-                         output_options=output_options)
-        self.model, self.ood, self.intervals = list(model), ood, Intervals.of(intervals)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.intervals = Intervals.of(self.intervals)
 
     def run(self) -> MethodResult:
         models = [self.scoring_model(spec) for spec in self.model]  # a card's built models: no second read
@@ -85,8 +88,8 @@ class ToyEvaluation(Evaluation):
         weights = [resample_weights(len(s), self.intervals.resamples, self.intervals.seed, stratum=i)
                    for i, s in enumerate(self.sets)]  # the same resamples for every row: paired comparisons
         for model in models:
-            for kappa in (k for k in self.detector_options.classes if pairs_with(k, ensemble=model.ensemble)):
-                parameters, batch = self.detector_options.parameters[kappa.name], {"batch_size": self.batch_size or 256}
+            for kappa in (k for k in self.detector_classes if pairs_with(k, ensemble=model.ensemble)):
+                parameters, batch = self.kappa_parameters[kappa.name], {"batch_size": self.batch_size or 256}
                 with runner.on_device(model), torch.no_grad():
                     if kappa.needs_fit:
                         self.passes.fitted_detector(runner, model, kappa, parameters, self.fit_set,
@@ -108,7 +111,7 @@ class ToyEvaluation(Evaluation):
 class ToyMethod(Method):
     """The toy method's plug-in."""
 
-    key, slug, evaluation = "toy", "toy", ToyEvaluation
+    key, evaluation = "toy", ToyEvaluation
     title, name, group = "A toy method (ID test vs a real OOD set)", "Toy method", "Toy"
     unit = "the ID test and OOD images, resampled apart"
     headlines = (Headline("toy_auroc", "toy AUROC", "toy", True, "AUROC of the ID test images vs the OOD set"),)
@@ -232,7 +235,7 @@ def test_the_toy_method_on_two_processes_equals_one(toy_package: Path, demo_chec
 
 
 class Clashing(Method):
-    key, slug, evaluation = "severity", "severity2", evaluate.COMMANDS["severity"]
+    key, evaluation = "severity", evaluate.COMMANDS["severity"]
     title = name = group = "clash"
 
 
@@ -240,26 +243,40 @@ def test_a_method_that_takes_another_methods_name_or_column_is_refused() -> None
     with pytest.raises(ValueError, match=r"\['severity'\] already registered by SeverityMethod"):
         register(Clashing)
 
+    class Command(Method):  # its own key, but the command name of the open-set method
+        key, evaluation = "open_set2", evaluate.COMMANDS["oscr"]
+        title = name = group = "clash"
+
+    with pytest.raises(ValueError, match=r"\['oscr'\] already registered by OpenSetMethod"):
+        register(Command)
+
     class Column(Method):
-        key, slug, evaluation = "oscr2", "open_set2", type("E", (evaluate.COMMANDS["oscr"],), {"command": "oscr2"})
+        key, evaluation = "open_set2", type("E", (evaluate.COMMANDS["oscr"],), {"command": "oscr2"})
         title = name = group = "clash"
         headlines = (Headline("oscr_ccr", "x", "open_set2", True, ""),)
 
     with pytest.raises(ValueError, match=r"leaderboard columns \['oscr_ccr'\] are another method's"):
         register(Column)
-    assert "oscr2" not in registry.methods()
+
+    class TwoIds(Method):  # a plug-in of before, whose slug differed from its key
+        key, slug, evaluation = "open_set3", "open_set4", type("E", (evaluate.COMMANDS["oscr"],), {"command": "oscr3"})
+        title = name = group = "two ids"
+
+    with pytest.raises(ValueError, match=r"method open_set3: one id per method, its key; its slug 'open_set4'"):
+        register(TwoIds)
+    assert not {"open_set2", "open_set3"} & set(registry.methods())
 
 
 def test_an_unknown_report_section_names_the_registered_methods() -> None:
     from report_card.card import ReportCard
 
     with pytest.raises(ValueError, match=r"report sections \['sevrity'\] are no registered evaluation method .*"
-                                         r"'evg', 'generated', 'oscr', 'severity'"):
-        ReportCard(["x.ckpt"], sevrity={})
+                                         r"'evg', 'generated', 'open_set', 'severity'"):
+        ReportCard(model=["x.ckpt"], sections={"sevrity": {}})
 
 
 def test_the_built_in_methods_keep_their_order_and_columns() -> None:
-    assert list(registry.methods())[:4] == ["oscr", "severity", "generated", "evg"]
+    assert list(registry.methods())[:4] == ["open_set", "severity", "generated", "evg"]
     assert [h.key for h in registry.headlines()][:9] == [
         "oscr_ccr", "oscr_auroc", "severity_mean", "severity_hardest", "near_ood", "shift", "real_ood", "evg_worst",
         "evg_min_rank"]
@@ -271,15 +288,15 @@ def test_a_method_key_the_card_or_its_columns_cannot_carry_is_refused() -> None:
     oscr = evaluate.COMMANDS["oscr"]
     for key in ("title", "report", "my-method"):
         command = type("E", (oscr,), {"command": key})
-        method = type("M", (Method,), {"key": key, "slug": f"{key}_slug", "evaluation": command, "title": "t",
+        method = type("M", (Method,), {"key": key, "evaluation": command, "title": "t",
                                        "name": "n", "group": "g"})
         with pytest.raises(ValueError, match="must be a Python name and not one of evaluate.py report's own"):
             register(method)
     command = type("E", (oscr,), {"command": "wrong_column"})
-    method = type("M", (Method,), {"key": "wrong_column", "slug": "wrong_column", "evaluation": command, "title": "t",
+    method = type("M", (Method,), {"key": "wrong_column", "evaluation": command, "title": "t",
                                    "name": "n", "group": "g",
                                    "headlines": (Headline("w", "w", "open_set", True, ""),)})
-    with pytest.raises(ValueError, match=r"columns \['w'\] name another method than its slug 'wrong_column'"):
+    with pytest.raises(ValueError, match=r"columns \['w'\] name another method than its key 'wrong_column'"):
         register(method)
     assert not {"title", "report", "my-method", "wrong_column"} & set(registry.methods())
 

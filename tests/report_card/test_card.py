@@ -25,7 +25,6 @@ import torch
 import evaluate
 from evaluation_engine.command import Evaluation
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.options import DetectorOptions
 from evaluation_engine.outputs import read_replicates
 from evaluation_engine.runner import TrainerOptions
 from evaluation_methods.generated import set_differences
@@ -113,7 +112,7 @@ def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path, capsy
     _, card = evaluate.parse(["report", "--config", str(ROOT / "configs/evaluate/fashion_report.yaml")])
     assert isinstance(card, ReportCard)
     assert card.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt"]
-    assert set(card.sections) == {"oscr", "severity", "generated", "evg"}
+    assert set(card.sections) == {"open_set", "severity", "generated", "evg"}
     # a section's config file gives its options, without the models, κ and trainer options
     generated = card.section_options["generated"]
     assert generated["output_dir"] == "runs/demo/report/generated" and generated["label_filter"] is True
@@ -135,7 +134,20 @@ def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path, capsy
     with pytest.raises(SystemExit, match="the report has no section"):
         evaluate.main(["report", "--model", "x.ckpt"])
     with pytest.raises(SystemExit, match="confidence level must lie in"):
-        evaluate.main(["report", "--model", "x.ckpt", "--oscr", "{}", "--intervals.level", "1.5"])
+        evaluate.main(["report", "--model", "x.ckpt", "--open_set", "{}", "--intervals.level", "1.5"])
+
+
+def test_the_open_set_section_s_old_name_still_works_and_says_so() -> None:
+    """One id per method: the open-set section is ``open_set`` (its folder, its key), ``oscr`` its command; the
+    section's old key is taken for one release, with a warning, on the command line, in YAML and from Python."""
+    with pytest.warns(FutureWarning, match="the report section 'oscr' is now 'open_set' \\(kept for one release\\)"):
+        card = ReportCard(model=["x.ckpt"], sections={"oscr": {"fpr": [0.1]}})
+    assert card.sections == {"open_set": {"fpr": [0.1]}} and card.section_options["open_set"] == {"fpr": [0.1]}
+    with pytest.warns(FutureWarning, match="'oscr' is now 'open_set'"):
+        card = evaluate.parse(["report", "--model", "x.ckpt", "--oscr", "{fpr: [0.1]}"])[1]
+    assert card.section_options == {"open_set": {"fpr": [0.1]}}
+    with pytest.raises(ValueError, match="report sections 'oscr' and 'open_set' name one method: give 'open_set' only"):
+        ReportCard(model=["x.ckpt"], sections={"oscr": {}, "open_set": {}})
 
 
 # -- a whole card ---------------------------------------------------------------------------------------------
@@ -153,7 +165,7 @@ def card(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     config = {
         "model": [str(demo_checkpoint), f"ensemble:{members}"],
         "kappa": ["softmax", "max_logit", "ensemble_mi"],
-        "oscr": {},
+        "open_set": {},
         "severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
         "generated": {"data": "fashion", "near_ood": [str(sets["near_ood"])], "shift": [str(sets["shift"])],
                       "real_ood": ["digits=digits"]},
@@ -361,7 +373,7 @@ def test_pairs_types_and_the_python_entry_are_checked_before_anything_runs(tmp_p
     with pytest.raises(SystemExit, match="'ensemble_mi' pairs with no model of the report"):
         evaluate.main(["report", "--model", "x.ckpt", "--kappa", "ensemble_mi", "--severity", "{}"])
     with pytest.raises(SystemExit, match="oscr needs a classifier checkpoint of train.py"):
-        evaluate.main(["report", "--model", "ensemble:members.txt", "--kappa", "ensemble_mi", "--oscr", "{}"])
+        evaluate.main(["report", "--model", "ensemble:members.txt", "--kappa", "ensemble_mi", "--open_set", "{}"])
     # section values checked by type by the command line's parser, naming the section, the key and the value
     for section, value, named in (("severity", "{num_levels: eleven}", "{'num_levels': 'eleven'}"),
                                   ("evg", "{chains: 4.5}", "Expected a <class 'int'>. Got value: 4.5")):
@@ -371,25 +383,24 @@ def test_pairs_types_and_the_python_entry_are_checked_before_anything_runs(tmp_p
         assert f'Parser key "{section}"' in error and named in error
     # from Python, the same checks by the command's own parser
     with pytest.raises(ValueError, match=r"report section severity: .*num_levels.*eleven"):
-        ReportCard.of(model=["x.ckpt"], severity={"num_levels": "eleven"})
-    # from Python: one κ as a string, intervals and trainer options as mappings; the groups by their flat names
-    # (.of) or whole (the constructor), the same card either way
-    card = ReportCard.of(model="x.ckpt", kappa="softmax", severity={}, intervals={"level": 0.9, "resamples": 50},
-                      trainer={"accelerator": "cpu", "wandb_mode": "disabled"})
+        ReportCard(model=["x.ckpt"], sections={"severity": {"num_levels": "eleven"}})
+    # from Python: one κ as a string, intervals and trainer options as mappings
+    card = ReportCard(model="x.ckpt", kappa="softmax", intervals={"level": 0.9, "resamples": 50},
+                      trainer={"accelerator": "cpu", "wandb_mode": "disabled"},
+                      sections={"severity": {}})
     assert card.kappa == ["softmax"] and card.model == ["x.ckpt"]
     assert (card.intervals.level, card.intervals.resamples) == (0.9, 50) and card.options.accelerator == "cpu"
-    whole = ReportCard("x.ckpt", severity={}, detector_options=DetectorOptions(kappa=["softmax"]))
-    assert whole.detector_options == card.detector_options and whole.output_dir == card.output_dir == Path("runs/report")
+    assert card.output_dir == Path("runs/report") and card.cache_dir == "runs/cache"
     with pytest.raises(ValueError, match=r"report sections \['num_level'\] are no registered evaluation method"):
-        ReportCard.of(model="x.ckpt", severity={}, num_level=3)
-    with pytest.raises(ValueError, match=r"evaluate.py severity has no option 'num_level' \(its options: .*'num_levels'"):
-        SeverityEvaluation.of(model="x.ckpt", num_level=3)
-    with pytest.raises(ValueError, match=r"evaluate.py report takes no --pretrained-file \(its model_options: \[.random_weights.\]\)"):
-        ReportCard("x.ckpt", severity={}, model_options={"pretrained_file": "w.pth"})
+        ReportCard(model="x.ckpt", sections={"severity": {}, "num_level": 3})
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_level'"):
+        SeverityEvaluation(model="x.ckpt", num_level=3)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'pretrained_file'"):
+        ReportCard(model="x.ckpt", pretrained_file="w.pth", sections={"severity": {}})
     with pytest.raises(ValueError, match=r"intervals: \['levle'\] are not options of Intervals"):
-        ReportCard(["x.ckpt"], severity={}, intervals={"levle": 0.9})
+        ReportCard(model=["x.ckpt"], intervals={"levle": 0.9}, sections={"severity": {}})
     with pytest.raises(ValueError, match="a mean over seeds needs at least two different runs"):
-        ReportCard([{"name": "eos", "seeds": ["a.ckpt", "a.ckpt"]}], severity={})
+        ReportCard(model=[{"name": "eos", "seeds": ["a.ckpt", "a.ckpt"]}], sections={"severity": {}})
 
 
 def test_a_section_config_is_read_relative_to_the_config_file(tmp_path: Path, monkeypatch) -> None:
@@ -405,9 +416,9 @@ def test_a_section_config_is_read_relative_to_the_config_file(tmp_path: Path, mo
 def test_section_folders_are_checked_before_the_first_section_runs(demo_checkpoint: Path, tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    card = ReportCard.of(model=[str(demo_checkpoint)], oscr={}, severity={"data": "fashion", "output_dir": str(blocked / "s")},
-                      output_dir=str(tmp_path / "card"), cache_dir=None,
-                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled"})
+    card = ReportCard(model=[str(demo_checkpoint)], output_dir=str(tmp_path / "card"), cache_dir=None,
+                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled"},
+                      sections={"open_set": {}, "severity": {"data": "fashion", "output_dir": str(blocked / "s")}})
     with pytest.raises(NotADirectoryError, match="is a file"):
         card.run()
     assert not (tmp_path / "card" / "open_set").exists()  # OSCR, the first section, never ran
@@ -438,10 +449,11 @@ def test_several_seeds_make_one_row_with_the_seed_mean_interval(demo_checkpoint:
     from tests.conftest import train_demo_checkpoint
 
     seeds = [str(demo_checkpoint)] + [str(train_demo_checkpoint(tmp_path / f"seed{s}", "eos", seed=s)) for s in (1, 2)]
-    card = ReportCard.of(model=[{"name": "eos", "seeds": seeds}], kappa=["softmax", "energy"],
-                      severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
-                      output_dir=str(tmp_path / "card"), cache_dir=None, intervals={"resamples": RESAMPLES},
-                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False})
+    card = ReportCard(model=[{"name": "eos", "seeds": seeds}], kappa=["softmax", "energy"],
+                      output_dir=str(tmp_path / "card"), cache_dir=None,
+                      intervals={"resamples": RESAMPLES},
+                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False},
+                      sections={"severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10}}})
     rows = card.run()
     assert [(r["model"], r["kappa"]) for r in rows] == [("eos", "softmax"), ("eos", "energy")]  # members folded in
     names = ["demo-best", "seed1-best", "seed2-best"]
@@ -506,7 +518,8 @@ def test_seeds_of_other_recipes_are_refused_before_any_pass(demo_checkpoint: Pat
     # the kind is in the specs: refused as the card is built, before a file is read
     with pytest.raises(ValueError, match=r"model 'eos' of several seeds: its seeds are not runs of one recipe.*\n"
                                          r"  kind: seed 1 \(a.ckpt\): 'checkpoint'; seed 2 \(ensemble:m.txt\): 'ensemble'"):
-        ReportCard([{"name": "eos", "seeds": ["a.ckpt", "ensemble:m.txt"]}], severity={})
+        ReportCard(model=[{"name": "eos", "seeds": ["a.ckpt", "ensemble:m.txt"]}],
+                   sections={"severity": {}})
     with pytest.raises(ValueError, match=r"kind: seeds 1 \(a.ckpt\), 3 \(b.ckpt\): 'checkpoint'; seed 2 \(timm:resnet18\)"):
         ModelSeeds("eos", ["a.ckpt", "timm:resnet18", "b.ckpt"])
     # the rest is what each checkpoint records: its architecture, loss, classes and data
@@ -518,8 +531,9 @@ def test_seeds_of_other_recipes_are_refused_before_any_pass(demo_checkpoint: Pat
     other = recipe_variant(demo_checkpoint, tmp_path / "other", known=(0, 1, 2, 4))
     assert ScoringModel(str(copy)).recipe == ScoringModel(str(demo_checkpoint)).recipe
     seeds = [str(demo_checkpoint), wider, str(copy), softmax, other]
-    card = ReportCard.of(model=[{"name": "eos", "seeds": seeds}], severity={"data": "fashion"},
-                         output_dir=str(tmp_path / "card"), cache_dir=None, trainer={"wandb_mode": "disabled"})
+    card = ReportCard(model=[{"name": "eos", "seeds": seeds}], output_dir=str(tmp_path / "card"),
+                      cache_dir=None, trainer={"wandb_mode": "disabled"},
+                      sections={"severity": {"data": "fashion"}})
     with pytest.raises(ValueError, match="its seeds are not runs of one recipe") as raised:
         card.run()
     lines = str(raised.value).splitlines()
@@ -545,13 +559,15 @@ def test_seeds_of_other_recipes_are_refused_before_any_pass(demo_checkpoint: Pat
 def test_a_model_no_kappa_pairs_with_is_refused_before_anything_runs() -> None:
     with pytest.raises(ValueError, match=r"no confidence function of the report pairs with model ensemble:m.txt: it "
                                          r"would get no leaderboard row .*'softmax'.*an ensemble needs an ensemble κ"):
-        ReportCard(["x.ckpt", "ensemble:m.txt"], severity={}, detector_options={"kappa": ["softmax"]})
+        ReportCard(model=["x.ckpt", "ensemble:m.txt"], kappa=["softmax"],
+                   sections={"severity": {}})
     with pytest.raises(ValueError, match=r"pairs with model 'ens' \(its seeds: \['ensemble:a.txt', 'ensemble:b.txt', "
                                          r"'ensemble:c.txt'\]\)"):
-        ReportCard(["x.ckpt", {"name": "ens", "seeds": ["ensemble:a.txt", "ensemble:b.txt", "ensemble:c.txt"]}],
-                   severity={}, detector_options={"kappa": ["softmax"]})
+        ReportCard(model=["x.ckpt", {"name": "ens", "seeds": ["ensemble:a.txt", "ensemble:b.txt", "ensemble:c.txt"]}],
+                   kappa=["softmax"], sections={"severity": {}})
     # a section's own κ gives the ensemble its rows
-    ReportCard(["x.ckpt", "ensemble:m.txt"], severity={"kappa": ["softmax", "ensemble_mi"]})
+    ReportCard(model=["x.ckpt", "ensemble:m.txt"],
+               sections={"severity": {"kappa": ["softmax", "ensemble_mi"]}})
 
 
 PROBE: dict[tuple[str, str], tuple[float | None, torch.Tensor | None, str]] = {}
@@ -581,7 +597,7 @@ class Probe(Evaluation):
 
 
 class ProbeMethod(Method):
-    key, slug, evaluation = "probe", "probe", Probe
+    key, evaluation = "probe", Probe
     title, name, group = "Probe", "Probe", "Probe"
     unit = "hand-made replicates"
     headlines = (Headline("probe_score", "probe score", "probe", True, "a number the test sets"),)
@@ -614,9 +630,10 @@ def test_two_seeds_warn_and_the_page_says_their_interval_is_uninformative(demo_c
                   ("seed1-best", "max_logit"): (0.6, constant(0.6), "v")})
     with pytest.warns(UserWarning, match=r"model 'eos': 2 seeds: .* t on 1 degree of freedom \(its 95% quantile is "
                                          r"12.7; 4.3 with 3 seeds\)"):
-        card = ReportCard.of(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(second)]}],
-                             kappa=["softmax", "energy", "max_logit"], probe={}, output_dir=str(tmp_path / "card"),
-                             cache_dir=None, trainer={"wandb_mode": "disabled"})
+        card = ReportCard(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(second)]}],
+                          kappa=["softmax", "energy", "max_logit"], sections={"probe": {}},
+                          output_dir=str(tmp_path / "card"), cache_dir=None,
+                          trainer={"wandb_mode": "disabled"})
     with pytest.warns(UserWarning, match=r"model 'eos': numbers not combined over its seeds, left out of the "
                                          r"leaderboard: max_logit / probe score: the seeds were measured on different "
                                          r"data \(units: demo-best: u; seed1-best: v\)"):
@@ -642,11 +659,11 @@ def test_a_card_without_a_leaderboard_row_is_an_error_that_says_why(demo_checkpo
     second, third = (seed_variant(demo_checkpoint, tmp_path / f"seed{k}" / "checkpoints" / "best.ckpt", seed=k)
                      for k in (1, 2))
     seeds = [{"name": "eos", "seeds": [str(demo_checkpoint), str(second), str(third)]}]
-    options = {"probe": {}, "cache_dir": None, "trainer": {"wandb_mode": "disabled"}}
+    options = {"sections": {"probe": {}}, "cache_dir": None, "trainer": {"wandb_mode": "disabled"}}
     # the seeds measured on other data: no number of the model can be combined, and it was its only row
     PROBE.update({("demo-best", "softmax"): (0.5, constant(0.5), "u"), ("seed1-best", "softmax"): (0.6, constant(0.6), "v"),
                   ("seed2-best", "softmax"): (0.7, constant(0.7), "u")})
-    card = ReportCard.of(model=seeds, output_dir=str(tmp_path / "a"), **options)
+    card = ReportCard(model=seeds, output_dir=str(tmp_path / "a"), **options)
     with pytest.raises(ValueError, match=r"model 'eos' of several seeds gets no leaderboard row: none of its numbers "
                                          r"could be combined over its seeds \(softmax / probe score: the seeds were "
                                          r"measured on different data \(units: demo-best: u; seed1-best: v; "
@@ -657,11 +674,11 @@ def test_a_card_without_a_leaderboard_row_is_an_error_that_says_why(demo_checkpo
     # one seed without a value
     PROBE[("seed1-best", "softmax")] = (None, None, "u")
     with pytest.raises(ValueError, match=r"softmax / probe score: seed1-best has no value"):
-        ReportCard.of(model=seeds, output_dir=str(tmp_path / "b"), **options).run()
+        ReportCard(model=seeds, output_dir=str(tmp_path / "b"), **options).run()
     # a single model without a number: an empty leaderboard
     with pytest.raises(ValueError, match=r"the report card would have an empty leaderboard: the sections gave no "
                                          r"headline number .*\{'probe': 1\}; rows: \['seed1-best / softmax'\]"):
-        ReportCard.of(model=[str(second)], output_dir=str(tmp_path / "c"), **options).run()
+        ReportCard(model=[str(second)], output_dir=str(tmp_path / "c"), **options).run()
     assert not (tmp_path / "c" / "index.html").exists()
     assert "Report card written" not in capsys.readouterr().out
 
@@ -679,9 +696,9 @@ def test_a_row_fitted_on_its_test_data_is_marked_on_the_page_and_in_the_json(dem
         PROBE[(model, "knn")] = (base + 0.1, constant(base + 0.1) + torch.linspace(-0.05, 0.05, 50,
                                                                                    dtype=torch.float64), "u")
     PROBE_OVERLAP.update({("demo-best", "knn"): note, ("seed2-best", "knn"): note})
-    card = ReportCard.of(model=[str(demo_checkpoint), {"name": "eos", "seeds": [str(s) for s in seeds]}],
-                         kappa=["softmax", "knn"], probe={}, output_dir=str(tmp_path / "card"), cache_dir=None,
-                         trainer={"wandb_mode": "disabled"})
+    card = ReportCard(model=[str(demo_checkpoint), {"name": "eos", "seeds": [str(s) for s in seeds]}],
+                      kappa=["softmax", "knn"], sections={"probe": {}}, output_dir=str(tmp_path / "card"),
+                      cache_dir=None, trainer={"wandb_mode": "disabled"})
     rows = {(row["model"], row["kappa"]): row for row in card.run()}
     # the marked rows still compete (eos / knn is the best of its column), and say why
     marked = rows[("demo-best", "knn")]
@@ -718,12 +735,12 @@ def test_a_card_fitted_on_exports_of_its_test_images_marks_the_rows_and_tables_i
     from tests.evaluation_engine.test_scoring import export_demo_test_images
 
     export_demo_test_images(tmp_path / "fit", 2, train=5)
-    card = ReportCard.of(model=[str(demo_checkpoint)], kappa=["softmax", "knn"],
-                         severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10},
+    card = ReportCard(model=[str(demo_checkpoint)], kappa=["softmax", "knn"], intervals={"resamples": 50},
+                      output_dir=str(tmp_path / "card"), cache_dir=None, plots=False,
+                      trainer={"wandb_mode": "disabled"},
+                      sections={"severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10},
                                    "fit_data": str(tmp_path / "fit"), "allow_fit_overlap": True,
-                                   "kappa_args": {"knn": {"k": 1}}},
-                         intervals={"resamples": 50}, output_dir=str(tmp_path / "card"), cache_dir=None,
-                         plots=False, trainer={"wandb_mode": "disabled"})
+                                   "kappa_args": {"knn": {"k": 1}}}})
     with pytest.warns(RuntimeWarning, match="fit set 'fit' overlaps id_test: 8 of its 28 images are id_test images"):
         rows = {row["kappa"]: row for row in card.run()}
     note = "fit set 'fit' overlaps id_test: 8 of its 28 images are id_test images (allowed by --allow-fit-overlap)"
@@ -745,10 +762,10 @@ def test_severity_levels_beyond_the_windows_are_refused_in_the_card_before_any_p
     data = FashionSeverityData(estimation=20, test=10)
     data.setup()
     pool, group = len(data.ood_classes), len(data.classes)
-    card = ReportCard.of(model=[str(demo_checkpoint)], oscr={},
-                         severity={"data": "fashion", "num_levels": pool - group + 2,
-                                   "data_args": {"estimation": 20, "test": 10}},
-                         output_dir=str(tmp_path / "card"), cache_dir=None, trainer={"wandb_mode": "disabled"})
+    card = ReportCard(model=[str(demo_checkpoint)], output_dir=str(tmp_path / "card"), cache_dir=None,
+                      trainer={"wandb_mode": "disabled"},
+                      sections={"open_set": {}, "severity": {"data": "fashion", "num_levels": pool - group + 2,
+                                   "data_args": {"estimation": 20, "test": 10}}})
     with pytest.raises(ValueError, match=rf"num_levels = {pool - group + 2} asks for more severity levels than "
                                          rf"FashionSeverityData has distinct ones: M − G \+ 1 = {pool} − {group} \+ 1 = "
                                          rf"{pool - group + 1} windows"):
@@ -768,16 +785,17 @@ def test_the_python_entry_checks_its_arguments_types(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"report: output_dir must be str \| None, got 123 \(int\)"):
         report(["x.ckpt"], severity={}, output_dir=123)
     with pytest.raises(TypeError, match=r"report: plots must be bool, got 5 \(int\)"):
-        ReportCard.of(model="x.ckpt", severity={}, plots=5)
-    assert ReportCard.of(model="x.ckpt", severity={}, plots="no").plots is False  # as --plots no reads
+        ReportCard(model="x.ckpt", plots=5, sections={"severity": {}})
+    assert ReportCard(model="x.ckpt", plots="no", sections={"severity": {}}).plots is False  # as --plots no reads
     with pytest.raises(TypeError, match=r"report: title must be a str, got 3 \(int\)"):
-        ReportCard("x.ckpt", title=3, severity={})
+        ReportCard(model="x.ckpt", title=3, sections={"severity": {}})
     with pytest.raises(TypeError, match=r"model eos: seeds must be a list of model specs \(str\), got \['a.ckpt', 2\]"):
         ModelSeeds("eos", ["a.ckpt", 2])
     with pytest.raises(TypeError, match=r"report: each model must be a model spec .*got 7 \(int\) in \['x.ckpt', 7\]"):
-        ReportCard(["x.ckpt", 7], severity={})
+        ReportCard(model=["x.ckpt", 7], sections={"severity": {}})
     # paths are taken as their strings
-    card = ReportCard.of(model="x.ckpt", severity={}, output_dir=tmp_path / "card", cache_dir=tmp_path / "cache")
+    card = ReportCard(model="x.ckpt", output_dir=tmp_path / "card", cache_dir=tmp_path / "cache",
+                      sections={"severity": {}})
     assert card.output_dir == tmp_path / "card" and card.cache_dir == str(tmp_path / "cache")
 
 
@@ -912,9 +930,10 @@ def test_seeds_that_are_one_network_are_refused_before_any_pass(demo_checkpoint:
     copy.parent.mkdir(parents=True)
     copy.write_bytes(demo_checkpoint.read_bytes())
     other = seed_variant(demo_checkpoint, tmp_path / "other" / "checkpoints" / "best.ckpt")
-    card = ReportCard.of(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(other), str(copy)]}],
-                         severity={"data": "fashion"}, output_dir=str(tmp_path / "card"), cache_dir=None,
-                         trainer={"wandb_mode": "disabled"})
+    card = ReportCard(model=[{"name": "eos", "seeds": [str(demo_checkpoint), str(other), str(copy)]}],
+                      output_dir=str(tmp_path / "card"), cache_dir=None,
+                      trainer={"wandb_mode": "disabled"},
+                      sections={"severity": {"data": "fashion"}})
     with pytest.raises(ValueError, match=rf"model 'eos' of several seeds: {demo_checkpoint} and {copy} are one network "
                                          r"\(identical weights\), not runs of different training seeds"):
         card.run()

@@ -141,10 +141,11 @@ def test_an_installed_detector_runs_through_severity_and_the_card(plugin: Path, 
 
     from report_card.card import ReportCard
 
-    card = ReportCard.of(model=[str(demo_checkpoint)], kappa=["energy", "shifted_energy"],
-                         severity={"data": "fashion", "data_args": {"estimation": 20, "test": 10}},
-                         output_dir=str(plugin / "card"), cache_dir=None, intervals={"resamples": 50},
-                         trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False})
+    card = ReportCard(model=[str(demo_checkpoint)], kappa=["energy", "shifted_energy"],
+                      output_dir=str(plugin / "card"), cache_dir=None,
+                      intervals={"resamples": 50},
+                      trainer={"accelerator": "cpu", "devices": 1, "wandb_mode": "disabled", "progress_bar": False},
+                      sections={"severity": {"data": "fashion", "data_args": {"estimation": 20, "test": 10}}})
     leaderboard = {row["kappa"]: row["cells"]["severity_mean"]["value"] for row in card.run()}
     mean = float(np.mean([float(r["ood-auroc"]) for r in by_kappa["energy"]]))
     assert leaderboard == pytest.approx({"energy": mean, "shifted_energy": mean}, abs=1e-12)
