@@ -40,7 +40,7 @@ from datamodules.shard_store import ShardError
 from evaluation_engine import TrainerOptions
 from evaluation_engine.options import add_command_arguments, command_options, section_type
 from evaluation_engine.runner import release_peers
-from evaluation_methods.registry import commands, methods
+from evaluation_methods.registry import COMMAND_ALIASES, commands, methods
 from report_card.card import RENAMED_SECTIONS, ReportCard, report
 
 
@@ -62,7 +62,7 @@ class Commands(collections.abc.Mapping):
 
 
 COMMANDS = Commands()
-ALIASES = {"adversarial": "evg"}
+ALIASES = COMMAND_ALIASES
 # options given as repeated KEY=VALUE (or KIND.KEY=VALUE), collected into one typed dictionary
 KEY_VALUE = {"data_arg": "data_args", "model_arg": "model_args", "kappa_arg": "kappa_args",
              "variation_arg": "variation_args", "sampler_arg": "sampler_args", "fit_arg": "fit"}

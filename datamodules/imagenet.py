@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,11 @@ class FolderProtocolDataModule(OpenSetDataModule):
     """
 
     def __init__(self, *, root: str, protocol: Protocol, name: int | str, **options: Any) -> None:
-        self.options = FolderOptions(**options)
+        try:
+            self.options = FolderOptions(**options)
+        except TypeError as error:  # a misspelt option, named with the datamodule the user called
+            raise TypeError(f"{type(self).__name__}: {error} (its options: {[f.name for f in fields(FolderOptions)]})"
+                            ) from None
         super().__init__(batch_size=self.options.batch_size, num_workers=self.options.num_workers,
                          train_negatives=self.options.train_negatives, pin_memory=self.options.pin_memory)
         if len(protocol.known) < 2:

@@ -18,6 +18,7 @@ shares (:mod:`evaluation_engine.options`), whose fields are its own by their fla
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -70,6 +71,10 @@ class Evaluation(OptionGroup):
     # the command's scoring passes read image files and can decode them on the device (--decode device)
     decodes_on_device: ClassVar[bool] = False
 
+    # a command is compared and hashed as the object it is (the option groups it inherits compare by value)
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     trainer: TrainerOptions | None = None
     # the scoring passes of a run of several evaluations (the report card's): set by that run, else None and
     # each evaluation keeps its own (evaluation_engine.scoring.ScoringPasses)
@@ -84,6 +89,14 @@ class Evaluation(OptionGroup):
         if self.options.decode == "device" and not self.decodes_on_device:
             raise ValueError(f"evaluate.py {self.command} decodes its images on the CPU (--decode device applies to "
                              "the scoring passes of oscr, severity, generated, evg and report)")
+
+    @classmethod
+    def of(cls, **options: Any) -> Evaluation:
+        """Deprecated (kept for one release): the command is a keyword-only dataclass; call it with the same
+        keywords."""
+        warnings.warn(f"{cls.__name__}.of(...) is deprecated (kept for one release): call {cls.__name__}(...) with "
+                      "the same keywords", FutureWarning, stacklevel=2)
+        return cls(**options)
 
     def scoring_passes(self, cache_dir: str | Path | None) -> Any:
         """The passes the command's callback scores with: the run's shared ones (the report card's), else its own

@@ -15,7 +15,6 @@ every κ there, once). jsonargparse parses a command by its signature (:func:`ad
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import typing
 from collections.abc import Mapping, Sequence
@@ -215,7 +214,9 @@ NOT_OPTIONS = ("trainer", "sections")
 def command_options(cls: type) -> dict[str, Any]:
     """A command's options (the keyword arguments of its constructor, its option groups' fields among them) ->
     their types."""
-    hints = typing.get_type_hints(cls if dataclasses.is_dataclass(cls) else cls.__init__)
+    owner = next(k for k in cls.__mro__ if "__init__" in vars(k))  # whose __init__ the command runs
+    params = vars(owner).get("__dataclass_params__")
+    hints = typing.get_type_hints(cls if params is not None and params.init else cls.__init__)
     return {name: hints.get(name, Any) for name, p in inspect.signature(cls).parameters.items()
             if name not in NOT_OPTIONS and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 

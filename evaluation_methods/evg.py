@@ -121,8 +121,8 @@ class EvGEvaluation(Evaluation, WeightOptions, DataOptions, DetectorOptions, Out
             checkpoint (its datamodule) or a datamodule class path; default: the first checkpoint model's.
         batch_size: of the passes over the fixed sets (default 256).
         num_workers: data-loading workers of those passes (default 0).
-        fit_data: the in-distribution training images of fitted detectors (default: the ID datamodule's training
-            split).
+        fit_data: the in-distribution training images of fitted detectors, ``<folder>/<class>/*`` with the model's
+            classes (default: the ID datamodule's training split).
         output_dir: tables, figures and chain results (default ``runs/evg``).
         cache_dir: the cache of the fixed sets' passes (default: ``<output_dir>/cache``).
 

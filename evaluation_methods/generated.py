@@ -148,8 +148,9 @@ class GenerateSets(Evaluation, DataArgOptions):
         if self.num < 1:
             raise ValueError(f"the number of images must be positive, got {self.num}")
         for name in ("reference", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         LatentSeeds(self.num, self.seed)  # a seed whose per-image seeds do not fit 64 bits is refused here
         self.ensemble = ([self.ensemble] if isinstance(self.ensemble, str) else list(self.ensemble)) \
             if self.ensemble else None
@@ -261,8 +262,8 @@ class GeneratedEvaluation(Evaluation, WeightOptions, DataOptions, DetectorOption
             default: the first checkpoint model's datamodule (from Python also a :class:`GeneratedBenchmarkData`).
         batch_size: of the passes (default 256).
         num_workers: data-loading workers of the passes (default 0).
-        fit_data: the in-distribution training images of fitted detectors (default: the ID datamodule's training
-            split).
+        fit_data: the in-distribution training images of fitted detectors, ``<folder>/<class>/*`` with the model's
+            classes (default: the ID datamodule's training split).
         output_dir: the tables and grids (default ``runs/generated``).
 
     The other options are the groups' (:class:`WeightOptions`, :class:`DataOptions`, :class:`DetectorOptions`,

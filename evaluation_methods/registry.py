@@ -147,6 +147,8 @@ class Method:
 # what a method's key cannot be: evaluate.py report's command and its own options (a section is --<key>)
 RESERVED = frozenset({"report", "model", "kappa", "kappa_args", "output_dir", "cache_dir", "intervals", "title",
                       "random_weights", "plots", "fit_data", "fit", "trainer", "config", "help"})
+# the other names of commands on evaluate.py's line (the alias -> the command)
+COMMAND_ALIASES = {"adversarial": "evg"}
 _REGISTRY: dict[str, Method] = {}
 _LOADED = False
 
@@ -161,6 +163,11 @@ def register(method: type[Method] | Method) -> Any:
     if getattr(instance, "slug", instance.key) != instance.key:  # a plug-in written for two ids
         raise ValueError(f"method {instance.key}: one id per method, its key; its slug {instance.slug!r} is no "
                          "longer read (drop it, or make it the key)")
+    for cls in (instance.evaluation, *instance.commands):
+        command = getattr(cls, "command", "")
+        if not command or command == "report" or command in COMMAND_ALIASES or command.startswith("-"):
+            raise ValueError(f"method {instance.key}: its command {command!r} ({cls.__name__}) must be a name of its own "
+                             f"(not empty, not evaluate.py report, not an alias {sorted(COMMAND_ALIASES)})")
     if not instance.key.isidentifier() or instance.key in RESERVED:
         raise ValueError(f"method key {instance.key!r}: a report section's key must be a Python name and not one "
                          f"of evaluate.py report's own options or commands {sorted(RESERVED)}")

@@ -11,6 +11,7 @@ other numbers; :func:`load_run` refuses evaluation data whose classes are not th
 from __future__ import annotations
 
 import importlib
+import io
 import pickle
 import zipfile
 from collections.abc import Sequence
@@ -159,7 +160,17 @@ def load_module(
     overrides: dict[str, Any] = {"pretrained": False} if "pretrained" in hyper_parameters else {}
     if "_class_path" in hyper_parameters:  # LightningCLI's record of the class, maybe under a module path of before
         overrides["_class_path"] = f"{module_class.__module__}.{module_class.__qualname__}"
-    return module_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+    taken, more = parameter_names(module_class)
+    stray = [] if more else [k for k in hyper_parameters if not k.startswith("_") and k not in taken]
+    if not stray:
+        return module_class.load_from_checkpoint(path, map_location="cpu", **overrides)
+    # keys the class does not take, which LightningCLI recorded (train.py's link of the data's num_classes into a
+    # generator, whose options now come as **options): the checkpoint is loaded without them
+    cleaned = {**checkpoint, "hyper_parameters": {k: v for k, v in hyper_parameters.items() if k not in stray}}
+    buffer = io.BytesIO()
+    torch.save(cleaned, buffer)
+    buffer.seek(0)
+    return module_class.load_from_checkpoint(buffer, map_location="cpu", **overrides)
 
 
 def datamodule_from_checkpoint(checkpoint: dict[str, Any], path: str | Path,

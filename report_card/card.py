@@ -207,6 +207,14 @@ class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
             if "kappa" in options else self.detector_classes for name, options in self.section_options.items()}
         self._check_pairs()
 
+    @classmethod
+    def of(cls, **options: Any) -> ReportCard:
+        """Deprecated (kept for one release): call ``ReportCard(model=..., sections={...})``, or :func:`report`,
+        which takes each section as a keyword."""
+        warnings.warn("ReportCard.of(...) is deprecated (kept for one release): call ReportCard(..., sections={...}) "
+                      "or report(...)", FutureWarning, stacklevel=2)
+        return cls(**with_sections(options))
+
     def _check_types(self) -> None:
         """The card's own options given from Python, each checked by its type by the command's parser before
         anything runs: a wrong type is a ``TypeError`` naming the option, the value and the type expected. Paths
@@ -490,10 +498,19 @@ def report(model: str | ModelSeeds | Sequence[str | ModelSeeds], kappa: str | Se
     check_model_type(model)
     check_kappa_type(kappa)
     single = isinstance(model, (str, ModelSeeds, Mapping))
-    sections = {**options.pop("sections", {}), **{key: options.pop(key) for key in list(options)
-                                                  if key in methods() or key in RENAMED_SECTIONS}}
     return ReportCard(model=[model] if single else list(model), kappa=[kappa] if isinstance(kappa, str) else list(kappa),
-                      sections=sections, trainer=TrainerOptions.of(trainer), **options).run()
+                      trainer=TrainerOptions.of(trainer), **with_sections(options)).run()
+
+
+def with_sections(options: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`ReportCard`'s keyword arguments from Python's spelling, where each section is a keyword of its own
+    (``severity={...}``): every keyword that is no option of the card is a section, named by the card if no
+    method has that key."""
+    options = dict(options)
+    sections = dict(options.pop("sections", None) or {})
+    known = {*command_options(ReportCard), "trainer"}
+    sections.update({key: options.pop(key) for key in list(options) if key not in known})
+    return {**options, "sections": sections}
 
 
 # -- the types of the entry points ---------------------------------------------------------------------------

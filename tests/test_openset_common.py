@@ -148,3 +148,31 @@ def test_the_options_a_module_passes_on_are_typed_recorded_whole_and_rebuilt(tmp
     assert dict(NearOODGenerator(**recorded).hparams) == recorded
     with pytest.raises(TypeError, match="unexpected keyword argument 'lr_'"):
         NearOODGenerator(lr_=1e-3)
+
+
+def test_a_generator_checkpoint_of_before_with_a_linked_key_it_does_not_take_still_loads(tmp_path):
+    """train.py links the data's ``num_classes`` into every model; LightningCLI recorded it for generators of before,
+    which never took it. Now that their options come as ``**options``, ``load_module`` leaves such a key out."""
+    import warnings
+
+    import torch
+
+    from lightning_modules.checkpoint import load_module
+    from lightning_modules.generated import NearOODGenerator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        generator = NearOODGenerator(lambda_perceptual=0, lambda_semantic=0, base_width=8, latent_dim=16, lr=1e-3)
+    recorded = {"_class_path": "lightning_modules.NearOODGenerator", **generator.hparams, "num_classes": 4,
+                "_instantiator": "pytorch_lightning.cli.instantiate_module"}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": generator.state_dict(), "hyper_parameters": recorded,
+                "model_class": "lightning_modules.generated.generators.NearOODGenerator",
+                "pytorch-lightning_version": "2.6.0"}, path)
+    with pytest.raises(TypeError, match=r"NearOODGenerator: .*unexpected keyword argument 'num_classes' \(its options"):
+        NearOODGenerator(**{k: v for k, v in recorded.items() if not k.startswith("_")})
+    loaded = load_module(path)
+    assert type(loaded) is NearOODGenerator and (loaded.lr, loaded.latent_dim) == (1e-3, 16)
+    assert "num_classes" not in loaded.hparams
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), generator.state_dict().values(),
+                                                  strict=True))

@@ -74,7 +74,7 @@ import inspect
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -205,7 +205,11 @@ class RegularisedGenerator(pl.LightningModule):
     def __init__(self, **options: Any) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.options = o = GeneratorOptions(**options)
+        try:
+            self.options = o = GeneratorOptions(**options)
+        except TypeError as error:  # a misspelt option, named with the generator the user called
+            raise TypeError(f"{type(self).__name__}: {error} (its options: "
+                            f"{[f.name for f in fields(GeneratorOptions)]})") from None
         if o.regularise_every < 1:
             raise ValueError(f"regularise_every must be >= 1, got {o.regularise_every}")
         if o.training_seed is not None and o.training_seed < 0:

@@ -178,3 +178,50 @@ def test_a_detector_whose_hyperparameter_has_no_default_keeps_its_arguments_in_a
     assert (section.kappa, section.kappa_parameters) == (["needy_options"], {"needy_options": {"percentile": 0.5}})
     with pytest.raises(ValueError, match=r"'needy_options' needs the hyperparameters \['percentile'\]"):
         DetectorOptions(kappa=[needy])
+
+
+def test_a_command_is_compared_as_the_object_it_is_and_of_is_kept_for_one_release() -> None:
+    one, other = SeverityEvaluation(model="m.ckpt"), SeverityEvaluation(model="m.ckpt")
+    assert one != other and one == one and len({one, other}) == 2  # the groups compare by value, a command does not
+    with pytest.warns(FutureWarning, match=r"SeverityEvaluation.of\(...\) is deprecated .*call SeverityEvaluation"):
+        old = SeverityEvaluation.of(model="m.ckpt", kappa=["energy"])
+    assert old.kappa == ["energy"]
+    with pytest.warns(FutureWarning, match=r"ReportCard.of\(...\) is deprecated"):
+        card = ReportCard.of(model=["m.ckpt"], severity={"num_levels": 3})
+    assert card.sections == {"severity": {"num_levels": 3}}
+
+
+def test_a_plug_in_command_with_its_own_init_is_typed_by_it() -> None:
+    """A command written the older way, a plain class with its own ``__init__`` over the dataclass base, is read
+    by its ``__init__``'s types (its list and boolean options are what the command line knows them as)."""
+
+    class Plain(Evaluation):
+        command = "plain"
+
+        def __init__(self, model: list[str], verbose: bool = False, *, trainer=None) -> None:
+            super().__init__(trainer=trainer)
+            self.model, self.verbose = model, verbose
+
+    assert command_options(Plain) == {"model": list[str], "verbose": bool}
+    assert Plain(["a"], True).verbose is True
+    assert command_options(SeverityEvaluation)["kappa"] == list[str]
+
+
+def test_a_method_whose_command_takes_a_name_it_cannot_have_is_refused() -> None:
+    from evaluation_methods.registry import Method, methods, register
+
+    for name in ("report", "", "adversarial"):
+        method = type("M", (Method,), {"key": "taken_name", "title": "t", "name": "n", "group": "g",
+                                       "evaluation": type("E", (OSCREvaluation,), {"command": name})})
+        with pytest.raises(ValueError, match=rf"method taken_name: its command {name!r} .* must be a name of its own"):
+            register(method)
+    assert "taken_name" not in methods()
+
+
+def test_report_from_python_names_a_section_no_method_has() -> None:
+    from report_card.card import report
+
+    with pytest.raises(ValueError, match=r"report sections \['sevrity'\] are no registered evaluation method"):
+        report(["m.ckpt"], sevrity={})
+    with pytest.raises(ValueError, match="the report has no section"):
+        report(["m.ckpt"], sections=None)

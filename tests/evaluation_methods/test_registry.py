@@ -33,7 +33,6 @@ TOY_MODULE = '''
 fitted detectors fitted first, with a bootstrap interval (the images resampled, ID and OOD apart)."""
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -287,7 +286,7 @@ def test_the_built_in_methods_keep_their_order_and_columns() -> None:
 def test_a_method_key_the_card_or_its_columns_cannot_carry_is_refused() -> None:
     oscr = evaluate.COMMANDS["oscr"]
     for key in ("title", "report", "my-method"):
-        command = type("E", (oscr,), {"command": key})
+        command = type("E", (oscr,), {"command": f"command_of_{key}"})
         method = type("M", (Method,), {"key": key, "evaluation": command, "title": "t",
                                        "name": "n", "group": "g"})
         with pytest.raises(ValueError, match="must be a Python name and not one of evaluate.py report's own"):
