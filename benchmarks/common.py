@@ -50,6 +50,22 @@ def open_set_data(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Te
     return probs, target
 
 
+def training_config(path: Path) -> Any:
+    """A config of ``train.py`` read as ``train.py`` reads it, by LightningCLI's parser (the model's and the data's
+    classes with their ``init_args`` typed and their defaults filled, the data's class count linked into the model),
+    without building anything: the recipe a benchmark reproduces."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_lightning_class_args(pl.Trainer, "trainer")
+    parser.add_lightning_class_args(pl.LightningModule, "model", subclass_mode=True)
+    parser.add_lightning_class_args(pl.LightningDataModule, "data", subclass_mode=True)
+    parser.add_argument("--seed_everything", type=bool | int, default=True)
+    parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")  # as train.py
+    return parser.parse_path(path)
+
+
 def benchmark_parser(doc: str | None, *, section: str) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with ``--tiny`` and ``--write``; the script adds its own options."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])

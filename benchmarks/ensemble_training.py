@@ -34,11 +34,20 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import Tensor
 from torch.func import functional_call, stack_module_state
 
-from benchmarks.common import alternate, benchmark_parser, finish, load_average, machine, parse, quiet, table
+from benchmarks.common import (
+    alternate,
+    benchmark_parser,
+    finish,
+    load_average,
+    machine,
+    parse,
+    quiet,
+    table,
+    training_config,
+)
 from datamodules import FashionMNISTOpenSetDataModule
 from lightning_modules import OpenSetClassifier
 from lightning_modules.ensemble_quality import known_class_accuracy
@@ -51,14 +60,13 @@ SEED = 0
 
 def settings(*, tiny: bool) -> dict[str, Any]:
     """lr, cosine T_max, batch size and training images a class of the member config (tiny: a toy budget)."""
-    config = yaml.safe_load(CONFIG.read_text())
-    model, data = config["model"]["init_args"], config["data"]["init_args"]
-    found = {"lr": float(model["optimizer"]["init_args"]["lr"]),
-             "t_max": int(model["lr_scheduler"]["init_args"]["T_max"]),
-             "batch_size": int(data["batch_size"]), "max_train_per_class": data.get("max_train_per_class")}
+    config = training_config(CONFIG)
+    model, data = config.model.init_args, config.data.init_args
+    setting = {"lr": float(model.optimizer.init_args.lr), "t_max": int(model.lr_scheduler.init_args.T_max),
+               "batch_size": int(data.batch_size), "max_train_per_class": data.max_train_per_class}
     if tiny:  # 4 x 32 training images in batches of 32: 4 steps
-        found.update(t_max=4, batch_size=32, max_train_per_class=40)
-    return found
+        setting.update(t_max=4, batch_size=32, max_train_per_class=40)
+    return setting
 
 
 def member(seed: int) -> OpenSetClassifier:

@@ -37,10 +37,18 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import yaml
 from torch import Tensor
 
-from benchmarks.common import benchmark_parser, finish, load_average, machine, parse, quiet, table
+from benchmarks.common import (
+    benchmark_parser,
+    finish,
+    load_average,
+    machine,
+    parse,
+    quiet,
+    table,
+    training_config,
+)
 from datamodules import FashionMNISTOpenSetDataModule
 from lightning_modules.generated.generators import NearOODGenerator
 from metrics.ensemble import mutual_information_from_logits
@@ -75,8 +83,8 @@ def train_members(folder: Path, *, count: int, tiny: bool) -> Path:
 
 def demo_settings() -> tuple[dict[str, Any], dict[str, Any]]:
     """The model and data ``init_args`` of the demo's near-OOD config."""
-    config = yaml.safe_load(GENERATOR_CONFIG.read_text())
-    return dict(config["model"]["init_args"]), dict(config["data"]["init_args"])
+    config = training_config(GENERATOR_CONFIG)
+    return config.model.init_args.as_dict(), config.data.init_args.as_dict()
 
 
 def mean_pairwise(module: NearOODGenerator, images: Tensor) -> float:
