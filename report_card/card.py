@@ -224,15 +224,21 @@ class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
         for name in ("output_dir", "cache_dir", "fit_data"):
             if isinstance(getattr(self, name), os.PathLike):
                 setattr(self, name, os.fspath(getattr(self, name)))
-        for name in sorted(set(known) - {"model", "kappa", "intervals", "title", "sections"}):
-            value = getattr(self, name)
-            try:
-                parsed = check_options(type(self), {name: value}, what="report")[name]
-            except ValueError:
-                raise TypeError(f"report: {name} must be {_type_text(known[name])}, got {value!r} "
-                                f"({type(value).__name__})") from None
-            if isinstance(parsed, bool):
-                setattr(self, name, parsed)
+        values = {name: getattr(self, name) for name in sorted(set(known) - {"model", "kappa", "intervals", "title",
+                                                                            "sections"})}
+        try:  # one parser for them all; one per option only to name the wrong one
+            parsed = check_options(type(self), values, what="report")
+        except ValueError:
+            for name, value in values.items():
+                try:
+                    check_options(type(self), {name: value}, what="report")
+                except ValueError:
+                    raise TypeError(f"report: {name} must be {_type_text(known[name])}, got {value!r} "
+                                    f"({type(value).__name__})") from None
+            raise
+        for name, value in parsed.items():
+            if isinstance(value, bool):
+                setattr(self, name, value)
 
     def _check_pairs(self) -> None:
         """Refuse, before anything runs, a κ that pairs with no model of the card and an OSCR section without a
