@@ -9,6 +9,8 @@ tensors in memory:
     id_test     in-distribution test images (the positives of every AUROC)
     id_val      in-distribution validation images (EvG's energy standardisation)
     ood         real OOD images (a severity level's test images, a real OOD set, EvG's OOD set)
+    ood_val     real OOD images kept for choosing hyper-parameters, never a test set (OpenOOD's OOD validation
+                lists, :mod:`datamodules.openood`)
     estimation  OOD images that estimate each class's severity (Galil et al.)
     near_ood    a generated near-OOD set (Mukhoti et al.)
     shift       a generated shifted set, labelled with its sources' classes
@@ -48,7 +50,7 @@ from openset_common.artefacts import digest, tensors_fingerprint
 
 # open_set_test: a protocol's test set of knowns, negatives (-1) and unknowns (-2), as OSCR scores it
 Role = Literal["fit", "id_test", "id_val", "ood", "estimation", "near_ood", "shift", "real_shift", "seeds",
-               "open_set_test"]
+               "open_set_test", "ood_val"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 
