@@ -150,8 +150,8 @@ def gaussian_filter(images: Tensor, sigma: float, *, mode: BoundaryMode, truncat
     two axes (computed in float64, returned in the input's dtype)."""
     weights = gaussian_kernel1d(sigma, truncate)
     height, width = images.shape[-2:]
-    rows = filter_matrix(height, weights, mode)
-    columns = filter_matrix(width, weights, mode)
+    rows = filter_matrix(height, weights, mode).to(images.device)
+    columns = filter_matrix(width, weights, mode).to(images.device)
     filtered = rows @ images.double() @ columns.T
     return filtered.to(images.dtype)
 
@@ -178,8 +178,8 @@ def correlate2d(images: Tensor, kernel: Tensor, *, mode: BoundaryMode) -> Tensor
     ``mode="mirror"``."""
     ky, kx = kernel.shape
     n, c, height, width = images.shape
-    rows = boundary_indices(height, (ky - 1) // 2, mode)
-    columns = boundary_indices(width, (kx - 1) // 2, mode)
+    rows = boundary_indices(height, (ky - 1) // 2, mode).to(images.device)
+    columns = boundary_indices(width, (kx - 1) // 2, mode).to(images.device)
     padded = images.double()[:, :, rows][:, :, :, columns].reshape(n * c, 1, height + ky - 1, width + kx - 1)
     return F.conv2d(padded, kernel.double()[None, None]).reshape(n, c, height, width).to(images.dtype)
 
