@@ -49,7 +49,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -172,16 +171,29 @@ def disk_kernel(radius: float, alias_blur: float) -> Tensor:
     return matrix @ disk @ matrix.T
 
 
-def correlate2d(images: Tensor, kernel: Tensor, *, mode: BoundaryMode) -> Tensor:
+def correlate2d(images: Tensor, kernel: Tensor, *, mode: BoundaryMode, chunk: int = 64) -> Tensor:
     """Each channel of ``images`` (``(N, C, H, W)``) correlated with a centred 2-d ``kernel`` (odd sizes),
-    edges extended by ``mode`` (:func:`boundary_indices`), in float64: OpenCV's ``filter2D`` for
-    ``mode="mirror"``."""
+    edges extended by ``mode`` (:func:`boundary_indices`): OpenCV's ``filter2D`` for ``mode="mirror"``.
+
+    ``out[i, j] = Σ_{u,v} K[u, v] · P[i + u, j + v]`` over the extended image ``P``, computed in float64 as
+    the product of discrete Fourier transforms (the extended image is as large as every shift the kernel
+    needs, so no circular wrap reaches the output), ``chunk`` channel images at a time.
+    """
     ky, kx = kernel.shape
     n, c, height, width = images.shape
     rows = boundary_indices(height, (ky - 1) // 2, mode).to(images.device)
     columns = boundary_indices(width, (kx - 1) // 2, mode).to(images.device)
-    padded = images.double()[:, :, rows][:, :, :, columns].reshape(n * c, 1, height + ky - 1, width + kx - 1)
-    return F.conv2d(padded, kernel.double()[None, None]).reshape(n, c, height, width).to(images.dtype)
+    size = (height + ky - 1, width + kx - 1)
+    flipped = torch.zeros(size, dtype=torch.float64, device=images.device)
+    flipped[:ky, :kx] = kernel.double().flip(0, 1)
+    spectrum = torch.fft.rfft2(flipped)
+    flat = images.reshape(n * c, height, width)
+    out = torch.empty((n * c, height, width), dtype=torch.float64, device=images.device)
+    for start in range(0, n * c, chunk):
+        padded = flat[start:start + chunk].double()[:, rows][:, :, columns]
+        full = torch.fft.irfft2(torch.fft.rfft2(padded) * spectrum, s=size)
+        out[start:start + chunk] = full[:, ky - 1:ky - 1 + height, kx - 1:kx - 1 + width]
+    return out.reshape(n, c, height, width).to(images.dtype)
 
 
 # ---------------------------------------------------------------------------------------------- corruptions
