@@ -1,8 +1,8 @@
 """Pure metric functions and their torchmetrics twins (DESIGN.md §4).
 
 Each metric's module holds the metric, its weighted form over rows of resampling weights and its bootstrap
-(``auroc``, ``oscr``, ``gamma``, ``open_set``, ``detection``, ``evg``, ``calibration``); the weights themselves
-come from ``resampling``; ``closed_form_intervals`` (DeLong, Newcombe, Wilson, ``auroc_interval``) and
+(``auroc``, ``oscr``, ``gamma``, ``open_set``, ``detection``, ``evg``, ``calibration``; ``ood_benchmark``: the
+AURC / AUGRC and the OpenOOD benchmark's table); the weights themselves come from ``resampling``; ``closed_form_intervals`` (DeLong, Newcombe, Wilson, ``auroc_interval``) and
 ``bootstrap_intervals`` (percentile interval, paired differences) turn estimates and replicates into intervals,
 ``comparisons`` into marks. This package imports nothing from the rest of the project.
 """
@@ -51,6 +51,17 @@ from metrics.evg import (
 )
 from metrics.gamma import Gamma, gamma, weighted_gamma
 from metrics.kappa import KAPPAS, check_kappa, kappa_scores, pairs_with
+from metrics.ood_benchmark import (
+    BenchmarkTable,
+    ResampleCache,
+    augrc,
+    aurc,
+    benchmark_table,
+    openood_metrics,
+    table_marks,
+    weighted_augrc,
+    weighted_aurc,
+)
 from metrics.open_set import GROUPS, bootstrap_open_set, fpr_key, open_set_report
 from metrics.oscr import (
     DEFAULT_FPR_TARGETS,
@@ -158,4 +169,13 @@ __all__ = [
     "wilson_interval",
     "share_first",
     "worse_than_best",
+    "BenchmarkTable",
+    "ResampleCache",
+    "augrc",
+    "aurc",
+    "benchmark_table",
+    "openood_metrics",
+    "table_marks",
+    "weighted_augrc",
+    "weighted_aurc",
 ]

@@ -31,6 +31,17 @@ fpr_at_tpr(-b, -a, convention="id")``. The two conventions are different numbers
 ID ``[5, 4, 3, 1]``, OOD ``[3, 3, 1, 0]`` give 0.75 (OOD accepted at 100% of ID: ``t* = 1``) and 0.5 (ID
 rejected at 100% of OOD: ``c* = 3``).
 
+``convention="openood"``: exactly OpenOOD v1.5's ``compute_all_metrics`` (``auc_and_fpr_recall``:
+``fpr_list[argmax(tpr_list >= 0.95)]`` of ``roc_curve(ood_indicator, -conf)``), i.e. ``"ood"`` read on the
+points that sklearn's ``roc_curve`` keeps with its default ``drop_intermediate=True``. The ROC has one point per
+distinct score of both sides together, ``p_j = (#ID s <= u_j, #OOD s <= u_j)`` for the distinct scores ``u_j``
+ascending; sklearn keeps the first and the last point and drops an interior point whose step from the point
+before equals the step to the point after (``p_j - p_{j-1} == p_{j+1} - p_j``: its rule
+``where(r_[True, logical_or(diff(fps, 2), diff(tps, 2)), True])``, applied before it prepends ``(0, 0)``).
+The FPR is then read at the first *kept* point whose OOD rate reaches ``tpr``: the ``"ood"`` point ``c*`` when
+it is kept, else the first kept point after it, at the end of its run of equal steps, whose FPR is never
+lower. Weighted, the points are the distinct scores with weight in the row (those of the expanded data).
+
 **AUPR** (``convention="trapezoid"``, the default, as both references). The precision-recall curve of the
 positive class has one point per distinct threshold, in sklearn's ``precision_recall_curve`` form: with
 ``TP_k``, ``FP_k`` the positives and negatives at or beyond threshold ``k`` (thresholds from the most to the
@@ -63,6 +74,7 @@ precision falls between points, Davis & Goadrich 2006). **AUPR-In** (:func:`aupr
   pytorch-ood 0.2 (19 of 20 OOD rejected at ``c* = 2``, ID ``{1, 2}`` rejected), OpenOOD 0.3 (the point
   ``(2/10, 19/20)`` is removed, the next kept one is ``(3/10, 20/20)``). ``convention="ood"`` follows
   pytorch-ood (every threshold), i.e. OpenOOD without the removal; it is never above OpenOOD's value.
+  ``convention="openood"`` is OpenOOD's, removal included.
 - AUPR: the same in both, the **trapezoid** over sklearn's precision-recall points, ``(0, 1)`` included
   (OpenOOD: ``auc(recall, precision)``; pytorch-ood: "by the trapezoidal rule, as
   ``sklearn.metrics.auc(recall, precision)``"), not the average precision. Their AUPR-In (ID positive,
@@ -72,7 +84,7 @@ precision falls between points, Davis & Goadrich 2006). **AUPR-In** (:func:`aupr
 
 The project follows the literature's FPR@95 (ID positive, ``convention="id"``, the default: it is what the
 method papers' tables report and the project's positive class everywhere) and offers ``"ood"`` to reproduce
-pytorch-ood (exactly) and OpenOOD v1.5's tables (exactly where no threshold is dropped); it follows both
+pytorch-ood exactly and ``"openood"`` to reproduce OpenOOD v1.5's tables exactly; it follows both
 references for the AUPR (the trapezoid) and offers ``"average_precision"``.
 
 **Bootstrap.** :func:`weighted_fpr_at_tpr` and :func:`weighted_aupr` take resampling weights ``(R, N)`` per
@@ -112,7 +124,7 @@ from metrics.resampling import (
     run_blocks,
 )
 
-FPR_CONVENTIONS = ("id", "ood")
+FPR_CONVENTIONS = ("id", "ood", "openood")
 AUPR_CONVENTIONS = ("trapezoid", "average_precision")
 # The strata of metrics.auroc.bootstrap_auroc: the same seed gives the same resamples (paired replicates).
 ID_STRATUM = 0
@@ -176,10 +188,72 @@ class _Curve:
         self.value_of = value_of  # each sorted P sample's value
         self.ties = values.numel() < self.num_pos
         self.cross_ties = not torch.equal(self.neg_ge, self.neg_gt)  # some Q sample equals some P value
+        self._sorted = (pos_asc, neg_asc, values)
+        self._grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if pos_desc.device.type == "cpu":
             self.np_pos_hi = self.pos_hi.numpy()
             self.np_neg_ge, self.np_neg_gt = self.neg_ge.numpy(), self.neg_gt.numpy()
             self.np_value_of = value_of.numpy()
+
+    # -- the ROC points of sklearn's roc_curve, for drop_intermediate (convention="openood") -------------
+
+    def grid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct values of both sides together, from the most to the least positive: ``(P at or beyond
+        each, Q at or beyond each, each P value's place in it)`` (numpy int64; computed once, on demand).
+        sklearn's ``roc_curve`` has one point per such value (``_binary_clf_curve``)."""
+        if self._grid is None:
+            pos_asc, neg_asc, values = self._sorted
+            union = torch.unique(torch.cat([pos_asc, neg_asc])).flip(0)  # descending
+            search = torch.searchsorted
+            pos_ge = self.num_pos - search(pos_asc, union)
+            neg_ge = self.num_neg - search(neg_asc, union)
+            place = search(-union, -values)  # each P value's index in the descending grid
+            self._grid = (pos_ge.cpu().numpy().astype(np.int64), neg_ge.cpu().numpy().astype(np.int64),
+                          place.cpu().numpy().astype(np.int64))
+        return self._grid
+
+    def first_value(self, cp: np.ndarray, first_count: int) -> int:
+        """The P value (index in :attr:`value_of`'s values) at which the TP count first reaches ``first_count``
+        in one row of integer cumulative counts ``cp`` (``(N_pos + 1,)``, curve order)."""
+        place = int(np.searchsorted(cp, cp.dtype.type(first_count))) - 1  # the P sample where TP reaches it
+        return int(self.np_value_of[place]) if self.ties else place
+
+    def kept_fp(self, cp: np.ndarray, cq: np.ndarray, value: int) -> float:
+        """The FP count (``cq`` units) of the first point that sklearn's ``roc_curve(..., drop_intermediate=True)``
+        keeps at or after the point of P value ``value``, in one row of cumulative weights ``cp`` / ``cq``
+        (``(N + 1,)``, curve order; integers or floats).
+
+        The curve's points are the grid values with weight in this row (a value without weight is no point of
+        the data the row expands to): ``p_j = (FP_j, TP_j)`` at or beyond value ``j``. sklearn keeps the first
+        and the last point and an interior point ``j`` unless ``p_j - p_{j-1} == p_{j+1} - p_j`` (its rule
+        ``where(r_[True, logical_or(diff(fps, 2), diff(tps, 2)), True])``). The point at ``value`` has weight
+        (its TP grew there); the point before it counts what lies strictly beyond ``value``, whatever grid value
+        that is; the walk goes on from ``value`` through the run of equal steps, chunk by chunk.
+        """
+        pos_ge, neg_ge, place = self.grid()
+        start = int(place[value])
+        if start == 0:
+            return float(cq[neg_ge[0]])  # the first grid value: the first point, kept
+        prev_q, prev_p = cq[neg_ge[start - 1]], cp[pos_ge[start - 1]]
+        cur_q, cur_p = cq[neg_ge[start]], cp[pos_ge[start]]
+        if prev_q == 0 and prev_p == 0:
+            return float(cur_q)  # nothing beyond it in this row: the first point, kept
+        size, j, step = pos_ge.shape[0], start + 1, 32
+        while j < size:
+            stop = min(j + step, size)
+            qs = np.concatenate(([cur_q], cq[neg_ge[j:stop]]))
+            ps = np.concatenate(([cur_p], cp[pos_ge[j:stop]]))
+            moved = (qs[1:] != qs[:-1]) | (ps[1:] != ps[:-1])  # the grid values with weight in this row
+            if moved.any():
+                seq_q = np.concatenate(([prev_q, cur_q], qs[1:][moved]))
+                seq_p = np.concatenate(([prev_p, cur_p], ps[1:][moved]))
+                dq, dp = np.diff(seq_q), np.diff(seq_p)
+                differ = (dq[:-1] != dq[1:]) | (dp[:-1] != dp[1:])  # point i's step differs from the next one's
+                if differ.any():
+                    return float(seq_q[1 + int(np.argmax(differ))])
+                prev_q, prev_p, cur_q, cur_p = seq_q[-2], seq_p[-2], seq_q[-1], seq_p[-1]
+            j, step = stop, 2 * step
+        return float(cur_q)  # the last point, kept
 
     # -- one row of integer counts, numpy (the CPU path) ----------------------------------------------
 
@@ -317,7 +391,7 @@ class _DetectionPlan:
                     out["fpr"][r] = fp_count / total_ood
                 if area["id"] is not None:
                     out["aupr_in"][r] = _scale(value, total_id, area["id"])
-            if (tpr is not None and fpr == "ood") or area["ood"] is not None:
+            if (tpr is not None and fpr in ("ood", "openood")) or area["ood"] is not None:
                 # the OOD curve's cumulative counts, from the least confident end
                 cum_ood_asc = total_ood - cum_ood[::-1]
                 cum_id_asc = total_id - cum_id[::-1]
@@ -325,6 +399,9 @@ class _DetectionPlan:
                 fp_count, value = self.ood_curve.row(cum_ood_asc, cum_id_asc, ood_gain[::-1], first, area["ood"])
                 if first is not None:
                     out["fpr"][r] = fp_count / total_id
+                if tpr is not None and fpr == "openood":
+                    start = self.ood_curve.first_value(cum_ood_asc, _first_count(total_ood, tpr))
+                    out["fpr"][r] = self.ood_curve.kept_fp(cum_ood_asc, cum_id_asc, start) / total_id
                 if area["ood"] is not None:
                     out["aupr_out"][r] = _scale(value, total_ood, area["ood"])
         return {key: torch.from_numpy(values) for key, values in out.items()}
@@ -346,13 +423,21 @@ class _DetectionPlan:
                 out["fpr"] = fp_at / total_ood
             if area is not None:
                 out["aupr_in"] = _scale(area, total_id, aupr_convention)
-        if (tpr is not None and fpr == "ood") or "ood" in aupr:
+        if (tpr is not None and fpr in ("ood", "openood")) or "ood" in aupr:
             cum_ood_asc = total_ood[:, None] - cum_ood.flip(1)
             cum_id_asc = total_id[:, None] - cum_id.flip(1)
             fp_at, area = self.ood_curve.rows(cum_ood_asc, cum_id_asc, tpr if fpr == "ood" else None,
                                               aupr_convention if "ood" in aupr else None)
             if fp_at is not None:
                 out["fpr"] = fp_at / total_id
+            if tpr is not None and fpr == "openood":  # sklearn's dropped points: a short walk per row, on the CPU
+                curve = self.ood_curve
+                rate = cum_ood_asc.index_select(1, curve.pos_hi) / total_ood[:, None]
+                target = torch.full((rate.shape[0], 1), tpr, dtype=rate.dtype, device=rate.device)
+                start = torch.searchsorted(rate, target).clamp_(max=rate.shape[1] - 1).squeeze(1).cpu().tolist()
+                cp, cq = cum_ood_asc.cpu().numpy(), cum_id_asc.cpu().numpy()
+                fp_kept = [curve.kept_fp(cp[r], cq[r], start[r]) for r in range(cp.shape[0])]
+                out["fpr"] = torch.tensor(fp_kept, dtype=torch.float64, device=self.device) / total_id
             if area is not None:
                 out["aupr_out"] = _scale(area, total_ood, aupr_convention)
         empty = (total_id <= 0) | (total_ood <= 0)
@@ -389,8 +474,10 @@ def fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95, *, conv
         convention: ``"id"`` (default): the fraction of OOD samples accepted at the largest threshold ``t``
             (accepting ``s >= t``) that accepts at least ``tpr`` of the ID samples (ODIN, energy, the method
             papers). ``"ood"``: the fraction of ID samples rejected at the smallest threshold ``c`` (rejecting
-            ``s <= c``) that rejects at least ``tpr`` of the OOD samples (pytorch-ood's ``FPR95TPR``, OpenOOD
-            v1.5's ``fpr@95``).
+            ``s <= c``) that rejects at least ``tpr`` of the OOD samples (pytorch-ood's ``FPR95TPR``).
+            ``"openood"``: ``"ood"`` read on the ROC points that sklearn's ``roc_curve(drop_intermediate=True)``
+            keeps (module docstring), exactly OpenOOD v1.5's ``fpr@95`` (``compute_all_metrics``); never below
+            ``"ood"``, equal to it unless ties put the ``"ood"`` point inside a run of equal ROC steps.
 
     Returns:
         The FPR in ``[0, 1]``; lower is better.

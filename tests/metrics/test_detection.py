@@ -149,8 +149,45 @@ def test_where_openood_and_pytorch_ood_differ():
     assert pytorch_ood_reference(a, b)[0] == 0.2
     assert openood_reference(a, b)[0] == 0.3
     assert fpr_at_tpr(a, b, convention="ood") == 0.2
+    assert fpr_at_tpr(a, b, convention="openood") == 0.3  # OpenOOD's, the dropped point included
     # the literature's convention: all 10 ID accepted needs t = 1, which accepts OOD {1, 2, 3}: 3/20
     assert fpr_at_tpr(a, b) == 0.15
+
+
+def test_openood_convention_by_hand():
+    # confidences; the OOD-positive ROC (rejecting s <= c, ascending c) has the points (ID, OOD) rejected
+    # c = 0: (0, 2), 1: (0, 4), 2: (0, 6), 3: (1, 7), 4: (3, 7), 9: (5, 8). The steps (0, 2) (0, 2) are equal, so
+    # sklearn drops (0, 4); the first point with 7/8 = 87.5% >= 80% OOD rejected is (1, 7), kept: FPR 1/5 in
+    # both conventions. At 50% (4 of 8) the "ood" point (0, 4) is dropped and OpenOOD reads (0, 6): FPR 0 too
+    # (the run is vertical). At 100%: (5, 8), the last point, 5/5.
+    a = [3.0, 4.0, 4.0, 9.0, 9.0]
+    b = [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 9.0]
+    for tpr, expected in ((0.8, 0.2), (0.5, 0.0), (1.0, 1.0)):
+        assert fpr_at_tpr(a, b, tpr, convention="openood") == expected == openood_reference(a, b, tpr)[0]
+    # a run of diagonal steps: ID [1, 2] + 8 x [5], OOD [0, 1, 2] + [3] x 3: points (0, 1) (1, 2) (2, 3) (2, 6)
+    # (10, 6): (1, 2) lies inside the run of steps (1, 1) and is dropped; 2/6 OOD is reached there: "ood" reads
+    # 1/10, OpenOOD the run's end (2, 3), 2/10
+    a, b = [1.0, 2.0] + [5.0] * 8, [0.0, 1.0, 2.0, 3.0, 3.0, 3.0]
+    assert fpr_at_tpr(a, b, 2 / 6, convention="ood") == 0.1
+    assert fpr_at_tpr(a, b, 2 / 6, convention="openood") == 0.2 == openood_reference(a, b, 2 / 6)[0]
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("tpr", [0.95, 0.9, 0.5, 1.0, 0.05])
+def test_openood_convention_is_openoods_formula_with_ties(seed, tpr):
+    rng = np.random.default_rng(seed)
+    levels = int(rng.integers(2, 12))
+    a = rng.integers(0, levels, int(rng.integers(1, 60))).astype(float)
+    b = rng.integers(0, levels, int(rng.integers(1, 60))).astype(float)
+    assert fpr_at_tpr(a, b, tpr, convention="openood") == openood_reference(a, b, tpr)[0]
+    assert fpr_at_tpr(a, b, tpr, convention="openood") >= fpr_at_tpr(a, b, tpr, convention="ood")
+
+
+def test_openood_convention_on_distinct_scores_is_the_ood_one():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 300)
+    for tpr in (0.95, 0.8):
+        assert fpr_at_tpr(a, b, tpr, convention="openood") == fpr_at_tpr(a, b, tpr, convention="ood")
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -230,7 +267,7 @@ def test_weighted_rows_equal_the_functions_on_the_expanded_data(dtype):
     # sort the scores so that the gaps of weights_with_gaps are the top, the bottom and a run of scores
     a, b = a.sort(descending=True).values, b.sort().values
     for tpr in (0.95, 0.5, 1.0):
-        for convention in ("id", "ood"):
+        for convention in ("id", "ood", "openood"):
             rows = weighted_fpr_at_tpr(a, b, w_id, w_ood, tpr, convention=convention)
             expected = [fpr_at_tpr(expanded(a, w_id[r]), expanded(b, w_ood[r]), tpr, convention=convention)
                         for r in range(w_id.shape[0])]
@@ -247,12 +284,14 @@ def test_weighted_rows_against_the_references_on_the_expanded_data():
     a, b = tied_scores(5, n_id=80, n_ood=50, levels=8)
     w_id, w_ood = resample_weights(80, 8, 3), resample_weights(50, 8, 3, stratum=1)
     fpr = weighted_fpr_at_tpr(torch.tensor(a), torch.tensor(b), w_id, w_ood, convention="ood")
+    fpr_openood = weighted_fpr_at_tpr(torch.tensor(a), torch.tensor(b), w_id, w_ood, convention="openood")
     area_in = weighted_aupr(torch.tensor(a), torch.tensor(b), w_id, w_ood)
     area_out = weighted_aupr(torch.tensor(a), torch.tensor(b), w_id, w_ood, positive="ood")
     for r in range(8):
         x, y = expanded(a, w_id[r]).numpy(), expanded(b, w_ood[r]).numpy()
         expected = pytorch_ood_reference(x, y)
         assert float(fpr[r]) == expected[0]
+        assert float(fpr_openood[r]) == openood_reference(x, y)[0]
         assert (float(area_in[r]), float(area_out[r])) == pytest.approx(expected[1:], abs=1e-14)
 
 
@@ -262,7 +301,7 @@ def test_batched_torch_path_equals_the_numpy_rows(monkeypatch):
     a, b = (torch.from_numpy(x) for x in tied_scores(2, n_id=70, n_ood=40, levels=9))
     w_id, w_ood = weights_with_gaps(70, 12, 4), weights_with_gaps(40, 12, 5)
     monkeypatch.setattr(detection, "CHUNK_ELEMENTS", 300)  # two or three rows per chunk
-    for convention in ("id", "ood"):
+    for convention in ("id", "ood", "openood"):
         assert torch.equal(weighted_fpr_at_tpr(a, b, w_id.double(), w_ood.double(), convention=convention),
                            weighted_fpr_at_tpr(a, b, w_id, w_ood, convention=convention))
     for positive in ("id", "ood"):
@@ -362,7 +401,7 @@ def test_detection_intervals_are_estimate_and_percentiles():
     (lambda: fpr_at_tpr(torch.ones(3), torch.zeros(3), 1.5), "tpr"),
     (lambda: fpr_at_tpr(torch.ones(3), torch.zeros(3), True), "tpr"),
     (lambda: fpr_at_tpr(torch.ones(3), torch.zeros(3), math.nan), "tpr"),
-    (lambda: fpr_at_tpr(torch.ones(3), torch.zeros(3), convention="openood"), "'openood'"),
+    (lambda: fpr_at_tpr(torch.ones(3), torch.zeros(3), convention="sklearn"), "'sklearn'"),
     (lambda: aupr_in(torch.ones(3), torch.zeros(3), convention="step"), "'step'"),
     (lambda: weighted_aupr(torch.ones(3), torch.zeros(2), torch.ones(2, 3), torch.ones(2, 2), positive="x"),
      "positive"),
