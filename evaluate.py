@@ -65,7 +65,8 @@ COMMANDS = Commands()
 ALIASES = COMMAND_ALIASES
 # options given as repeated KEY=VALUE (or KIND.KEY=VALUE), collected into one typed dictionary
 KEY_VALUE = {"data_arg": "data_args", "model_arg": "model_args", "kappa_arg": "kappa_args",
-             "variation_arg": "variation_args", "sampler_arg": "sampler_args", "fit_arg": "fit"}
+             "variation_arg": "variation_args", "sampler_arg": "sampler_args", "fit_arg": "fit",
+             "set_root": "set_roots", "list": "lists"}
 NESTED = {"kappa_args", "variation_args", "sampler_args", "fit"}
 FLAGS = {"no_progress_bar": ("progress_bar", "false"), "no_plots": ("plots", "false")}
 # the spellings of before one vocabulary, kept for one release

@@ -16,6 +16,7 @@ anything is read. A new in-distribution data set is its datamodule and one :func
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ import torch
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ClassFolderDataModule, ImageNetProtocolDataModule
 from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset, is_folder
+from datamodules.ood_benchmark import OODBenchmarkData, fashion_benchmark, openood_benchmark
 from datamodules.open_set import OpenSetDataModule
 from datamodules.severity import (
     FashionSeverityData,
@@ -74,6 +76,16 @@ class RealOOD:
 
 
 @dataclasses.dataclass(frozen=True)
+class OODBenchmark:
+    """An OOD detection benchmark by name (the ``--data`` of ``evaluate.py ood``): ``build(**arguments)`` gives its
+    :class:`datamodules.ood_benchmark.OODBenchmarkData`, the arguments checked by type first."""
+
+    name: str
+    build: Callable[..., OODBenchmarkData]
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
 class SeverityPool:
     """A severity data set by name (the ``--data`` of ``evaluate.py severity``)."""
 
@@ -85,10 +97,12 @@ class SeverityPool:
 IN_DISTRIBUTION: dict[str, InDistribution] = {}
 REAL_OOD: dict[str, RealOOD] = {}
 SEVERITY_POOLS: dict[str, SeverityPool] = {}
-_TABLES = {InDistribution: IN_DISTRIBUTION, RealOOD: REAL_OOD, SeverityPool: SEVERITY_POOLS}
+OOD_BENCHMARKS: dict[str, OODBenchmark] = {}
+_TABLES = {InDistribution: IN_DISTRIBUTION, RealOOD: REAL_OOD, SeverityPool: SEVERITY_POOLS, OODBenchmark: OOD_BENCHMARKS}
 
 
-def register(entry: InDistribution | RealOOD | SeverityPool) -> InDistribution | RealOOD | SeverityPool:
+def register(entry: InDistribution | RealOOD | SeverityPool | OODBenchmark
+             ) -> InDistribution | RealOOD | SeverityPool | OODBenchmark:
     """Add an entry to its table; a name already taken there by another entry is refused."""
     table = _TABLES[type(entry)]
     if entry.name in table and table[entry.name] != entry:
@@ -161,6 +175,33 @@ def build_severity_data(name: str | None, arguments: dict[str, Any] | None = Non
         return factory(**arguments)  # type: ignore[misc]
     target = resolve(name, SEVERITY_POOLS, SeverityData, what="severity data", attribute="data")
     return target(**typed_arguments(target, arguments, what=f"--data {name} --data-arg"))
+
+
+def build_ood_benchmark(name: str, arguments: dict[str, Any] | None = None) -> OODBenchmarkData:
+    """An OOD benchmark by name (:data:`OOD_BENCHMARKS`: ``fashion``, ``openood:imagenet1k``, ...), its arguments
+    (``--data-arg``) checked by type before anything is read.
+
+    Raises:
+        ValueError: an unknown name (naming the benchmarks there are), an argument the benchmark does not take.
+    """
+    entry = OOD_BENCHMARKS.get(name)
+    if entry is None:
+        raise ValueError(f"unknown OOD benchmark {name!r}: use one of {sorted(OOD_BENCHMARKS)}")
+    return entry.build(**typed_arguments(entry.build, dict(arguments or {}), what=f"--data {name} --data-arg"))
+
+
+def _openood_builder(benchmark: str) -> Callable[..., OODBenchmarkData]:
+    """:func:`datamodules.ood_benchmark.openood_benchmark` of one benchmark, with its signature (the arguments a
+    ``--data-arg`` may set) less the benchmark."""
+    def build(**arguments: Any) -> OODBenchmarkData:
+        return openood_benchmark(benchmark, **arguments)
+
+    signature = inspect.signature(openood_benchmark)
+    build.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
+    build.__annotations__ = {k: v for k, v in typing.get_type_hints(openood_benchmark).items() if k != "benchmark"}
+    build.__name__ = build.__qualname__ = f"openood_{benchmark}"
+    build.__doc__ = openood_benchmark.__doc__
+    return build
 
 
 def ood_context(datamodule: Any) -> dict[str, Any]:
@@ -246,11 +287,19 @@ register(InDistribution("protocol", ImageNetProtocolDataModule, "an ImageNet pro
 register(InDistribution("folder", ClassFolderDataModule, "a user's class folders (root/train/<class>, root/val/<class>)"))
 register(RealOOD("digits", digits_set, "scikit-learn's 8x8 digits, upsampled"))
 register(RealOOD("fashion", fashion_set, "Fashion-MNIST test images of other classes (fashion:unknown, fashion:4,6)"))
+register(OODBenchmark("fashion", fashion_benchmark, "the demo: Fashion-MNIST known vs unknown classes (near), the digits "
+                      "(far), the OOD unit tests, corrupted ID images (full-spectrum)"))
+for _benchmark, _what in (("imagenet1k", "ImageNet-1K (45,000 val images) vs SSB-hard, NINCO (near), iNaturalist, "
+                                          "Textures, OpenImage-O (far); ImageNet-V2/-C/-R (full-spectrum)"),
+                          ("imagenet200", "ImageNet-200 (a 200-class subset) vs the ImageNet-1K benchmark's OOD sets"),
+                          ("cifar10", "CIFAR-10 vs CIFAR-100, TinyImageNet (near), MNIST, SVHN, Textures, Places365 (far)"),
+                          ("cifar100", "CIFAR-100 vs CIFAR-10, TinyImageNet (near), MNIST, SVHN, Textures, Places365 (far)")):
+    register(OODBenchmark(f"openood:{_benchmark}", _openood_builder(_benchmark), f"OpenOOD v1.5: {_what}"))
 register(SeverityPool("imagenet", ImageNetSeverityData, "ImageNet-1k val vs an ImageNet-21k pool (Galil et al.)"))
 register(SeverityPool("protocol", ProtocolSeverityData, "a protocol's known classes vs its unknown classes"))
 register(SeverityPool("folder", FolderSeverityData, "a user's class folders vs a pool of folders"))
 register(SeverityPool("fashion", FashionSeverityData, "the demo: Fashion-MNIST's other classes and the digits"))
 
-__all__ = ["IN_DISTRIBUTION", "REAL_OOD", "SEVERITY_POOLS", "InDistribution", "RealOOD", "SeverityPool",
-           "build_datamodule", "build_severity_data", "entry_of", "ood_context", "real_ood_set", "register",
+__all__ = ["IN_DISTRIBUTION", "OOD_BENCHMARKS", "REAL_OOD", "SEVERITY_POOLS", "InDistribution", "OODBenchmark",
+           "RealOOD", "SeverityPool", "build_datamodule", "build_ood_benchmark", "build_severity_data", "entry_of", "ood_context", "real_ood_set", "register",
            "severity_factory"]

@@ -38,7 +38,7 @@ from openset_common.artefacts import atomic_write_bytes, atomic_write_text, chec
 if TYPE_CHECKING:
     from evaluation_engine.runner import Runner
 
-METHODS = ("open_set", "severity", "generated", "evg")
+METHODS = ("open_set", "severity", "generated", "evg", "ood")
 
 
 def slug(text: str) -> str:

@@ -96,6 +96,37 @@ def plot_severity(tables: Mapping[str, Sequence[Mapping[str, float]]], path: str
     return save_figure(figure, path)
 
 
+def plot_set_bars(rows: Sequence[Mapping[str, object]], path: str | Path, *, metric: str = "auroc",
+                  title: str = "") -> Path:
+    """One group of bars per set (rows' ``set``), one bar per (model, κ) (rows' ``model`` and ``κ``), each with its
+    interval (``<metric> low`` / ``<metric> high``) as an error bar; rows without the metric are left out."""
+    rows = [r for r in rows if r.get(metric) is not None]
+    sets = list(dict.fromkeys(str(r["set"]) for r in rows))
+    detectors = list(dict.fromkeys(f"{r['model']} / {r['κ']}" for r in rows))
+    width = 0.8 / max(1, len(detectors))
+    figure, axis = plt.subplots(figsize=(max(6.0, 0.45 * len(sets) * max(1, len(detectors)) ** 0.5 + 3), 4.5))
+    colours = plt.get_cmap("tab10" if len(detectors) <= 10 else "tab20").colors
+    for number, detector in enumerate(detectors):
+        mine = {str(r["set"]): r for r in rows if f"{r['model']} / {r['κ']}" == detector}
+        xs = [i + (number - (len(detectors) - 1) / 2) * width for i, name in enumerate(sets) if name in mine]
+        values = [float(mine[name][metric]) for name in sets if name in mine]  # type: ignore[arg-type]
+        low = [v - float(mine[n].get(f"{metric} low") if mine[n].get(f"{metric} low") is not None else v)  # type: ignore[arg-type]
+               for v, n in zip(values, [s for s in sets if s in mine], strict=True)]
+        high = [float(mine[n].get(f"{metric} high") if mine[n].get(f"{metric} high") is not None else v) - v  # type: ignore[arg-type]
+                for v, n in zip(values, [s for s in sets if s in mine], strict=True)]
+        axis.bar(xs, values, width=width, yerr=[low, high], capsize=2, color=colours[number % len(colours)],
+                 label=detector, error_kw={"linewidth": 0.8})
+    axis.set_xticks(range(len(sets)))
+    axis.set_xticklabels(sets, rotation=45, ha="right", fontsize="small")
+    axis.set_ylabel(metric.upper() if metric == "auroc" else metric)
+    axis.set_ylim(0, 1.02)
+    axis.axhline(0.5, color="grey", linewidth=0.6, linestyle=":")
+    axis.set_title(title or f"{metric} per set")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return save_figure(figure, path)
+
+
 def save_image_grid(images: Tensor, path: str | Path, *, columns: int = 8, padding: int = 2) -> Path:
     """A grid of ``(N, C, H, W)`` images in ``[0, 1]`` as one PNG (grey-scale stays grey), written atomically."""
     from PIL import Image

@@ -32,7 +32,7 @@ from openset_common.typed import plugins
 ENTRY_POINTS = "openset_bench.methods"
 # the methods of this project, each registered by its own module when imported
 BUILT_IN = ("evaluation_methods.open_set", "evaluation_methods.severity", "evaluation_methods.generated",
-            "evaluation_methods.evg")
+            "evaluation_methods.evg", "evaluation_methods.ood")
 
 
 @dataclasses.dataclass(frozen=True)

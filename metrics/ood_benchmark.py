@@ -77,12 +77,17 @@ from metrics.resampling import (
 )
 
 OOD_GROUPS = ("near", "far")
-MEAN_ROWS = ("near", "far", "all")
+"""OpenOOD's groups of OOD test sets; a table may have groups of its own too (the OOD unit tests: ``unit``)."""
+ALL = "all"
+"""The mean row over OpenOOD's groups (near and far; every set where the table has neither)."""
 METRICS = ("auroc", "fpr@95tpr", "fpr@95tpr-openood", "aupr-in", "aupr-out", "aurc", "augrc")
 """The table's metric columns, in order; each has ``<metric> low`` and ``<metric> high``."""
 HIGHER_IS_BETTER = {"auroc": True, "fpr@95tpr": False, "fpr@95tpr-openood": False, "aupr-in": True,
                     "aupr-out": True, "aurc": False, "augrc": False}
 """Each metric's direction (``metrics.worse_than_best(..., higher_is_better=...)``)."""
+NOT_OOD_GROUPS = (ALL, "mean", "csid", "id_test", "id_val", "ood_val")
+RISK_METRICS = ("aurc", "augrc")
+"""The metrics that need the classifier's failures (``None`` without them)."""
 ID_STRATUM = 0
 TPR = 0.95
 # Scores of one detector (ID + the largest set) from which the table's rows are spread over threads.
@@ -340,20 +345,21 @@ class BenchmarkTable:
     """One detector's benchmark table (:func:`benchmark_table`).
 
     Attributes:
-        rows: one dict per OOD set in the given order, then the means ``"near"``, ``"far"`` (where the group has
-            sets) and ``"all"``: ``"set"`` (the set's name or the mean's), ``"group"`` (``"near"`` / ``"far"`` for
-            a set, ``"mean"`` for a mean), ``"images"`` (the set's OOD images; a mean's: its sets'), then every
+        rows: one dict per OOD set in the given order, then the mean of each group (``"near"``, ``"far"``, any
+            other group such as ``"unit"``, in the order the groups first appear) and ``"all"`` (near and far):
+            ``"set"`` (the set's name or the mean's), ``"group"`` (the set's group, ``"mean"`` for a mean), ``"images"`` (the set's OOD images; a mean's: its sets'), then every
             metric of :data:`METRICS` with ``"<metric> low"`` and ``"<metric> high"``.
         replicates: ``(row name, metric) -> (R,)`` float64 bootstrap replicates; replicate ``b`` of every row and
             metric comes from the same resample ``b`` of the images (paired across rows, metrics and detectors
             scored on the same images with the same seed and strata).
-        accuracy: ``(accuracy, low, high)`` of the classifier on the ID images (Wilson's interval).
+        accuracy: ``(accuracy, low, high)`` of the classifier on the ID images (Wilson's interval); ``None`` without
+            the classifier's failures.
         level: the intervals' confidence level.
     """
 
     rows: list[dict[str, Any]]
     replicates: dict[tuple[str, str], Tensor] = field(repr=False)
-    accuracy: tuple[float, float, float]
+    accuracy: tuple[float, float, float] | None
     level: float
 
     def row(self, name: str) -> dict[str, Any]:
@@ -372,15 +378,18 @@ def _check_sets(ood_sets: Mapping[str, Tensor], groups: Mapping[str, str], strat
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"OOD set names must be non-empty strings, got {name!r}")
-        if name in MEAN_ROWS:
-            raise ValueError(f"an OOD set may not be named {name!r}: {MEAN_ROWS} name the table's mean rows")
+        if name in (*OOD_GROUPS, ALL, *groups.values()):
+            raise ValueError(f"an OOD set may not be named {name!r}: the groups and {ALL!r} name the table's mean rows")
     if set(groups) != set(names):
         missing, extra = sorted(set(names) - set(groups)), sorted(set(groups) - set(names))
         raise ValueError(f"groups must name the group of every OOD set and nothing else: missing {missing}, "
                          f"not an OOD set {extra}")
     for name in names:
-        if groups[name] not in OOD_GROUPS:
-            raise ValueError(f"the group of OOD set {name!r} must be one of {OOD_GROUPS}, got {groups[name]!r}")
+        group = groups[name]
+        if not isinstance(group, str) or not group.isidentifier() or group in NOT_OOD_GROUPS:
+            raise ValueError(f"the group of OOD set {name!r} must be a name of OOD test sets such as {OOD_GROUPS} or "
+                             f"'unit' (not one of {NOT_OOD_GROUPS}: ID sets, validation sets and the means), got "
+                             f"{group!r}")
     scores = {}
     for name in names:
         values = check_scores(ood_sets[name], name=f"the scores of OOD set {name!r}").to(device)
@@ -474,7 +483,7 @@ class _IDRow:
 
 def benchmark_table(
     id_scores: Tensor,
-    id_correct: Tensor,
+    id_correct: Tensor | None,
     ood_sets: Mapping[str, Tensor],
     groups: Mapping[str, str],
     *,
@@ -491,8 +500,9 @@ def benchmark_table(
     misclassified, OOD images always: :func:`aurc`, :func:`augrc` on the concatenation). Each row's value equals
     the public function on the row's data exactly.
 
-    Means: ``near``, ``far`` (the groups with sets) and ``all``, the plain mean over the sets of the per-set
-    values (OpenOOD's near-/far-OOD figures), of every metric.
+    Means: one per group (``near``, ``far``, ``unit``, ...) and ``all`` (the near and far sets; every set where
+    there are neither), the plain mean over the sets of the per-set values (OpenOOD's near-/far-OOD figures), of
+    every metric.
 
     Intervals: ``intervals.level`` percentile bootstrap intervals over ``intervals.resamples`` resamples, except
     the AUROC of a set, whose interval is ``intervals.auroc`` (by default logit DeLong; its bootstrap replicates
@@ -508,9 +518,11 @@ def benchmark_table(
     Args:
         id_scores: ``(N_id,)`` the detector's confidence on the ID test images (higher = more in-distribution);
             for the full-spectrum benchmark the caller appends the covariate-shifted ID images here.
-        id_correct: ``(N_id,)`` bools: whether the classifier got each ID image right.
+        id_correct: ``(N_id,)`` bools: whether the classifier got each ID image right; ``None`` where it is not
+            known (scores of another tool without predictions): then AURC, AUGRC and the accuracy are ``None``.
         ood_sets: OOD set name -> ``(N_s,)`` the detector's confidence on the set's images, in table order.
-        groups: OOD set name -> ``"near"`` or ``"far"``.
+        groups: OOD set name -> its group: ``"near"``, ``"far"`` (OpenOOD's), or one of the table's own (the OOD unit
+            tests, ``"unit"``: a mean of their own, outside ``"all"``).
         intervals: ``evaluation_engine.Intervals`` (level, resamples, seed, ``auroc``, ``proportion``).
         strata: OOD set name -> its resampling stratum (distinct integers >= 1); default ``1 +`` position.
         cache: a :class:`ResampleCache` of ``(intervals.resamples, intervals.seed)`` shared by the detectors'
@@ -528,7 +540,9 @@ def benchmark_table(
     id_scores = check_scores(id_scores, name="id_scores")
     if id_scores.numel() == 0:
         raise ValueError("id_scores is empty: the benchmark needs the ID test images' scores")
-    correct = _check_correct(id_correct, id_scores.numel(), name="id_correct")
+    known = id_correct is not None
+    correct = (_check_correct(id_correct, id_scores.numel(), name="id_correct") if known
+               else torch.ones(id_scores.numel(), dtype=torch.bool))
     names, sets, strata = _check_sets(ood_sets, groups, strata, id_scores.device)
     resamples, seed = intervals.resamples, intervals.seed
     if cache is None:
@@ -583,8 +597,9 @@ def benchmark_table(
             else:
                 row[f"{metric} low"], row[f"{metric} high"] = percentile_interval(values, level)
         table_rows.append(row)
-    for mean in MEAN_ROWS:
-        members = names if mean == "all" else [name for name in names if groups[name] == mean]
+    openood = [name for name in names if groups[name] in OOD_GROUPS] or names
+    for mean in [*dict.fromkeys(groups[name] for name in names), ALL]:
+        members = openood if mean == ALL else [name for name in names if groups[name] == mean]
         if not members:
             continue
         row = {"set": mean, "group": "mean", "images": sum(sets[name].numel() for name in members)}
@@ -594,6 +609,13 @@ def benchmark_table(
             row[metric] = float(np.mean([float(estimates[name][metric][0]) for name in members]))
             row[f"{metric} low"], row[f"{metric} high"] = percentile_interval(values, level)
         table_rows.append(row)
+    if not known:  # no failures known: no risk-coverage areas, no accuracy
+        for row in table_rows:
+            for metric in RISK_METRICS:
+                row[metric] = row[f"{metric} low"] = row[f"{metric} high"] = None
+        for key in [key for key in replicates if key[1] in RISK_METRICS]:
+            del replicates[key]
+        return BenchmarkTable(table_rows, replicates, None, level)
     successes = int(correct.sum())
     low, high = intervals.proportion(successes, num_id)
     return BenchmarkTable(table_rows, replicates, (successes / num_id, float(low), float(high)), level)

@@ -152,7 +152,7 @@ def test_the_site_builds_strictly_into_pages_that_open_from_the_disk(site):
     pages = sorted(site.rglob("*.html"))
     for page in ("index", "getting-started", "journey", "cli", "python", "report-card", "detectors", "data",
                  "extending", "architecture", "methods/open-set", "methods/severity", "methods/generated",
-                 "methods/evg", "reference/metrics", "reference/metrics.detectors"):
+                 "methods/evg", "methods/ood", "reference/metrics", "reference/metrics.detectors"):
         assert site / f"{page}.html" in pages, page
     for page in pages:  # file URLs: links name files, and nothing is fetched from another host
         parser = Links()

@@ -270,7 +270,7 @@ def test_an_unknown_report_section_names_the_registered_methods() -> None:
     from report_card.card import ReportCard
 
     with pytest.raises(ValueError, match=r"report sections \['sevrity'\] are no registered evaluation method .*"
-                                         r"'evg', 'generated', 'open_set', 'severity'"):
+                                         r"'evg', 'generated', 'ood', 'open_set', 'severity'"):
         ReportCard(model=["x.ckpt"], sections={"sevrity": {}})
 
 

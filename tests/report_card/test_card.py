@@ -112,7 +112,7 @@ def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path, capsy
     _, card = evaluate.parse(["report", "--config", str(ROOT / "configs/evaluate/fashion_report.yaml")])
     assert isinstance(card, ReportCard)
     assert card.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt"]
-    assert set(card.sections) == {"open_set", "severity", "generated", "evg"}
+    assert set(card.sections) == {"open_set", "severity", "generated", "evg", "ood"}
     # a section's config file gives its options, without the models, κ and trainer options
     generated = card.section_options["generated"]
     assert generated["output_dir"] == "runs/demo/report/generated" and generated["label_filter"] is True
@@ -172,6 +172,9 @@ def card(demo_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         "evg": {"data": "fashion", "data_args": {"max_train_per_class": 60}, "ood": "digits",
                 "variation": ["affine", "colour"], "sampler": ["mh", "random"], "chains": 6, "steps": 6,
                 "output_dir": str(root / "evg")},
+        "ood": {"data": "fashion", "full_spectrum": True,
+                "data_args": {"unit_images": 8, "unit_tests": ["uni", "Gaussian"], "corruptions": ["contrast"],
+                              "val_images": 64}},
         "intervals": {"resamples": RESAMPLES, "seed": 1},
         "output_dir": str(root / "card"),
         "cache_dir": str(root / "cache"),
@@ -280,6 +283,18 @@ def test_the_card_shows_each_methods_own_numbers_with_intervals(card: dict) -> N
         per_variation = torch.stack([replicates[f"{name}/{kappa}|{r['variation']}|eV1|worst_auroc"] for r in mine])
         low, high = percentile(per_variation.min(dim=0).values.numpy(), 0.95)
         assert (cells["evg_worst"]["low"], cells["evg_worst"]["high"]) == pytest.approx((low, high), abs=1e-9)
+    # the OOD benchmark: the near and far means of the standard setting, their percentile intervals
+    means = {(r["model"], r["κ"], r["set"]): r for r in read_rows(root / "ood" / "sets.csv")
+             if r["setting"] == "standard" and r["group"] == "mean"}
+    ood_replicates = read_replicates(root / "ood")
+    for (name, kappa), cells in by_row.items():
+        for group in ("near", "far"):
+            row = means[(name, kappa, group)]
+            assert cells[f"ood_{group}_auroc"]["value"] == pytest.approx(float(row["auroc"]), abs=1e-12)
+            assert cells[f"ood_{group}_fpr95"]["value"] == pytest.approx(float(row["fpr@95tpr"]), abs=1e-12)
+            low, high = percentile(ood_replicates[f"{name}|{kappa}|standard|{group}|auroc"].numpy(), 0.95)
+            assert (cells[f"ood_{group}_auroc"]["low"], cells[f"ood_{group}_auroc"]["high"]) == pytest.approx(
+                (low, high), abs=1e-9)
     # every cell: an interval, and per column the best row and probabilities of ranking first that sum to 1
     columns = {h.key for h in headlines()} & {k for cells in by_row.values() for k in cells}
     assert columns == {h.key for h in headlines()}  # every method gave its numbers
@@ -307,7 +322,7 @@ def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
     root = card["root"] / "card"
     written = json.loads((root / "report.json").read_text())
     assert written["leaderboard"]["rows"] == card["runs"][1]["rows"]
-    assert {s["method"] for s in written["sections"]} == {"open_set", "severity", "generated", "evg"}
+    assert {s["method"] for s in written["sections"]} == {"open_set", "severity", "generated", "evg", "ood"}
     assert written["level"] == 0.95 and written["resamples"] == RESAMPLES and written["seed"] == 1
     assert {"torch", "python"} <= set(written["versions"])
     assert all(len(d["fingerprint"]) >= 16 and d["samples"] > 0 for d in written["data"])

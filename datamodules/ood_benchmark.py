@@ -1,0 +1,216 @@
+"""The data of the OOD detection benchmark (``evaluate.py ood``; OpenOOD v1.5's shape): one in-distribution test
+set, the OOD sets of each group, the validation sets parameters may be tuned on, and the covariate-shifted ID sets of
+the full-spectrum setting, each with where it came from.
+
+Groups (OpenOOD v1.5, Zhang et al. 2023, ``openood/evaluation_api/datasets.py``):
+
+    id_test   the in-distribution test images (the positives of every metric); labels = the classes' index
+    id_val    in-distribution validation images (tuning, ReAct's percentile); never a test set
+    ood_val   OOD validation images (tuning only); never a test set
+    near      near-OOD test sets (semantic shift only: ImageNet-1K's SSB-hard and NINCO)
+    far       far-OOD test sets (iNaturalist, Textures, OpenImage-O)
+    unit      the OOD unit tests (Bitterwolf et al., ICML 2023): generated noise and patterns, a far-OOD family
+              reported as its own mean so that ``far`` stays OpenOOD's
+    csid      covariate-shifted ID sets (ImageNet-V2, -C, -R): the full-spectrum setting (FSOOD) counts them as
+              in-distribution, with their class labels
+
+The benchmarks by name are the catalog's (:data:`datamodules.catalog.OOD_BENCHMARKS`): ``openood:imagenet1k``,
+``openood:imagenet200``, ``openood:cifar10``, ``openood:cifar100`` (OpenOOD v1.5's image lists,
+:mod:`datamodules.openood`) and ``fashion``, the demo's benchmark of the same shape (:func:`fashion_benchmark`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from datamodules.evaluation import EvaluationData, EvaluationSet
+from datamodules.images import BadImagePolicy, TensorImageDataset, dataset_labels
+from datamodules.protocols import imagenet1k_wnids
+from datamodules.sources import (
+    DEBIAN_FASHION_MNIST_DIR,
+    DEMO_KNOWN,
+    DEMO_NEGATIVE,
+    DEMO_UNKNOWN,
+    load_digits_images,
+    load_fashion_mnist,
+)
+from openset_common.labels import UNKNOWN_LABEL
+
+GROUPS = ("id_test", "id_val", "ood_val", "near", "far", "unit", "csid")
+# the evaluation role of each group's sets (datamodules.evaluation.ROLES)
+ROLE_OF_GROUP = {"id_test": "id_test", "id_val": "id_val", "ood_val": "ood_val", "near": "ood", "far": "ood",
+                 "unit": "ood", "csid": "real_shift"}
+TEST_GROUPS = ("near", "far", "unit")  # the OOD test sets, each a row of the tables
+VALIDATION_GROUPS = ("id_val", "ood_val")
+
+
+class OODBenchmarkData(EvaluationData):
+    """The sets of one OOD benchmark, each in a group (module docstring), with its provenance.
+
+    Args:
+        name: the benchmark's name (``openood:imagenet1k``, ``fashion``).
+        sets: ``(group, evaluation set, provenance)`` in table order; provenance is what the card states about the
+            set (``source``, and for a list ``lines`` and ``sha256``).
+        classes: the ID classes in label order (wnids, names), ``None`` where the benchmark does not name them.
+        num_classes: the number of ID classes (a model's logits must have that many known columns).
+        description: one line about the benchmark.
+
+    Raises:
+        ValueError: a group not among :data:`GROUPS`; a benchmark without exactly one ``id_test`` set or without an
+            OOD test set; an ID set (``id_test``, ``id_val``, ``csid``) with labels outside ``0..num_classes-1``.
+    """
+
+    def __init__(self, name: str, sets: Sequence[tuple[str, EvaluationSet, dict[str, Any]]], *,
+                 classes: Sequence[str] | None, num_classes: int, description: str = "", batch_size: int = 256,
+                 num_workers: int = 0) -> None:
+        wrong = sorted({group for group, _, _ in sets if group not in GROUPS})
+        if wrong:
+            raise ValueError(f"benchmark {name}: groups {wrong} are not among {list(GROUPS)}")
+        self.name, self.num_classes, self.description = name, int(num_classes), description
+        self.groups = {s.name: group for group, s, _ in sets}
+        self.provenance = {s.name: {"set": s.name, "group": group, "images": len(s), **provenance}
+                           for group, s, provenance in sets}
+        super().__init__([s for _, s, _ in sets], batch_size=batch_size, num_workers=num_workers, classes=classes)
+        if list(self.groups.values()).count("id_test") != 1:
+            raise ValueError(f"benchmark {name} needs exactly one id_test set, got {self.of('id_test')}")
+        if not self.of(*TEST_GROUPS):
+            raise ValueError(f"benchmark {name} has no OOD test set (groups {list(TEST_GROUPS)})")
+        for set_name in self.of("id_test", "id_val", "csid"):
+            labels = self.sets[set_name].labels()
+            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+                raise ValueError(f"benchmark {name}: the ID set {set_name} has labels outside 0..{self.num_classes - 1} "
+                                 f"(from {int(labels.min())} to {int(labels.max())})")
+
+    def of(self, *groups: str) -> list[str]:
+        """The names of the sets of these groups, in table order."""
+        return [name for name, group in self.groups.items() if group in groups]
+
+    @property
+    def id_test(self) -> EvaluationSet:
+        return self.sets[self.of("id_test")[0]]
+
+
+def _images_of(dataset: Dataset) -> torch.Tensor:
+    """Every raw image of an in-memory data set as one float tensor ``(N, C, H, W)`` in ``[0, 1]``."""
+    return torch.stack([dataset[i].image for i in range(len(dataset))])  # type: ignore[arg-type]
+
+
+def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots: dict[str, str] | None = None,
+                      lists: dict[str, str] | None = None, subset_lists: dict[str, str] | None = None,
+                      sets: list[str] | None = None, full_spectrum: bool = False, on_bad_image: BadImagePolicy = "fail",
+                      batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
+    """An OpenOOD v1.5 benchmark (``imagenet1k``, ``imagenet200``, ``cifar10``, ``cifar100``) from its published lists
+    (:mod:`datamodules.openood`): the images where the user has them, every one checked present before any pass.
+
+    Args:
+        data_root: OpenOOD's data folder (``images_largescale/``, ``images_classic/``) or a shard set of it.
+        set_roots: a root per set (``{"ninco": "/data/NINCO"}``: the list's first folder replaced by it).
+        lists: the user's copy of a list the package does not ship (ImageNet-ES), checked to be the published one.
+        subset_lists: a part of a set's published list (tests, a quick look): only those images, marked a subset.
+        sets: set names or OpenOOD roles to read (default: ID val and test, OOD val, near and far; with
+            ``full_spectrum`` the covariate-shifted sets too).
+        full_spectrum: read the covariate-shifted ID sets (``csid``) too: ImageNet-V2, -C, -R (-ES where its list is
+            given).
+    """
+    from datamodules.openood import BENCHMARKS, benchmark_of, evaluation_sets
+
+    spec = benchmark_of(benchmark)
+    if sets is None:
+        sets = ["id_val", "id_test", "ood_val", "near", "far"]
+        if full_spectrum:  # the csid sets whose list is shipped or given (ImageNet-ES: no public copy)
+            sets += [s.name for s in spec.select(["csid"]) if s.shipped or s.name in (lists or {})]
+    read = evaluation_sets(benchmark, sets, data_root=data_root, set_roots=set_roots, lists=lists,
+                           subset_lists=subset_lists, on_bad_image=on_bad_image)
+    group_of = {"id_val": "id_val", "id_test": "id_test", "ood_val": "ood_val", "near": "near", "far": "far",
+                "csid": "csid"}
+    entries = []
+    for name, evaluation_set in read.items():
+        role = BENCHMARKS[benchmark].sets[name].role
+        if role not in group_of:
+            continue  # the training list: fit data, not a set of the benchmark's tables
+        info = evaluation_set.info
+        folder = BENCHMARKS[benchmark].sets[name].folder
+        info["paths"] = [f"{folder}/{path}" if info.get("layout") == "set_root" else path
+                         for path, _ in evaluation_set.dataset.rows]  # type: ignore[attr-defined]
+        entries.append((group_of[role], evaluation_set, {
+            "source": f"OpenOOD v1.5 {info['list']} ({info['list_source']})",
+            "lines": info["list_lines"], "sha256": info["list_sha256"],
+            **({"subset of it": f"{info['subset_lines']} lines, sha256 {info['subset_sha256']}"}
+               if info.get("subset") else {}),
+            "root": info.get("root")}))
+    classes = imagenet1k_wnids() if benchmark == "imagenet1k" else None
+    return OODBenchmarkData(f"openood:{benchmark}", entries, classes=classes, num_classes=spec.num_classes,
+                            description=f"OpenOOD v1.5's {benchmark} benchmark", batch_size=batch_size,
+                            num_workers=num_workers)
+
+
+def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: int = 64,
+                      unit_tests: Sequence[str] | None = None, corruptions: Sequence[str] = ("gaussian_noise",
+                      "gaussian_blur", "contrast"), severity: int = 3, val_images: int = 1000, seed: int = 0,
+                      full_spectrum: bool = True, batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
+    """The demo's OOD benchmark, OpenOOD's shape on Fashion-MNIST (Debian's ``dataset-fashion-mnist``):
+
+    - ``id_test``: the test images of the demo's known classes (T-shirt/top, Trouser, Sneaker, Bag: labels 0-3);
+    - ``id_val``: ``val_images`` training images of the known classes the demo model holds out for validation
+      (the datamodule's own validation split: never a test image);
+    - ``ood_val``: the test images of the demo's negative classes (Pullover, Dress, Sandal), the tuning set;
+    - ``near``: the test images of its unknown classes (Coat, Shirt, Ankle boot);
+    - ``far``: scikit-learn's 8x8 digits, upsampled;
+    - ``unit``: the OOD unit tests (:mod:`datamodules.unit_tests`), ``unit_images`` each at 28x28, one channel;
+    - ``csid``: the ID test images corrupted by each of ``corruptions`` at ``severity``
+      (:mod:`datamodules.covariate_shift`), with their labels (made only with ``full_spectrum``).
+    """
+    from datamodules.covariate_shift import corrupt
+    from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
+    from datamodules.unit_tests import UNIT_TESTS, unit_test_set
+
+    datamodule = FashionMNISTOpenSetDataModule(data_dir=data_dir)
+    id_test = datamodule.evaluation_set("test", role="id_test", known_only=True, name="fashion:known")
+    id_val = datamodule.evaluation_set("val", role="id_val", known_only=True, name="fashion:known-val")
+    if len(id_val) > val_images:
+        id_val = EvaluationSet(id_val.name, "id_val", torch.utils.data.Subset(id_val.dataset, range(val_images)),
+                               info=id_val.info)
+    images, labels = load_fashion_mnist(data_dir, "test")
+    digits, _ = load_digits_images()
+
+    def fashion_set(classes: Sequence[int], name: str, group: str) -> EvaluationSet:
+        mask = np.isin(labels, classes)
+        dataset = TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
+                                     torch.full((int(mask.sum()),), UNKNOWN_LABEL))
+        return EvaluationSet(name, ROLE_OF_GROUP[group], dataset)
+
+    fashion = "Fashion-MNIST test images (Xiao et al. 2017), Debian's dataset-fashion-mnist"
+    sets: list[tuple[str, EvaluationSet, dict[str, Any]]] = [
+        ("id_test", id_test, {"source": f"{fashion}, the known classes {list(DEMO_KNOWN)}"}),
+        ("id_val", id_val, {"source": "the demo datamodule's validation split of the known classes' training images"}),
+        ("ood_val", fashion_set(DEMO_NEGATIVE, "fashion:negative", "ood_val"),
+         {"source": f"{fashion}, the negative classes {list(DEMO_NEGATIVE)}"}),
+        ("near", fashion_set(DEMO_UNKNOWN, "fashion:unknown", "near"),
+         {"source": f"{fashion}, the unknown classes {list(DEMO_UNKNOWN)}"}),
+        ("far", EvaluationSet("digits", "ood", TensorImageDataset(digits, torch.full((digits.shape[0],), UNKNOWN_LABEL))),
+         {"source": "scikit-learn's 1,797 8x8 digits, upsampled to 28x28"})]
+    for name in unit_tests if unit_tests is not None else list(UNIT_TESTS):
+        test = UNIT_TESTS[name]
+        sets.append(("unit", EvaluationSet(f"unit:{name}", "ood", unit_test_set(name, unit_images, 28, channels=1,
+                                                                               seed=seed)),
+                     {"source": f"OOD unit test (Bitterwolf et al. 2023), generated here: {test.description}"}))
+    clean = _images_of(id_test.dataset)
+    id_labels = dataset_labels(id_test.dataset)
+    for name in corruptions if full_spectrum else ():
+        shifted = corrupt(clean, name, severity, seed=seed)
+        sets.append(("csid", EvaluationSet(f"fashion:{name}-{severity}", "real_shift",
+                                           TensorImageDataset(shifted, id_labels)),
+                     {"source": f"the ID test images, {name} at severity {severity} (ImageNet-C's corruption, "
+                                "generated here)"}))
+    return OODBenchmarkData("fashion", sets, classes=datamodule.class_names, num_classes=len(DEMO_KNOWN),
+                            description="the demo: Fashion-MNIST's known classes vs its unknown classes (near), the "
+                                        "digits (far), the OOD unit tests, and corrupted ID images (full-spectrum)",
+                            batch_size=batch_size, num_workers=num_workers)
+
+
+__all__ = ["GROUPS", "OODBenchmarkData", "ROLE_OF_GROUP", "TEST_GROUPS", "VALIDATION_GROUPS", "fashion_benchmark"]

@@ -1,0 +1,175 @@
+"""``evaluate.py ood`` (:mod:`evaluation_methods.ood`): the OOD benchmark of a model on the demo's benchmark, checked
+against numbers computed here without the engine (a plain forward of the model over each set's images, the κ from
+its formula, scikit-learn's AUROC), the score-file round trip, and every bad input the method refuses."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from datamodules.catalog import build_ood_benchmark
+from evaluation_engine.intervals import Intervals
+from evaluation_engine.runner import TrainerOptions
+from evaluation_methods.ood import OODBenchmark, OODEvaluation, read_scores
+from lightning_modules.scoring import ScoringModel
+from metrics import resolve_detector
+
+QUIET = TrainerOptions(accelerator="cpu", devices=1, progress_bar=False, wandb_mode="disabled")
+SMALL = {"unit_images": 8, "unit_tests": ["uni", "Gaussian"], "corruptions": ["contrast"],
+         "val_images": 64}
+INTERVALS = {"resamples": 50, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def benchmark_data():
+    return build_ood_benchmark("fashion", SMALL)
+
+
+def direct_logits(model: ScoringModel, evaluation_set) -> torch.Tensor:
+    """The model's logits of every image of a set by a plain forward (its own input transform, no engine)."""
+    transform = model.model_input.transform()
+    images = torch.stack([transform(evaluation_set.dataset[i].image) for i in range(len(evaluation_set))])
+    with torch.no_grad():
+        return model.eval()(images).double()
+
+
+@pytest.fixture(scope="module")
+def run(demo_checkpoint: Path, benchmark_data, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("ood") / "out"
+    command = OODEvaluation(model=[str(demo_checkpoint)], data="fashion", data_args=SMALL,
+                            kappa=["softmax", "energy"], full_spectrum=True, intervals=INTERVALS, output_dir=str(out),
+                            cache_dir=None, plots=False, trainer=QUIET)
+    return command.run(), out
+
+
+def test_every_set_and_mean_equals_scikit_learn_on_a_plain_forward(run, demo_checkpoint: Path, benchmark_data) -> None:
+    result, _ = run
+    model = ScoringModel(str(demo_checkpoint))
+    logits = {name: direct_logits(model, benchmark_data[name]) for name in benchmark_data.sets}
+    kappas = {"softmax": lambda z: torch.softmax(z, dim=1).max(dim=1).values,
+              "energy": lambda z: torch.logsumexp(z, dim=1)}
+    id_name = "fashion:known"
+    rows = {(r["κ"], r["setting"], r["set"]): r for r in result["sets"]}
+    for kappa, formula in kappas.items():
+        for setting, id_sets in (("standard", [id_name]), ("full-spectrum", [id_name, "fashion:contrast-3"])):
+            id_scores = torch.cat([formula(logits[n]) for n in id_sets]).numpy()
+            per_group: dict[str, list[float]] = {}
+            for name in benchmark_data.of("near", "far", "unit"):
+                ood = formula(logits[name]).numpy()
+                expected = roc_auc_score(np.r_[np.ones(len(id_scores)), np.zeros(len(ood))], np.r_[id_scores, ood])
+                row = rows[(kappa, setting, name)]
+                assert row["auroc"] == pytest.approx(expected, abs=1e-6)
+                assert row["auroc low"] <= row["auroc"] <= row["auroc high"]
+                per_group.setdefault(benchmark_data.groups[name], []).append(row["auroc"])
+            for group, values in per_group.items():
+                assert rows[(kappa, setting, group)]["auroc"] == pytest.approx(float(np.mean(values)), abs=1e-12)
+    labels = benchmark_data[id_name].labels()
+    accuracy = float((logits[id_name].argmax(dim=1) == labels).double().mean())
+    summary = {(r["κ"], r["setting"]): r for r in result["summary"]}
+    assert summary[("softmax", "standard")]["ID accuracy"] == pytest.approx(accuracy, abs=1e-12)
+
+
+def test_the_headlines_are_the_near_and_far_means_with_their_replicates(run) -> None:
+    result, _ = run
+    rows = {(r["κ"], r["setting"], r["set"]): r for r in result["sets"]}
+    estimates = {(e.kappa, e.key): e for e in result.estimates}
+    for kappa in ("softmax", "energy"):
+        near = estimates[(kappa, "ood_near_auroc")]
+        assert near.value == pytest.approx(rows[(kappa, "standard", "near")]["auroc"])
+        assert near.replicates is not None and near.replicates.numel() == INTERVALS["resamples"]
+        far = estimates[(kappa, "ood_far_fpr95")]
+        assert far.value == pytest.approx(rows[(kappa, "standard", "far")]["fpr@95tpr"])
+
+
+def test_score_files_round_trip_to_the_same_numbers(run, tmp_path: Path) -> None:
+    result, out = run
+    (folder,) = (out / "scores").iterdir()  # one model: its folder of score files
+    again = OODEvaluation(scores=str(folder), data="fashion", data_args=SMALL, full_spectrum=True,
+                          intervals=INTERVALS, output_dir=str(tmp_path / "again"), plots=False, trainer=QUIET).run()
+    first = {(r["κ"], r["setting"], r["set"]): r for r in result["sets"]}
+    second = {(r["κ"], r["setting"], r["set"]): r for r in again["sets"]}
+    assert set(first) == set(second)
+    for key, row in first.items():
+        for metric in ("auroc", "auroc low", "auroc high", "fpr@95tpr", "fpr@95tpr-openood", "aupr-in", "aurc"):
+            assert second[key][metric] == pytest.approx(row[metric], abs=1e-9), (key, metric)
+    summary = {(r["κ"], r["setting"]): r for r in again["summary"]}
+    assert summary[("softmax", "standard")]["ID accuracy"] == pytest.approx(
+        {(r["κ"], r["setting"]): r for r in result["summary"]}[("softmax", "standard")]["ID accuracy"])
+
+
+def _copy_scores(run, tmp_path: Path) -> Path:
+    _, out = run
+    source = next((out / "scores").iterdir())
+    target = tmp_path / "scores"
+    for path in source.rglob("*"):
+        if path.is_file():
+            (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (target / path.relative_to(source)).write_bytes(path.read_bytes())
+    return target
+
+
+def _edit(path: Path, change) -> None:
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    rows = change(rows)
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda rows: rows + [rows[1]], "1 duplicated"),
+    (lambda rows: rows[:-1], "1 missing"),
+    (lambda rows: rows + [["elsewhere/0", "0.5"]], "1 not in the list"),
+    (lambda rows: [rows[0], [rows[1][0], "nan", *rows[1][2:]], *rows[2:]], "NaN or infinite"),
+])
+def test_a_score_file_not_covering_its_set_exactly_is_refused(run, benchmark_data, tmp_path: Path, change,
+                                                              message: str) -> None:
+    folder = _copy_scores(run, tmp_path)
+    _edit(folder / "softmax" / "unit_Gaussian.csv", change)
+    with pytest.raises(ValueError, match=message) as error:
+        read_scores(folder, benchmark_data, ["fashion:known", "unit:Gaussian"], sign=None)
+    assert "unit:Gaussian" in str(error.value)
+
+
+def test_a_sign_against_the_files_declaration_or_none_at_all_is_refused(run, benchmark_data, tmp_path: Path) -> None:
+    folder = _copy_scores(run, tmp_path)
+    with pytest.raises(ValueError, match="contradicts"):
+        read_scores(folder, benchmark_data, ["fashion:known"], sign="higher_is_ood")
+    (folder / "scores.json").unlink()
+    with pytest.raises(ValueError, match="--score-sign"):
+        read_scores(folder, benchmark_data, ["fashion:known"], sign=None)
+    _, id_first = read_scores(folder, benchmark_data, ["fashion:known"], sign="higher_is_id")[:2]
+    _, id_flipped = read_scores(folder, benchmark_data, ["fashion:known"], sign="higher_is_ood")[:2]
+    assert torch.equal(id_flipped["softmax"]["fashion:known"], -id_first["softmax"]["fashion:known"])
+
+
+def test_a_model_of_another_class_count_is_refused_before_any_pass(benchmark_data, tmp_path: Path) -> None:
+    model = ScoringModel("timm:resnet18", pretrained=False)
+    benchmark = OODBenchmark(benchmark_data, [resolve_detector("softmax")], kappa_parameters={"softmax": {}},
+                             intervals=Intervals(resamples=20))
+    with pytest.raises(ValueError, match="1000 known classes and the benchmark fashion 4"):
+        benchmark.check([model])
+    assert benchmark.passes.passes == 0
+
+
+def test_full_spectrum_needs_covariate_shifted_sets(tmp_path: Path) -> None:
+    data = build_ood_benchmark("fashion", {**SMALL, "corruptions": []})
+    with pytest.raises(ValueError, match="no covariate-shifted ID set"):
+        OODBenchmark(data, [resolve_detector("softmax")], kappa_parameters={}, full_spectrum=True)
+
+
+def test_models_and_scores_together_or_neither_are_refused() -> None:
+    with pytest.raises(ValueError, match="not both and not neither"):
+        OODEvaluation(data="fashion", trainer=QUIET)
+    with pytest.raises(ValueError, match="not both and not neither"):
+        OODEvaluation(model=["a.ckpt"], scores="x", data="fashion", trainer=QUIET)
+
+
+def test_an_unknown_benchmark_names_those_there_are() -> None:
+    with pytest.raises(ValueError, match="fashion"):
+        build_ood_benchmark("openood:imagenet2k", {})
