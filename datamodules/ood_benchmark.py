@@ -39,6 +39,7 @@ from datamodules.sources import (
     load_digits_images,
     load_fashion_mnist,
 )
+from openset_common.artefacts import digest
 from openset_common.labels import UNKNOWN_LABEL
 
 GROUPS = ("id_test", "id_val", "ood_val", "near", "far", "unit", "csid")
@@ -103,7 +104,7 @@ def _images_of(dataset: Dataset) -> torch.Tensor:
 def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots: dict[str, str] | None = None,
                       lists: dict[str, str] | None = None, subset_lists: dict[str, str] | None = None,
                       sets: list[str] | None = None, full_spectrum: bool = False, on_bad_image: BadImagePolicy = "fail",
-                      batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
+                      images: bool = True, batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
     """An OpenOOD v1.5 benchmark (``imagenet1k``, ``imagenet200``, ``cifar10``, ``cifar100``) from its published lists
     (:mod:`datamodules.openood`): the images where the user has them, every one checked present before any pass.
 
@@ -116,6 +117,8 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
             ``full_spectrum`` the covariate-shifted sets too).
         full_spectrum: read the covariate-shifted ID sets (``csid``) too: ImageNet-V2, -C, -R (-ES where its list is
             given).
+        images: ``False``: the lists only (:class:`ListedImages`), for scores made elsewhere (``--scores``): no image
+            is looked for, none can be read.
     """
     from datamodules.openood import BENCHMARKS, benchmark_of, evaluation_sets
 
@@ -124,8 +127,11 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
         sets = ["id_val", "id_test", "ood_val", "near", "far"]
         if full_spectrum:  # the csid sets whose list is shipped or given (ImageNet-ES: no public copy)
             sets += [s.name for s in spec.select(["csid"]) if s.shipped or s.name in (lists or {})]
-    read = evaluation_sets(benchmark, sets, data_root=data_root, set_roots=set_roots, lists=lists,
-                           subset_lists=subset_lists, on_bad_image=on_bad_image)
+    if images:
+        read = evaluation_sets(benchmark, sets, data_root=data_root, set_roots=set_roots, lists=lists,
+                               subset_lists=subset_lists, on_bad_image=on_bad_image)
+    else:
+        read = listed_sets(benchmark, sets, lists=lists, subset_lists=subset_lists)
     group_of = {"id_val": "id_val", "id_test": "id_test", "ood_val": "ood_val", "near": "near", "far": "far",
                 "csid": "csid"}
     entries = []
@@ -147,6 +153,45 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
     return OODBenchmarkData(f"openood:{benchmark}", entries, classes=classes, num_classes=spec.num_classes,
                             description=f"OpenOOD v1.5's {benchmark} benchmark", batch_size=batch_size,
                             num_workers=num_workers)
+
+
+class ListedImages(Dataset):
+    """The images of a list without the images: its rows and labels, for scores made elsewhere. Its fingerprint is
+    the list's (the published sha256, the rows read); asking for an image is an error."""
+
+    def __init__(self, rows: Sequence[tuple[str, int]], identity: str) -> None:
+        self.rows = list(rows)
+        self.identity = identity
+        self._labels = torch.tensor([label for _, label in self.rows], dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> Any:
+        raise RuntimeError(f"{self.rows[index][0]}: the benchmark was read from its lists only (scores given); its images "
+                           "are not read")
+
+    def labels(self) -> torch.Tensor:
+        return self._labels.clone()
+
+    def fingerprint(self) -> str:
+        return digest({"list": self.identity, "rows": self.rows})
+
+
+def listed_sets(benchmark: str, sets: Sequence[str], *, lists: dict[str, str] | None = None,
+                subset_lists: dict[str, str] | None = None) -> dict[str, EvaluationSet]:
+    """The sets of an OpenOOD benchmark from their lists alone (:class:`ListedImages`), with the ``info`` of
+    :func:`datamodules.openood.evaluation_sets` but no root: what ``--scores`` checks score files against."""
+    from datamodules.openood import benchmark_of, listed
+
+    out = {}
+    for spec in benchmark_of(benchmark).select(sets):
+        read = listed(benchmark, spec.name, (lists or {}).get(spec.name), subset=(subset_lists or {}).get(spec.name))
+        rows = [(path, UNKNOWN_LABEL if spec.is_ood else label) for path, label in read.rows]
+        info = {**read.info(), "group": spec.role, "root": None, "layout": "list"}
+        out[spec.name] = EvaluationSet(spec.name, spec.evaluation_role,  # type: ignore[arg-type]
+                                       ListedImages(rows, f"{read.sha256}:{read.subset_sha256}"), info=info)
+    return out
 
 
 def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: int = 64,

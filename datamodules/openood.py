@@ -368,6 +368,14 @@ def read_list(benchmark: str, name: str, path: str | os.PathLike | None = None) 
     return _read(benchmark, name, path).rows
 
 
+def listed(benchmark: str, name: str, path: str | os.PathLike | None = None, *,
+           subset: str | os.PathLike | None = None) -> ListRead:
+    """:func:`read_list` with what was read: the rows, the published list's sha256 and lines, the source, and for a
+    ``subset`` file (lines of the published list only) the subset's own hash (:class:`ListRead`). What the OOD
+    benchmark reads when it takes scores instead of images (``evaluate.py ood --scores``)."""
+    return _read(benchmark, name, path, subset=subset)
+
+
 # -- the images -----------------------------------------------------------------------------------
 
 
@@ -618,4 +626,4 @@ def read_leaderboard(table: str) -> list[dict[str, str]]:
 
 __all__ = ["BENCHMARKS", "DEFAULT_ROLES", "EVALUATION_ROLES", "LEADERBOARD", "OPENOOD_ROLES", "LeaderboardTable",
            "ListRead", "OpenOODBenchmark", "OpenOODSet", "ResolvedSet", "benchmark_of", "evaluation_sets",
-           "git_blob_id", "openood_tree", "published_bytes", "read_leaderboard", "read_list", "resolve_images"]
+           "git_blob_id", "listed", "openood_tree", "published_bytes", "read_leaderboard", "read_list", "resolve_images"]

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
-from datamodules.evaluation import EvaluationSet
+from datamodules.evaluation import EvaluationSet, dataset_fingerprint
 from datamodules.images import ImageFileDataset
 from datamodules.ood_benchmark import TEST_GROUPS, OODBenchmarkData
 from evaluation_engine.command import Evaluation
@@ -111,7 +111,8 @@ def write_scores(folder: Path, model: str, kappa: str, sets: Mapping[str, Evalua
         write_csv(folder / slug(kappa) / f"{slug(name)}.csv", rows,
                   ["path", "score", *(["prediction"] if prediction is not None else [])])
     manifest = folder / SCORES_MANIFEST
-    detectors = sorted({*json.loads(manifest.read_text()).get("detectors", []), kappa}) if manifest.is_file() else [kappa]
+    written = json.loads(manifest.read_text()).get("detectors", []) if manifest.is_file() else []
+    detectors = [*written, *([kappa] if kappa not in written else [])]  # in the order they were scored
     write_json(manifest, {"sign": "higher_is_id", "benchmark": benchmark, "model": model, "detectors": detectors,
                           "written_by": "openset-bench evaluate.py ood"})
 
@@ -146,7 +147,9 @@ def read_scores(folder: str | Path, data: OODBenchmarkData, sets: Sequence[str],
     if manifest.get("benchmark") not in (None, data.name):
         raise ValueError(f"--scores {folder}: its {SCORES_MANIFEST} says the scores are of the benchmark "
                          f"{manifest['benchmark']}, not {data.name}")
-    detectors = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    folders = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    detectors = [d for d in manifest.get("detectors", []) if d in folders] + \
+        [d for d in folders if d not in manifest.get("detectors", [])]  # the manifest's order, then any other
     if not detectors:
         raise FileNotFoundError(f"--scores {folder}: no detector folder (<folder>/<detector>/<set>.csv)")
     scores: dict[str, dict[str, Tensor]] = {}
@@ -338,7 +341,7 @@ class OODBenchmark:
         result = tune(kappa, None, score)
         self.tuned.append({"model": model_label(model), "κ": kappa.name,
                            "grid": {k: list(v) for k, v in result.grid.items()},
-                           "validation AUROC": dict(zip([json.dumps(c, sort_keys=True) for c in result.combinations],
+                           "validation AUROC": dict(zip([json.dumps(dict(c), sort_keys=True) for c in result.combinations],
                                                         result.aurocs, strict=True)),
                            "chosen": result.parameters, "chosen validation AUROC": result.auroc,
                            "validation sets": [id_val.name, ood_val.name]})
@@ -494,11 +497,11 @@ def check_validation_sets(data: OODBenchmarkData, test_sets: Sequence[str]) -> N
         if not data.of(group):
             raise ValueError(f"--tune searches on the ID and OOD validation sets and the benchmark {data.name} has no "
                              f"{group} set")
-    tests = {data[n].fingerprint(): n for n in test_sets}
+    tests = {dataset_fingerprint(data[n].dataset): n for n in test_sets}  # the content, whatever a set is called
     files = {n: set(set_keys(data[n])) for n in test_sets if data[n].info.get("paths") is not None
              or isinstance(data[n].dataset, ImageFileDataset)}
     for name in data.of("id_val", "ood_val"):
-        shared = tests.get(data[name].fingerprint())
+        shared = tests.get(dataset_fingerprint(data[name].dataset))
         if shared is None and (data[name].info.get("paths") is not None or isinstance(data[name].dataset,
                                                                                        ImageFileDataset)):
             mine = set(set_keys(data[name]))
@@ -599,9 +602,13 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                     raise ValueError(f"--{name.replace('_', '-').removesuffix('s')} is an OpenOOD benchmark's (the "
                                      f"images of its lists); the benchmark {self.data} makes its own sets")
                 arguments[name] = getattr(self, name)
+        if self.scores and str(self.data).startswith("openood:"):  # the lists only: no image is read
+            arguments["images"] = False
+            arguments.pop("data_root", None)
+            arguments.pop("set_roots", None)
         return build_ood_benchmark(str(self.data), arguments)
 
-    def parameters(self, data: OODBenchmarkData) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[str]]:
+    def parameters(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[str]]:
         """Each κ's parameters (the preset's, then the user's ``kappa_args`` over them), what to record, and the κ
         the preset fits on the ID validation set (OpenOOD's ReAct)."""
         search = "searched on the validation sets (--tune)" if self.tune else "not tuned (no --tune)"
@@ -610,7 +617,7 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                     {"preset": f"detector parameters: the project's defaults (the papers' values), {search}"}, [])
         from metrics.detectors.presets import preset_entry
 
-        benchmark = data.name.removeprefix("openood:")
+        benchmark = str(self.data).removeprefix("openood:")
         given = {name: set((self.kappa_args or {}).get(name, {})) for name in self.kappa}
         merged, sources, on_validation = {}, {}, []
         for name in self.kappa:
@@ -627,10 +634,10 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
     def prepare(self) -> None:
         if self._prepared is not None:
             return
-        data = self.benchmark_data()
+        parameters, recorded, on_validation = self.parameters()  # a detector the preset lacks: before any data
         output_dir = Path(self.output_dir or Path("runs/ood") / slug(str(self.data)))
         check_output_dir(output_dir)
-        parameters, recorded, on_validation = self.parameters(data)
+        data = self.benchmark_data()
         models = [self.scoring_model(m, pretrained=not self.random_weights, pretrained_file=self.pretrained_file,
                                      model_args=self.model_args) for m in self.model]
         from evaluation_engine.scoring import command_fit_set

@@ -118,6 +118,24 @@ def check_generated(one: Path, two: Path, out: str) -> None:
         assert_rows_close(one / name, two / name)
     # the passes the 2 processes sharded and gathered are the 1-process passes: every set, model and pass (logits,
     # the LPIPS to the nearest reference), each sample in its place, to float32 rounding (batched otherwise)
+    check_generated_passes(two)
+
+
+def check_ood(one: Path, two: Path, out: str) -> None:
+    """``one``: the 1-process run on the 2-process run's cached passes (REPLAYED): every row, mean, interval, ▼,
+    the summary and every score file exactly; the passes themselves as :func:`check_generated` compares them."""
+    for name in ("sets.csv", "summary.csv"):
+        assert_rows_close(one / name, two / name)
+    first, second = (sorted(p.relative_to(folder / "scores") for p in (folder / "scores").rglob("*.csv"))
+                     for folder in (one, two))
+    assert first == second and len(first) == 3 * 6  # 3 κ x (ID test, near, far, 2 unit tests, 1 corruption)
+    for path in first:
+        assert (one / "scores" / path).read_bytes() == (two / "scores" / path).read_bytes(), path
+    check_generated_passes(two)
+    assert "OOD benchmark fashion written to" in out
+
+
+def check_generated_passes(two: Path) -> None:
     first, second = (sorted((two.parent / cache).glob("*.pt")) for cache in ("cache-one", "cache-two"))
     assert [p.name for p in first] == [p.name for p in second] and first
     for a, b in zip(first, second, strict=True):
@@ -158,7 +176,7 @@ ONE_IMAGE = "1"
 # Scenarios too slow at one image a batch: their passes are batched and cached, and the 1-process run is
 # repeated on the 2-process run's cache (the same per-sample outputs), whose tables must then be the 2-process
 # tables exactly; the two runs' own passes are compared to float32 tolerance (their check).
-REPLAYED = {"generated"}
+REPLAYED = {"generated", "ood"}
 # The 1-process run of these scenarios on 2 intra-op threads, as a user's 1-process run takes the machine's cores
 # while Lightning gives each of N processes 1/N of them (here 1): what runs on every thread (the convolutions of one
 # image, the fitted detectors' matrix products) must not depend on the count, and the factorisations whose last
@@ -190,6 +208,12 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
                  "--lpips-net", "alex",
                  "--lpips-random-backbone", "--reference", "2", "--output-dir", str(out), "--no-plots",
                  "--cache-dir", str(cache)]]  # batched (one image a batch is too slow here): REPLAYED
+    if name == "ood":  # the demo's benchmark, small: 2 unit tests, 1 corruption (full-spectrum), a fitted detector
+        return [["ood", "--model", checkpoint, "--data", "fashion", "--data-arg", "unit_images=5", "--data-arg",
+                 "unit_tests=[uni, Gaussian]", "--data-arg", "corruptions=[contrast]", "--data-arg", "val_images=20",
+                 "--full-spectrum", "--kappa", "softmax", "energy", "mahalanobis", "--fit-arg",
+                 "mahalanobis.per_class=20", "--intervals", '{"resamples": 200}', "--cache-dir", str(cache),
+                 "--output-dir", str(out), "--no-plots"]]  # batched: REPLAYED
     if name == "report":
         severity = {"data": "fashion", "data_args": {"estimation": 20, "test": 10}, "batch_size": int(ONE_IMAGE)}
         oscr = {"data_args": {"batch_size": int(ONE_IMAGE)}}
@@ -204,7 +228,7 @@ def scenario_arguments(name: str, artefacts: dict, out: Path, cache: Path) -> li
 
 CHECKS: dict[str, Callable[[Path, Path, str], None]] = {
     "oscr": check_oscr, "severity": check_severity, "generate": check_generate, "generated": check_generated,
-    "evg": check_evg, "report": check_report,
+    "evg": check_evg, "report": check_report, "ood": check_ood,
 }
 
 

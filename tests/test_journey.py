@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from datamodules.imagenet21k import ood_classes
+from datamodules.openood import BENCHMARKS, openood_tree
 from tests.conftest import ROOT, child_env, make_imagenet_folder, protocol_wnids, write_jpeg
 
 JOURNEY_PAGE = ROOT / "docs" / "journey.md"  # the page whose commands this test runs as written
@@ -42,6 +43,9 @@ GENERATOR = [*CPU, *SMALL_DATA, "--data.init_args.batch_size", "8", "--trainer.m
              # the tiny ensemble (1 epoch on 5 random images a class) is below the sanity bar: allowed by name
              "--model.init_args.allow_weak_ensemble", "true"]
 EVALUATE = ["--accelerator", "cpu", "--devices", "1", "--no-progress-bar"]
+# the OpenOOD ImageNet-1K tree: a few images of each list, named as in the published lists (datamodules.openood_tree)
+OPENOOD_SETS = ("id_val", "id_test", "ood_val", "ssb_hard", "ninco", "inaturalist", "textures", "openimage_o")
+OPENOOD_SUBSETS = {name: f"openood-subsets/{name}.txt" for name in OPENOOD_SETS}
 SHRINK = {
     "protocol": [],
     "train": [*CLASSIFIER, *SEVERITY_CALLBACK],
@@ -68,6 +72,10 @@ SHRINK = {
                "--generated", '{"near_ood": [data/p1-near-ood], "shift": [data/p1-shift], '
                '"ensemble": runs/p1-ensemble/ensemble.txt, "allow_weak_ensemble": true}',
                "--intervals", '{"resamples": 100}'],
+    "openood": [*EVALUATE, "--random-weights", "--data-arg", f"subset_lists={json.dumps(OPENOOD_SUBSETS)}",
+                "--intervals", '{"resamples": 100}'],
+    "openood-scores": ["--data-arg", f"subset_lists={json.dumps(OPENOOD_SUBSETS)}", "--intervals",
+                       '{"resamples": 100}'],
     "folders-train": CLASSIFIER,
 }
 TIMM_FAMILIES = {"resnet": "timm:resnet10t", "convnext": "timm:convnext_atto", "mobilenetv3": "timm:mobilenetv3_small_050"}
@@ -99,10 +107,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             write_jpeg(root / "my-shift" / animal / f"{i}.jpg", rng, size=24)
     work = root / "work"
     work.mkdir()
+    lists = openood_tree(root / "openood", "imagenet1k", sets=list(OPENOOD_SETS), per_set=6, seed=5, size=12)
+    (work / "openood-subsets").mkdir()
+    for name, path in lists.items():
+        (work / "openood-subsets" / f"{name}.txt").write_text(path.read_text())
+    (root / "openood" / "images_largescale" / "ninco").rename(root / "NINCO")  # NINCO elsewhere: --set-root
     for name in ("train.py", "evaluate.py", "configs", "datamodules"):
         (work / name).symlink_to(ROOT / name)
     return {"work": work, "/data/ILSVRC2012": imagenet, "/data/imagenet21k": root / "imagenet21k",
-            "/data/ood": root / "ood", "/data/my-images": mine, "/data/my-shift": root / "my-shift"}
+            "/data/ood": root / "ood", "/data/my-images": mine, "/data/my-shift": root / "my-shift",
+            "/data/openood": root / "openood", "/data/NINCO": root / "NINCO"}
 
 
 def run(world: dict[str, Path], command: str, extra: list[str]) -> str:
@@ -185,6 +199,23 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
             assert [list(row)[:3] for row in device] == [list(row)[:3] for row in cpu] and len(device) == len(cpu)
         elif step == "severity-plot":
             assert (work / "runs/p1-eos/severity.png").stat().st_size > 10_000
+        elif step == "openood":  # every list's few images, each set a row per κ, the lists' hashes recorded
+            rows = rows_of(work / "runs/openood-resnet50/sets.csv")
+            tested = {"ssb_hard", "ninco", "inaturalist", "textures", "openimage_o"}
+            assert {r["set"] for r in rows if r["group"] != "mean"} == tested
+            assert {r["κ"] for r in rows} == {"softmax", "energy", "gen", "ash_b"}
+            assert_finite([float(r["auroc"]) for r in rows], "openood")
+            provenance = json.loads((work / "runs/openood-resnet50/provenance.json").read_text())
+            hashes = {s["set"]: s["sha256"] for s in provenance["sets"]}  # the published lists', as shipped
+            assert hashes == {name: BENCHMARKS["imagenet1k"].sets[name].sha256 for name in OPENOOD_SETS}
+            assert all(s.get("subset of it") for s in provenance["sets"])  # the run says it read a subset
+            assert provenance["presets"]["ash_b"]["parameters"] == {"percentile": 0.9}
+        elif step == "openood-scores":  # the scores alone give the model's numbers back
+            again, first = (rows_of(work / f"runs/{name}/sets.csv") for name in ("openood-rescored", "openood-resnet50"))
+            assert [(r["κ"], r["set"]) for r in again] == [(r["κ"], r["set"]) for r in first]
+            for a, b in zip(again, first, strict=True):
+                for metric in ("auroc", "auroc low", "fpr@95tpr", "fpr@95tpr-openood", "aupr-in", "aurc"):
+                    assert float(a[metric]) == pytest.approx(float(b[metric]), abs=1e-12), (a["set"], metric)
         elif step == "generate":
             for name in ("p1-shift", "p1-near-ood"):
                 assert_finite(numbers(work / "data" / name / "manifest.csv", ("mi",)), name)

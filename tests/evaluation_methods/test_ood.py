@@ -14,7 +14,7 @@ from sklearn.metrics import roc_auc_score
 
 from datamodules.catalog import build_ood_benchmark
 from evaluation_engine.intervals import Intervals
-from evaluation_engine.runner import TrainerOptions
+from evaluation_engine.runner import Runner, TrainerOptions
 from evaluation_methods.ood import OODBenchmark, OODEvaluation, read_scores
 from lightning_modules.scoring import ScoringModel
 from metrics import resolve_detector
@@ -173,3 +173,71 @@ def test_models_and_scores_together_or_neither_are_refused() -> None:
 def test_an_unknown_benchmark_names_those_there_are() -> None:
     with pytest.raises(ValueError, match="fashion"):
         build_ood_benchmark("openood:imagenet2k", {})
+
+
+def test_the_openood_preset_names_the_detectors_it_has_before_any_data(tmp_path: Path) -> None:
+    command = OODEvaluation(model=["timm:resnet18"], data="openood:cifar10", kappa=["softmax", "ash_s"],
+                            preset="openood", data_root=str(tmp_path / "nowhere"), output_dir=str(tmp_path / "out"),
+                            trainer=QUIET)
+    with pytest.raises(ValueError, match=r"preset 'openood' has no detector 'ash_s'.*it has \[.*'ash_b'"):
+        command.prepare()
+    with pytest.raises(ValueError, match="unknown benchmark 'fashion'|benchmarks"):
+        OODEvaluation(model=["a.ckpt"], data="fashion", preset="openood", trainer=QUIET).prepare()
+
+
+def test_missing_images_are_counted_per_set_before_any_pass(tmp_path: Path) -> None:
+    from datamodules.openood import openood_tree
+
+    lists = openood_tree(tmp_path / "openood", "cifar10", sets=["id_val", "id_test", "ood_val", "near", "far"],
+                         per_set=3, seed=1)
+    missing = next((tmp_path / "openood" / "images_classic" / "tin").rglob("*.*"))
+    missing.unlink()
+    command = OODEvaluation(model=["timm:resnet18"], data="openood:cifar10", data_root=str(tmp_path / "openood"),
+                            data_args={"subset_lists": {k: str(v) for k, v in lists.items()}}, random_weights=True,
+                            output_dir=str(tmp_path / "out"), trainer=QUIET)
+    with pytest.raises(FileNotFoundError, match=r"tin: 1 of 3 images missing under .*images_classic \(first: tin/"):
+        command.prepare()
+    assert not (tmp_path / "out").exists()
+
+
+def test_tuning_refuses_a_validation_set_that_is_a_test_set(benchmark_data) -> None:
+    from datamodules.evaluation import EvaluationSet
+    from datamodules.ood_benchmark import OODBenchmarkData
+
+    near = benchmark_data["fashion:unknown"]
+    again = EvaluationSet("my-ood-val", "ood_val", near.dataset)  # the test images under another name
+    leaking = OODBenchmarkData("leaking", [("id_test", benchmark_data["fashion:known"], {}),
+                                           ("id_val", benchmark_data["fashion:known-val"], {}),
+                                           ("ood_val", again, {}), ("near", near, {})],
+                               classes=benchmark_data.classes, num_classes=4)
+    with pytest.raises(ValueError, match="validation set my-ood-val is also the test set fashion:unknown"):
+        OODBenchmark(leaking, [resolve_detector("gen")], kappa_parameters={}, tune=True)
+
+
+def test_tuning_picks_the_best_validation_auroc_of_openoods_grid(demo_checkpoint: Path, benchmark_data,
+                                                                 tmp_path: Path) -> None:
+    """GEN's grid (γ x M) searched on the ID and OOD validation sets: the choice is the first maximum of the
+    validation AUROCs computed here (GEN from its formula on a plain forward, scikit-learn's AUROC), and the test
+    rows use it."""
+    from metrics.detectors.presets import SEARCH_GRIDS, grid_combinations
+
+    model = ScoringModel(str(demo_checkpoint))
+    benchmark = OODBenchmark(benchmark_data, [resolve_detector("gen")], kappa_parameters={"gen": {}}, tune=True,
+                             intervals=Intervals(resamples=20))
+    scored = benchmark.score(Runner.local(), [model])
+    (tuned,) = benchmark.tuned
+    probabilities = {name: torch.softmax(direct_logits(model, benchmark_data[name]), dim=1)
+                     for name in ("fashion:known-val", "fashion:negative")}
+
+    def gen(p: torch.Tensor, gamma: float, m: int) -> torch.Tensor:  # Liu et al. 2023: -Σ_top-M p^γ (1-p)^γ
+        top = p.sort(dim=1, descending=True).values[:, :m]
+        return -(top ** gamma * (1 - top) ** gamma).sum(dim=1)
+
+    aurocs = []
+    for combination in grid_combinations(SEARCH_GRIDS["gen"]):
+        id_val, ood_val = (gen(probabilities[n], combination["gamma"], combination["M"]).numpy()
+                           for n in ("fashion:known-val", "fashion:negative"))
+        aurocs.append(roc_auc_score(np.r_[np.ones(len(id_val)), np.zeros(len(ood_val))], np.r_[id_val, ood_val]))
+    assert list(tuned["validation AUROC"].values()) == pytest.approx(aurocs, abs=1e-6)
+    best = grid_combinations(SEARCH_GRIDS["gen"])[int(np.argmax(np.round(aurocs, 9)))]
+    assert tuned["chosen"] == best and scored[0].parameters == {**best}
