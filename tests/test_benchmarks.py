@@ -28,6 +28,7 @@ from benchmarks import (
     gpu_throughput,
     interval_coverage,
     intervals_benchmark,
+    ood_metrics_benchmark,
     oscr_benchmark,
     report_card,
     severity_benchmark,
@@ -145,6 +146,21 @@ def test_intervals_tiny_checks_the_bootstrap_against_sklearn_on_the_same_resampl
         assert result[key] > 0, key
 
 
+def test_ood_metrics_tiny_agrees_with_openood_and_pytorch_ood_and_builds_every_table() -> None:
+    result = ood_metrics_benchmark.main(["--tiny"])
+
+    alone, tables = result["alone"], result["tables"]
+    assert alone["pairs"] == 3 * len(ood_metrics_benchmark.SETS)
+    assert alone["difference"]["fpr openood"] == 0.0 and alone["difference"]["fpr pytorch-ood"] == 0.0
+    assert max(alone["difference"].values()) <= 1e-9  # the same definitions agree to rounding
+    assert len(tables["seconds"]) == 3 and tables["resamples"] == 20
+    names = [row["set"] for row in tables["tables"][0].rows]
+    assert names == [*ood_metrics_benchmark.SETS, "near", "far", "all"]
+    for table in tables["tables"]:
+        assert all(values.shape == (20,) for values in table.replicates.values())
+        assert all(row["auroc low"] <= row["auroc"] <= row["auroc high"] for row in table.rows)
+
+
 def test_interval_coverage_tiny_runs_every_study() -> None:
     result = interval_coverage.main(["--tiny"])
     assert {r["family"] for r in result["auroc"]} == {"binormal"} and len(result["auroc"]) == 3 * 2
@@ -192,7 +208,8 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
                                     gpu_throughput, evg_sampler, report_card, intervals_benchmark,
-                                    ensemble_training, interval_coverage, data_throughput, fit_overlap])
+                                    ensemble_training, interval_coverage, data_throughput, fit_overlap,
+                                    ood_metrics_benchmark])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])
