@@ -171,6 +171,9 @@ def test_interval_coverage_tiny_runs_every_study() -> None:
     assert all(0 <= r["after"] <= 1 for r in result["marks"])
     for name in ("open_set", "ece", "severity", "evg", "difference", "seeds"):
         assert result[name], name
+    assert [r["n"] for r in result["ood_mean"]] == [20, 50]
+    for row in result["ood_mean"]:  # 2 repetitions (8 // 4), every mean and every set's interval counted
+        assert (row["all auroc"].total, row["set auroc"].total) == (2, 10)
 
 
 def test_fit_overlap_tiny_finds_the_copies_and_the_links_and_nothing_in_the_training_split() -> None:

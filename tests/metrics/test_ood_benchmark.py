@@ -255,6 +255,8 @@ def test_openood_metrics_are_compute_all_metrics_with_ties(seed):
     b = tied(rng, int(rng.integers(20, 200)), levels)
     ours, reference = openood_metrics(a, b), compute_all_metrics_reference(a, b)
     assert set(ours) == set(reference)
+    assert ours == {"auroc": auroc(a, b), "fpr@95tpr-openood": fpr_at_tpr(a, b, convention="openood"),
+                    "aupr-in": aupr_in(a, b), "aupr-out": aupr_out(a, b)}  # the project's functions, exactly
     assert ours["fpr@95tpr-openood"] == reference["fpr@95tpr-openood"]  # the same counts and division: exact
     for key in ("auroc", "aupr-in", "aupr-out"):
         assert ours[key] == pytest.approx(reference[key], abs=1e-13), key
