@@ -35,8 +35,9 @@ sum counts, for every failure ``f``, the weight ranked strictly below it plus ha
 itself included: ``W² · AUGRC = Σ_f w_f (Σ_{s_j < s_f} w_j + ½ Σ_{s_j = s_f} w_j)``), with ``acc`` the share of
 correct samples and ``AUROC_f`` the AUROC of correct against failed samples (ties ½); it is computed exactly in
 integers for integer weights. Without ties the AURC is Geifman et al.'s per-sample mean
-``(1/N) Σ_k r(k)`` corrected by ``(r(1) - r(N)) / (2N)`` (the trapezoid's ends); with ties the per-sample form is
-undefined (which samples of a tie come first?), the one point per distinct value is not. Lower is better for
+``(1/N) Σ_k r(k)`` (``r(k)`` the risk of the ``k`` most confident samples) plus ``(r(1) - r(N)) / (2N)`` (the
+trapezoid's ends); with ties the per-sample form is undefined (which samples of a tie come first?), the one
+point per distinct value is not. Lower is better for
 both; an AURC of 0 / AUGRC of 0 needs no failure accepted before any correct sample (AUGRC's minimum is
 ``½ (1 - acc)²``, all failures last).
 
@@ -545,7 +546,8 @@ def benchmark_table(
 
     Returns:
         The :class:`BenchmarkTable`: its rows, replicates and the ID accuracy with Wilson's interval
-        (``intervals.proportion``).
+        (``intervals.proportion``). Computed on the CPU (rows of integer counts in numpy, blocks of rows over
+        ``torch.get_num_threads()`` threads; the values do not depend on them).
 
     Raises:
         ValueError: bad scores or flags (naming the set), sets without a group or with another group than
