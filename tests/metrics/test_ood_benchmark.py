@@ -347,6 +347,14 @@ def test_replicates_are_the_metrics_of_the_documented_resamples():
             assert {metric: float(table.replicates[(name, metric)][r]) for metric in METRICS} == expected
 
 
+def test_the_cache_holds_the_resample_weights():
+    cache = ResampleCache(30, 7)
+    rows = cache.counts(120, 4)
+    assert rows.dtype == np.uint8 and not rows.flags.writeable
+    assert np.array_equal(rows, resample_weights(120, 30, 7, stratum=4).numpy())
+    assert cache.counts(120, 4) is rows  # drawn once
+
+
 def test_default_strata_follow_the_sets_order():
     id_scores, correct, sets, groups = table_data(seed=2)
     settings = Settings(resamples=20)
