@@ -27,6 +27,10 @@ within 0.93-0.97 at n >= 50 and never an interval of zero width from a finite sa
    correlation 0.8), per-pair (the card before) vs ``worse_than_best`` (after), and the power to mark one
    detector 0.03 below the others.
 8. A model of 3 training seeds (``metrics.seed_mean``): training variance on the separation, a shared test set.
+9. The OOD benchmark's means over sets (``metrics.benchmark_table``, OpenOOD v1.5's near / far / all figures):
+   five binormal OOD sets of known AUROC (two near, three far, sized like ImageNet-1K's against its ID test set)
+   against one shared ID set, the sets held fixed; the coverage of the mean AUROC per group, of each set's AUROC
+   interval, and of the mean FPR@95 and AUGRC over all sets (closed-form truths).
 
     python -m benchmarks.interval_coverage [--tiny] [--write] [--reps 2000] [--resamples 1000]
 """
@@ -43,9 +47,11 @@ import torch
 from scipy.special import ndtr, ndtri
 
 from benchmarks.common import benchmark_parser, finish, load_average, machine, parse, table
+from evaluation_engine.intervals import Intervals
 from metrics import (
     auroc,
     auroc_interval,
+    benchmark_table,
     bootstrap_accuracy_ece,
     bootstrap_auroc,
     bootstrap_min_rank,
@@ -438,6 +444,71 @@ def seeds_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequ
 
 
 # --------------------------------------------------------------------------------------------------
+# 9. the OOD benchmark's means over sets
+
+
+# set -> (group, AUROC against the ID set, size relative to the ID set: ImageNet-1K's SSB-hard, NINCO,
+# iNaturalist, Textures, OpenImage-O against its 45,000 ID test images, roughly)
+OOD_MEAN_SETS = {"near_a": ("near", 0.80, 1.0), "near_b": ("near", 0.85, 0.15), "far_a": ("far", 0.92, 0.25),
+                 "far_b": ("far", 0.95, 0.15), "far_c": ("far", 0.90, 0.35)}
+OOD_MEAN_ACCURACY = 0.8
+
+
+def ood_mean_truth(n: int) -> dict[str, float]:
+    """Closed-form truths of the study's table for ``n`` ID images. ID κ ~ N(0, 1), set s κ ~ N(-δ_s, 1) with
+    δ_s = √2 Φ⁻¹(AUROC_s); FPR@95 (ID positive) Φ(Φ⁻¹(0.95) - δ_s) (the share of the set above the ID's 5%
+    quantile); the ID images right with probability 0.8 whatever their κ, so the AUGRC of set s is
+    (1 - AUROC_f) acc (1 - acc) + (1 - acc)²/2 with acc = 0.8 n / (n + n_s) and AUROC_f the AUROC of the right
+    ID images against the failures (the wrong ID images at ½, the set at AUROC_s), by the set's share of them."""
+    truth: dict[str, float] = {}
+    for name, (_, area, relative) in OOD_MEAN_SETS.items():
+        size = max(3, round(relative * n))
+        delta = math.sqrt(2) * float(ndtri(area))
+        wrong = (1 - OOD_MEAN_ACCURACY) * n
+        accuracy = OOD_MEAN_ACCURACY * n / (n + size)
+        failure_auroc = (wrong * 0.5 + size * area) / (wrong + size)
+        truth[f"{name} auroc"] = area
+        truth[f"{name} fpr@95tpr"] = float(ndtr(float(ndtri(0.95)) - delta))
+        truth[f"{name} augrc"] = (1 - failure_auroc) * accuracy * (1 - accuracy) + 0.5 * (1 - accuracy) ** 2
+    for mean in ("near", "far", "all"):
+        members = [name for name, (group, _, _) in OOD_MEAN_SETS.items() if mean in ("all", group)]
+        for metric in ("auroc", "fpr@95tpr", "augrc"):
+            truth[f"{mean} {metric}"] = float(np.mean([truth[f"{name} {metric}"] for name in members]))
+    return truth
+
+
+def ood_mean_study(rng: np.random.Generator, reps: int, resamples: int, sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """Per ID size n: a fresh ID set and five OOD sets per repetition (:data:`OOD_MEAN_SETS`), the table of
+    ``benchmark_table`` (the sets held fixed: one shared resample, ID stratum 0, each set its own), and whether its
+    intervals hold the closed-form truths (:func:`ood_mean_truth`)."""
+    groups = {name: group for name, (group, _, _) in OOD_MEAN_SETS.items()}
+    columns = ("near auroc", "far auroc", "all auroc", "set auroc", "all fpr@95tpr", "all augrc")
+    rows = []
+    for n in sizes:
+        truth = ood_mean_truth(n)
+        tallies = {column: Coverage() for column in columns}
+        for rep in range(reps):
+            id_scores = torch.from_numpy(rng.normal(0, 1, n))
+            correct = torch.from_numpy(rng.random(n) < OOD_MEAN_ACCURACY)
+            sets = {}
+            for name, (_, area, relative) in OOD_MEAN_SETS.items():
+                delta = math.sqrt(2) * float(ndtri(area))
+                sets[name] = torch.from_numpy(rng.normal(-delta, 1, max(3, round(relative * n))))
+            table = benchmark_table(id_scores, correct, sets, groups,
+                                    intervals=Intervals(resamples=resamples, seed=rep))
+            for column in columns[:3] + columns[4:]:
+                row, metric = column.split(" ")
+                values = table.row(row)
+                tallies[column].add(values[f"{metric} low"], values[f"{metric} high"], truth[column])
+            for name in sets:
+                values = table.row(name)
+                tallies["set auroc"].add(values["auroc low"], values["auroc high"], truth[f"{name} auroc"])
+        rows.append({"n": n, "sets": {name: max(3, round(relative * n)) for name, (_, _, relative)
+                                      in OOD_MEAN_SETS.items()}, **tallies})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
 # the run
 
 
@@ -459,6 +530,7 @@ def run(reps: int, resamples: int, *, tiny: bool, only: Sequence[str] = ()) -> d
         ("difference", lambda: difference_study(rng, max(2, reps // 4), resamples, sizes)),
         ("marks", lambda: marks_study(rng, max(2, reps // 4), resamples, 100 if tiny else 500)),
         ("seeds", lambda: seeds_study(rng, max(2, reps // 4), resamples, sizes)),
+        ("ood_mean", lambda: ood_mean_study(rng, max(2, reps // 4), resamples, sizes if tiny else (200, 1000))),
     ]
     unknown = set(only) - {name for name, _ in steps}
     if unknown:
@@ -534,6 +606,19 @@ def markdown(result: dict[str, Any]) -> str:
         parts.append("**Three training seeds** (``seed_mean``; training sd 0.15 on the separation, a shared test set):"
                      "\n\n" + table(["n per side", "coverage of E[AUROC] over training"],
                                     [[r["n"], r["seeds"].text()] for r in result["seeds"]]))
+    if "ood_mean" in result:
+        sizes = result["ood_mean"][0]["sets"] if result["ood_mean"] else {}
+        parts.append("**OOD benchmark means** (``benchmark_table``; five binormal OOD sets against one ID set, sets "
+                     "held fixed, truths in closed form: AUROC "
+                     + ", ".join(f"{name} {area}" for name, (_, area, _) in OOD_MEAN_SETS.items())
+                     + f"; set sizes relative to n: {', '.join(f'{r:g}' for _, _, r in OOD_MEAN_SETS.values())}"
+                     f" (e.g. {', '.join(str(v) for v in sizes.values())} at n = {result['ood_mean'][0]['n']}); "
+                     "'set AUROC': every set's own interval, `Intervals.auroc` (`auto`: logit DeLong), pooled over the five):\n\n" + table(
+                         ["n ID images", "near mean AUROC", "far mean AUROC", "all mean AUROC", "set AUROC",
+                          "all mean FPR@95", "all mean AUGRC"],
+                         [[r["n"], *[r[k].text() for k in ("near auroc", "far auroc", "all auroc", "set auroc",
+                                                           "all fpr@95tpr", "all augrc")]]
+                          for r in result["ood_mean"]]))
     return "\n\n".join(parts)
 
 
@@ -549,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--reps", type=int, help="repetitions (default 2000; --tiny 8)")
     parser.add_argument("--resamples", type=int, help="bootstrap resamples (default 1000; --tiny 50)")
     parser.add_argument("--only", nargs="+", default=(), metavar="STUDY",
-                        help="run only these studies (auroc open_set ece severity evg difference marks seeds); "
+                        help="run only these studies (auroc open_set ece severity evg difference marks seeds ood_mean); "
                              "with --write the section holds only their tables")
     args = parse(parser, argv)
     reps = args.reps or (8 if args.tiny else 2000)

@@ -35,8 +35,9 @@ sum counts, for every failure ``f``, the weight ranked strictly below it plus ha
 itself included: ``W² · AUGRC = Σ_f w_f (Σ_{s_j < s_f} w_j + ½ Σ_{s_j = s_f} w_j)``), with ``acc`` the share of
 correct samples and ``AUROC_f`` the AUROC of correct against failed samples (ties ½); it is computed exactly in
 integers for integer weights. Without ties the AURC is Geifman et al.'s per-sample mean
-``(1/N) Σ_k r(k)`` corrected by ``(r(1) - r(N)) / (2N)`` (the trapezoid's ends); with ties the per-sample form is
-undefined (which samples of a tie come first?), the one point per distinct value is not. Lower is better for
+``(1/N) Σ_k r(k)`` (``r(k)`` the risk of the ``k`` most confident samples) plus ``(r(1) - r(N)) / (2N)`` (the
+trapezoid's ends); with ties the per-sample form is undefined (which samples of a tie come first?), the one
+point per distinct value is not. Lower is better for
 both; an AURC of 0 / AUGRC of 0 needs no failure accepted before any correct sample (AUGRC's minimum is
 ``½ (1 - acc)²``, all failures last).
 
@@ -66,7 +67,7 @@ from metrics._validation import check_score_pair, check_scores
 from metrics.auroc import auroc
 from metrics.bootstrap_intervals import percentile_interval
 from metrics.comparisons import worse_than_best
-from metrics.detection import _Curve, _first_count, _scale, aupr_in, aupr_out, fpr_at_tpr
+from metrics.detection import _Curve, _first_count, _scale, _unweighted
 from metrics.resampling import (
     BLOCK_ROWS,
     INT32_LIMIT,
@@ -124,37 +125,32 @@ def _check_risk_input(confidence: Tensor | object, correct: Tensor | object, wha
 # the risk-coverage areas from the thresholds' counts
 
 
-def _rc_areas(accepted: np.ndarray, failed: np.ndarray, total: int | float) -> tuple[float, float]:
-    """``(AURC, AUGRC)`` (module docstring) from the accepted and failed weight at or above each distinct value
-    (``(B,)``, descending values, integers or floats; values without weight allowed: zero terms).
+def _rc_areas(accepted: np.ndarray, failed: np.ndarray, total: int, *, with_augrc: bool = True) -> tuple[float, float]:
+    """``(AURC, AUGRC)`` (module docstring) from the integer accepted and failed weight at or above each distinct
+    value (``(B,)``, descending values; values without weight allowed: zero terms).
 
-    Integer counts are exact in float64 (below 2**53), and so is the AUGRC's numerator, a sum of integer products
-    below ``2 W²``: its value does not depend on the order of the sum (int64 where ``2 W²`` passes 2**53). The
-    AURC's terms are summed in order (torch's CPU ``cumsum`` is sequential): a zero term leaves the sum as it was.
+    The AUGRC's numerator is an exact int64 sum. The AURC's terms are summed in order (torch's CPU ``cumsum`` is
+    sequential): a zero term leaves the sum as it was, so a row equals the expanded data's value exactly.
     """
     size = accepted.shape[0]
     if size == 0 or not total:
         return math.nan, math.nan
-    acc, fail = accepted.astype(np.float64), failed.astype(np.float64)
-    gain = np.empty(size)
-    gain[0] = acc[0]
-    np.subtract(acc[1:], acc[:-1], out=gain[1:])
+    gain = np.empty(size, dtype=accepted.dtype)
+    gain[0] = accepted[0]
+    np.subtract(accepted[1:], accepted[:-1], out=gain[1:])
     # the values before the first one with weight accept nothing: their risk is the first threshold's, r_0 = r_1
-    start = int(np.searchsorted(acc, 0.0, side="right"))
+    start = int(np.searchsorted(accepted, accepted.dtype.type(0), side="right"))
     risk = np.empty(size + 1)
-    np.divide(fail[start:], acc[start:], out=risk[start + 1:])
+    np.divide(failed[start:], accepted[start:], out=risk[start + 1:])
     risk[:start + 1] = risk[start + 1]
     terms = risk[1:] + risk[:-1]
-    terms *= gain
+    np.multiply(terms, gain, out=terms)
     aurc = float(torch.cumsum(torch.from_numpy(terms), 0)[-1]) / (2.0 * total)
-    if accepted.dtype.kind in "iu" and 2 * int(total) * int(total) >= 1 << 53:
-        wide, low = accepted.astype(np.int64), failed.astype(np.int64)
-        numerator = int(wide[0]) * int(low[0]) + int(
-            (np.diff(wide) * (low[1:] + low[:-1])).sum(dtype=np.int64))
-        return aurc, numerator / (2.0 * total * total)
-    pairs = fail[1:] + fail[:-1]
-    pairs *= gain[1:]
-    return aurc, (gain[0] * fail[0] + float(pairs.sum())) / (2.0 * total * total)
+    if not with_augrc:
+        return aurc, math.nan
+    pairs = failed[1:] + failed[:-1]  # F_b + F_{b-1} <= 2 W
+    numerator = int(gain[0]) * int(failed[0]) + int(np.multiply(gain[1:], pairs, dtype=np.int64).sum())
+    return aurc, numerator / (2.0 * total * total)
 
 
 def _rc_areas_rows(accepted: Tensor, failed: Tensor, total: Tensor) -> tuple[Tensor, Tensor]:
@@ -195,7 +191,7 @@ class _RiskPlan:
         if not weights.is_floating_point() and self.device.type == "cpu" and weights.device.type == "cpu":
             counts = weights.numpy()
             totals = counts.sum(axis=1, dtype=np.int64)
-            wide = np.int32 if rows == 0 or int(totals.max()) <= INT32_LIMIT else np.int64
+            wide = np.int32 if rows == 0 or 2 * int(totals.max()) <= INT32_LIMIT else np.int64  # 2 W fits
             aurc, augrc = np.full(rows, math.nan), np.full(rows, math.nan)
             cum_all = np.zeros(self.n + 1, dtype=wide)
             cum_failed = np.zeros(self.n + 1, dtype=wide)
@@ -296,9 +292,10 @@ def openood_metrics(id_conf: Tensor, ood_conf: Tensor) -> dict[str, float]:
         tables show these times 100.
     """
     id_conf, ood_conf = check_score_pair(id_conf, ood_conf, "OpenOOD's metrics")
-    return {"auroc": auroc(id_conf, ood_conf),
-            "fpr@95tpr-openood": fpr_at_tpr(id_conf, ood_conf, TPR, convention="openood"),
-            "aupr-in": aupr_in(id_conf, ood_conf), "aupr-out": aupr_out(id_conf, ood_conf)}
+    # one plan (one sort of each side) for the FPR and both AUPRs: the values of the separate functions
+    values = _unweighted(id_conf, ood_conf, tpr=TPR, fpr="openood", aupr=("id", "ood"), aupr_convention="trapezoid")
+    return {"auroc": auroc(id_conf, ood_conf), "fpr@95tpr-openood": float(values["fpr"][0]),
+            "aupr-in": float(values["aupr_in"][0]), "aupr-out": float(values["aupr_out"][0])}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -422,33 +419,36 @@ class _SetPlan:
         num_id = id_desc.numel()
         self.id_curve = _Curve(id_desc, ood_desc)  # ID positive: AUPR-In, FPR (ID)
         self.ood_curve = _Curve(-ood_desc.flip(0), -id_desc.flip(0))  # OOD positive: AUPR-Out, FPR (OpenOOD)
-        # int32 indices (the table checks that the sizes fit): torch's index_select with them is the fastest gather
-        self.order = order.numpy().astype(np.int32)
+        # numpy gathers in the rows (numpy never starts threads of its own: the rows' blocks run on threads)
+        self.order = order.numpy()
         # AUROC: each OOD sample (in sorted order) against the ID weight strictly above it and tied with it
         above = num_id - torch.searchsorted(id_asc, ood_desc, right=True)
         at_or_above = num_id - torch.searchsorted(id_asc, ood_desc, right=False)
-        self.above = above.int()
+        self.above = above.numpy()
         tied = (at_or_above != above).nonzero().squeeze(1)
         self.tied, self.tied_above, self.tied_at = tied.numpy(), above[tied].numpy(), at_or_above[tied].numpy()
         # the thresholds of the risk-coverage curves: the distinct values of both sides (the ID curve's grid)
-        grid_id, grid_ood, _ = self.id_curve.grid()
-        self.grid_id, self.grid_ood = torch.from_numpy(grid_id).int(), torch.from_numpy(grid_ood).int()
+        self.grid_id, self.grid_ood, _ = self.id_curve.grid()
         self.ood_curve.grid()  # computed before the threads start
+
+    def _above(self, cum_id: np.ndarray, gain: np.ndarray) -> int:
+        """``Σ_j v_j (C(> t_j) + C(>= t_j))`` for ID cumulative weights ``C`` (descending), exact in int64 (the
+        products fit int32)."""
+        twice = 2 * int(np.multiply(cum_id.take(self.above), gain).sum(dtype=np.int64))
+        if self.tied.size:
+            tied = cum_id.take(self.tied_at) - cum_id.take(self.tied_above)
+            twice += int(np.multiply(tied, gain.take(self.tied)).sum(dtype=np.int64))
+        return twice
 
     def metrics(self, counts: np.ndarray, shared: _IDRow, out: dict[str, np.ndarray], r: int) -> None:
         """Every metric of one row of the set's counts into ``out[metric][r]``."""
         gain = counts.take(self.order)
-        t_cum = torch.zeros(self.n + 1, dtype=torch.int32)
-        torch.cumsum(torch.from_numpy(gain), 0, dtype=torch.int32, out=t_cum[1:])
-        cum = t_cum.numpy()
+        cum = np.zeros(self.n + 1, dtype=np.int32)
+        torch.cumsum(torch.from_numpy(gain), 0, dtype=torch.int32, out=torch.from_numpy(cum[1:]))
         total = int(cum[-1])
         total_id, cum_id = shared.total, shared.cum
-        # AUROC: twice U = Σ_j v_j (W_id(> t_j) + W_id(>= t_j)), exact in int64 (the products fit int32)
-        below = torch.index_select(shared.t_cum, 0, self.above).numpy()
-        twice = 2 * int(np.multiply(below, gain).sum(dtype=np.int64))
-        if self.tied.size:
-            tied = cum_id.take(self.tied_at) - cum_id.take(self.tied_above)
-            twice += int(np.multiply(tied, gain.take(self.tied)).sum(dtype=np.int64))
+        # AUROC: twice U = Σ_j v_j (W_id(> t_j) + W_id(>= t_j))
+        twice = self._above(cum_id, gain)
         out["auroc"][r] = twice / (2.0 * total_id * total)
         out["fpr@95tpr"][r] = float(cum[self.id_curve.np_neg_ge[shared.value]]) / total
         out["aupr-in"][r] = _scale(self.id_curve.row(cum_id, cum, shared.gain, None, "trapezoid")[1], total_id,
@@ -458,27 +458,55 @@ class _SetPlan:
                                     total, "trapezoid")
         start = self.ood_curve.first_value(cum_asc, _first_count(total, TPR))
         out["fpr@95tpr-openood"][r] = self.ood_curve.kept_fp(cum_asc, shared.cum_asc, start) / total_id
-        ood_part = torch.index_select(t_cum, 0, self.grid_ood)
-        accepted = torch.index_select(shared.t_cum, 0, self.grid_id).add_(ood_part)
-        failed = torch.index_select(shared.t_cum_failed, 0, self.grid_id).add_(ood_part)
-        out["aurc"][r], out["augrc"][r] = _rc_areas(accepted.numpy(), failed.numpy(), total_id + total)
+        ood_part = cum.take(self.grid_ood)
+        accepted = cum_id.take(self.grid_id)
+        accepted += ood_part
+        failed = shared.cum_failed.take(self.grid_id)
+        failed += ood_part
+        out["aurc"][r] = _rc_areas(accepted, failed, total_id + total, with_augrc=False)[0]
+        # AUGRC by pairs, O(N_set) (module docstring: 2 W² AUGRC = Σ_f w_f (2 W - A(>= s_f) - A(> s_f)), failures
+        # the misclassified ID images E and the set O), exact in integers: the grid's sum's value
+        total_all, failures = total_id + total, shared.total_failed + total
+        pairs = (shared.failed_pairs + 2 * shared.total_failed * total - self._above(shared.cum_failed, gain)
+                 + twice + total * total)
+        out["augrc"][r] = (2 * total_all * failures - pairs) / (2.0 * total_all * total_all)
+
+
+class _IDSide:
+    """What every resample of one detector's ID scores shares: their sort, the misclassified images in it and the
+    places of their values (every cumulative sum counts the ID weight from the most confident end)."""
+
+    def __init__(self, id_order: Tensor, correct: Tensor, curve: _Curve) -> None:
+        self.order = id_order.numpy()
+        failure = (~correct).index_select(0, id_order)
+        self.failure = failure.numpy().astype(np.uint8)
+        self.curve = curve
+        failed = failure.nonzero().squeeze(1)
+        values = curve.value_of[failed]
+        self.failed = failed.numpy()  # the misclassified images' places in the sorted order
+        self.failed_at = curve.pos_hi[values].numpy()  # ID at or above each one's value
+        self.failed_above = curve.pos_lo[values].numpy()  # ID strictly above it
 
 
 class _IDRow:
     """One row of the ID counts in the detector's sorted order, shared by every set: the counts (``gain``), their
     cumulative sums from the most confident end (``cum``; of the misclassified images ``cum_failed``) and from
-    the least confident end (``cum_asc``), and the ID value at which 95% of the ID weight is reached."""
+    the least confident end (``cum_asc``), the ID value at which 95% of the ID weight is reached, and the
+    misclassified images' pairs among the ID images ``Σ_e w_e (W(>= s_e) + W(> s_e))`` (the AUGRC's ID part)."""
 
-    def __init__(self, counts: np.ndarray, order: np.ndarray, failure: np.ndarray, curve: _Curve) -> None:
-        self.gain = counts.take(order)
-        self.t_cum = torch.zeros(self.gain.shape[0] + 1, dtype=torch.int32)
-        torch.cumsum(torch.from_numpy(self.gain), 0, dtype=torch.int32, out=self.t_cum[1:])
-        self.t_cum_failed = torch.zeros_like(self.t_cum)
-        torch.cumsum(torch.from_numpy(self.gain * failure), 0, dtype=torch.int32, out=self.t_cum_failed[1:])
-        self.cum = self.t_cum.numpy()
-        self.total = int(self.cum[-1])
+    def __init__(self, counts: np.ndarray, side: _IDSide) -> None:
+        self.gain = counts.take(side.order)
+        size = self.gain.shape[0] + 1
+        self.cum, self.cum_failed = np.zeros(size, dtype=np.int32), np.zeros(size, dtype=np.int32)
+        # numpy buffers: torch's fills would start its thread pool inside the rows' threads
+        torch.cumsum(torch.from_numpy(self.gain), 0, dtype=torch.int32, out=torch.from_numpy(self.cum[1:]))
+        torch.cumsum(torch.from_numpy(self.gain * side.failure), 0, dtype=torch.int32,
+                     out=torch.from_numpy(self.cum_failed[1:]))
+        self.total, self.total_failed = int(self.cum[-1]), int(self.cum_failed[-1])
         self.cum_asc = self.total - self.cum[::-1]
-        self.value = curve.first_value(self.cum, _first_count(self.total, TPR))
+        self.value = side.curve.first_value(self.cum, _first_count(self.total, TPR))
+        around = self.cum.take(side.failed_at) + self.cum.take(side.failed_above)  # <= 2 W: fits int32
+        self.failed_pairs = int(np.multiply(around, self.gain.take(side.failed), dtype=np.int64).sum())
 
 
 def benchmark_table(
@@ -530,7 +558,8 @@ def benchmark_table(
 
     Returns:
         The :class:`BenchmarkTable`: its rows, replicates and the ID accuracy with Wilson's interval
-        (``intervals.proportion``).
+        (``intervals.proportion``). Computed on the CPU (rows of integer counts in numpy, blocks of rows over
+        ``torch.get_num_threads()`` threads; the values do not depend on them).
 
     Raises:
         ValueError: bad scores or flags (naming the set), sets without a group or with another group than
@@ -560,9 +589,7 @@ def benchmark_table(
     if num_id * 255 > INT32_LIMIT or any(s.numel() * 255 > INT32_LIMIT for s in sets.values()):
         raise ValueError("benchmark_table counts in int32: at most (2**31 - 1) / 255 images per side")
     plans = {name: _SetPlan(id_desc, sets[name]) for name in names}
-    order = id_order.numpy().astype(np.int32)
-    failure = (~correct).index_select(0, id_order).numpy().astype(np.uint8)
-    curve = plans[names[0]].id_curve
+    side = _IDSide(id_order, correct, plans[names[0]].id_curve)
 
     def compute(id_counts: np.ndarray, set_counts: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         rows = id_counts.shape[0]
@@ -571,7 +598,7 @@ def benchmark_table(
         def work(blocks: list[int]) -> None:
             for block in blocks:
                 for r in range(block * BLOCK_ROWS, min((block + 1) * BLOCK_ROWS, rows)):
-                    shared = _IDRow(id_counts[r], order, failure, curve)
+                    shared = _IDRow(id_counts[r], side)
                     for name in names:
                         plans[name].metrics(set_counts[name][r], shared, out[name], r)
 

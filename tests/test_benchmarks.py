@@ -28,6 +28,7 @@ from benchmarks import (
     gpu_throughput,
     interval_coverage,
     intervals_benchmark,
+    ood_metrics_benchmark,
     oscr_benchmark,
     report_card,
     severity_benchmark,
@@ -145,6 +146,21 @@ def test_intervals_tiny_checks_the_bootstrap_against_sklearn_on_the_same_resampl
         assert result[key] > 0, key
 
 
+def test_ood_metrics_tiny_agrees_with_openood_and_pytorch_ood_and_builds_every_table() -> None:
+    result = ood_metrics_benchmark.main(["--tiny"])
+
+    alone, tables = result["alone"], result["tables"]
+    assert alone["pairs"] == 3 * len(ood_metrics_benchmark.SETS)
+    assert alone["difference"]["fpr openood"] == 0.0 and alone["difference"]["fpr pytorch-ood"] == 0.0
+    assert max(alone["difference"].values()) <= 1e-9  # the same definitions agree to rounding
+    assert len(tables["seconds"]) == 3 and tables["resamples"] == 20
+    names = [row["set"] for row in tables["tables"][0].rows]
+    assert names == [*ood_metrics_benchmark.SETS, "near", "far", "all"]
+    for table in tables["tables"]:
+        assert all(values.shape == (20,) for values in table.replicates.values())
+        assert all(row["auroc low"] <= row["auroc"] <= row["auroc high"] for row in table.rows)
+
+
 def test_interval_coverage_tiny_runs_every_study() -> None:
     result = interval_coverage.main(["--tiny"])
     assert {r["family"] for r in result["auroc"]} == {"binormal"} and len(result["auroc"]) == 3 * 2
@@ -155,6 +171,9 @@ def test_interval_coverage_tiny_runs_every_study() -> None:
     assert all(0 <= r["after"] <= 1 for r in result["marks"])
     for name in ("open_set", "ece", "severity", "evg", "difference", "seeds"):
         assert result[name], name
+    assert [r["n"] for r in result["ood_mean"]] == [20, 50]
+    for row in result["ood_mean"]:  # 2 repetitions (8 // 4), every mean and every set's interval counted
+        assert (row["all auroc"].total, row["set auroc"].total) == (2, 10)
 
 
 def test_fit_overlap_tiny_finds_the_copies_and_the_links_and_nothing_in_the_training_split() -> None:
@@ -192,7 +211,8 @@ def test_report_card_tiny_shares_the_passes_and_runs_the_commands_alone() -> Non
 
 @pytest.mark.parametrize("module", [oscr_benchmark, severity_benchmark, training_overhead, generators_benchmark,
                                     gpu_throughput, evg_sampler, report_card, intervals_benchmark,
-                                    ensemble_training, interval_coverage, data_throughput, fit_overlap])
+                                    ensemble_training, interval_coverage, data_throughput, fit_overlap,
+                                    ood_metrics_benchmark])
 def test_a_tiny_run_never_writes_results(module, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--tiny", "--write"])

@@ -255,6 +255,8 @@ def test_openood_metrics_are_compute_all_metrics_with_ties(seed):
     b = tied(rng, int(rng.integers(20, 200)), levels)
     ours, reference = openood_metrics(a, b), compute_all_metrics_reference(a, b)
     assert set(ours) == set(reference)
+    assert ours == {"auroc": auroc(a, b), "fpr@95tpr-openood": fpr_at_tpr(a, b, convention="openood"),
+                    "aupr-in": aupr_in(a, b), "aupr-out": aupr_out(a, b)}  # the project's functions, exactly
     assert ours["fpr@95tpr-openood"] == reference["fpr@95tpr-openood"]  # the same counts and division: exact
     for key in ("auroc", "aupr-in", "aupr-out"):
         assert ours[key] == pytest.approx(reference[key], abs=1e-13), key
@@ -343,6 +345,14 @@ def test_replicates_are_the_metrics_of_the_documented_resamples():
             expected = set_metrics(expanded(id_scores, id_weights[r]), expanded(correct, id_weights[r]),
                                    expanded(sets[name], ood_weights[r]))
             assert {metric: float(table.replicates[(name, metric)][r]) for metric in METRICS} == expected
+
+
+def test_the_cache_holds_the_resample_weights():
+    cache = ResampleCache(30, 7)
+    rows = cache.counts(120, 4)
+    assert rows.dtype == np.uint8 and not rows.flags.writeable
+    assert np.array_equal(rows, resample_weights(120, 30, 7, stratum=4).numpy())
+    assert cache.counts(120, 4) is rows  # drawn once
 
 
 def test_default_strata_follow_the_sets_order():
