@@ -132,7 +132,8 @@ DETECTION_METRICS = ("fpr@95tpr", "aupr-in", "aupr-out")
 
 DETECTION_NOTE = ("fpr@95tpr: the share of OOD images accepted at the threshold that accepts 95% of the ID images "
                   "(ID positive, the ODIN and energy papers' definition; pytorch-ood and OpenOOD v1.5 fix 95% of OOD "
-                  "instead: metrics.fpr_at_tpr(convention='ood')); aupr-in / aupr-out: the trapezoid area under the "
+                  "instead: metrics.fpr_at_tpr(convention='ood') is pytorch-ood's, convention='openood' OpenOOD's, "
+                  "whose ROC drops some tied thresholds; evaluate.py ood reports both beside each other); aupr-in / aupr-out: the trapezoid area under the "
                   "precision-recall curve with ID / OOD positive, as pytorch-ood and OpenOOD; their intervals a "
                   "percentile bootstrap on the AUROC's resamples.")
 

@@ -127,6 +127,31 @@ def plot_set_bars(rows: Sequence[Mapping[str, object]], path: str | Path, *, met
     return save_figure(figure, path)
 
 
+def plot_image_rows(rows: Mapping[str, Tensor], path: str | Path, *, title: str = "") -> Path:
+    """One row of images per name (``(N, C, H, W)`` in ``[0, 1]``), the name at the row's left: a look at the sets
+    (the OOD unit tests)."""
+    columns = max(images.shape[0] for images in rows.values())
+    figure, axes = plt.subplots(len(rows), columns, figsize=(1.0 * columns + 2.2, 1.0 * len(rows) + 0.4),
+                                squeeze=False)
+    for row, (name, images) in zip(axes, rows.items(), strict=True):
+        for column, axis in enumerate(row):
+            axis.set_xticks([])
+            axis.set_yticks([])
+            for spine in axis.spines.values():  # a thin frame: a white image stays visible on the page
+                spine.set_visible(column < images.shape[0])
+                spine.set_color("0.6")
+                spine.set_linewidth(0.5)
+            if column < images.shape[0]:
+                image = images[column].detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy()
+                axis.imshow(image[..., 0] if image.shape[-1] == 1 else image, cmap="gray", vmin=0, vmax=1,
+                            interpolation="nearest")
+        row[0].set_ylabel(name, rotation=0, ha="right", va="center", fontsize="small")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return save_figure(figure, path)
+
+
 def save_image_grid(images: Tensor, path: str | Path, *, columns: int = 8, padding: int = 2) -> Path:
     """A grid of ``(N, C, H, W)`` images in ``[0, 1]`` as one PNG (grey-scale stays grey), written atomically."""
     from PIL import Image

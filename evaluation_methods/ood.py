@@ -467,7 +467,7 @@ class OODBenchmark:
         """The per-set AUROC bars (with their intervals) and a grid of the unit tests' first images."""
         if not self.plots or self.output_dir is None:
             return
-        from evaluation_engine.plots import plot_set_bars, save_image_grid
+        from evaluation_engine.plots import plot_image_rows, plot_set_bars
 
         standard = [r for r in result["sets"] if r["setting"] == "standard" and r["group"] != "mean"]
         path = plot_set_bars(standard, self.output_dir / "auroc_per_set.png",
@@ -475,10 +475,12 @@ class OODBenchmark:
         result.figure("AUROC per set", path, "one bar per (model, κ); the error bars are the intervals")
         units = self.data.of("unit")
         if units:
-            images = torch.stack([self.data[n].dataset[i].image for n in units for i in range(4)])
-            grid = save_image_grid(images, self.output_dir / "unit_tests.png", columns=8)
-            result.figure("OOD unit tests", grid, "the first 4 images of each unit test, in the order "
-                          + ", ".join(n.removeprefix("unit:") for n in units))
+            images = {n.removeprefix("unit:"): torch.stack([self.data[n].dataset[i].image
+                                                            for i in range(min(6, len(self.data[n])))])
+                      for n in units}
+            grid = plot_image_rows(images, self.output_dir / "unit_tests.png", title="OOD unit tests")
+            result.figure("OOD unit tests", grid, "the first images of each unit test (Bitterwolf et al. 2023), "
+                          "generated here")
 
 
 SET_COLUMNS = ("model", "κ", "setting", "set", "group", "images",
