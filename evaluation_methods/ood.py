@@ -649,7 +649,9 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  full_spectrum=self.full_spectrum, fit_set=fit_set, fit=self.fit,
                                  allow_fit_overlap=self.allow_fit_overlap, output_dir=output_dir, plots=self.plots,
-                                 provenance=recorded, published=published_rows(data.name), tune=self.tune,
+                                 provenance=recorded, tune=self.tune,
+                                 published=published_rows(data.name) + (published_rows(data.name, full_spectrum=True)
+                                                                         if self.full_spectrum else []),
                                  fit_sets={name: data[data.of("id_val")[0]] for name in on_validation
                                            if data.of("id_val")})
         if models:
@@ -665,19 +667,27 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
             result = benchmark.tables(scored)
             benchmark.write(result, [])
             benchmark.figures(result)
+            summarise(result, data.name, output_dir)
         else:
             def evaluate(runner: Runner) -> MethodResult:
-                return benchmark.evaluate(runner, models)
+                result = benchmark.evaluate(runner, models)
+                if runner.is_global_zero:
+                    summarise(result, data.name, output_dir)
+                return result
 
             result = Runner.launch(self.options, evaluate, name=f"ood-{data.name}")
         result.folder = output_dir
         result["published"] = benchmark.published
         result["provenance"] = {"benchmark": data.name, "sets": list(data.provenance.values()),
                                 "tuned": benchmark.tuned, **benchmark.provenance}
-        means = [r for r in result["sets"] if r["group"] == "mean" and r["setting"] == "standard"]
-        print(f"\nOOD benchmark {data.name} written to {output_dir}")
-        print(markdown_table(means, ["model", "κ", "set", "auroc", "fpr@95tpr", "fpr@95tpr-openood"]))
         return result
+
+
+def summarise(result: MethodResult, benchmark: str, output_dir: Path) -> None:
+    """The standard setting's means of every (model, κ), printed (once: global rank zero)."""
+    means = [r for r in result["sets"] if r["group"] == "mean" and r["setting"] == "standard"]
+    print(f"\nOOD benchmark {benchmark} written to {output_dir}")
+    print(markdown_table(means, ["model", "κ", "set", "auroc", "fpr@95tpr", "fpr@95tpr-openood"]))
 
 
 def published_rows(benchmark: str, *, full_spectrum: bool = False) -> list[dict[str, Any]]:
@@ -689,9 +699,14 @@ def published_rows(benchmark: str, *, full_spectrum: bool = False) -> list[dict[
     from datamodules.openood import LEADERBOARD, read_leaderboard
 
     name = benchmark.removeprefix("openood:")
-    table = name if name in LEADERBOARD else f"{name}_{'fsood' if full_spectrum else 'ood'}"
+    table = f"{name}_{'fsood' if full_spectrum else 'ood'}" if f"{name}_ood" in LEADERBOARD else \
+        (name if not full_spectrum else "")
+    if table not in LEADERBOARD:  # CIFAR: no full-spectrum table
+        return []
     entry = LEADERBOARD[table]
-    return [{**row, "published": f"{entry.source} ({entry.date}), no interval"} for row in read_leaderboard(table)]
+    setting = "full-spectrum" if table.endswith("_fsood") else "standard"
+    return [{"setting": setting, **row, "published": f"{entry.source} ({entry.date}), no interval"}
+            for row in read_leaderboard(table)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -730,9 +745,12 @@ class OODMethod(Method):
         means = [{"model": r["model"], "κ": r["κ"], "setting": r["setting"], "mean over": r["set"],
                   "images": r.get("images", ""), **{METRIC_TITLES[m]: marked(r, m) for m in METRICS},
                   **{c: r.get(c, "") for c in overlap}} for r in rows if r["group"] == "mean"]
-        per_set = [{"model": r["model"], "κ": r["κ"], "setting": r["setting"], "set": r["set"], "group": r["group"],
+        # per set on the page: the standard setting's named sets (the unit tests and the full-spectrum rows are their
+        # means here, every row in sets.csv): a card of many detectors stays readable
+        per_set = [{"model": r["model"], "κ": r["κ"], "set": r["set"], "group": r["group"],
                     "images": r.get("images", ""), **{METRIC_TITLES[m]: marked(r, m) for m in METRICS},
-                    **{c: r.get(c, "") for c in overlap}} for r in rows if r["group"] != "mean"]
+                    **{c: r.get(c, "") for c in overlap}} for r in rows
+                   if r["group"] not in ("mean", "unit") and r["setting"] == "standard"]
         accuracy = []
         for r in result["summary"]:
             shifted = [k for k in r if k.startswith("accuracy ") and not k.endswith((" low", " high"))]
@@ -742,8 +760,8 @@ class OODMethod(Method):
                              **{k: cell(r[k], r.get(f"{k} low"), r.get(f"{k} high")) for k in shifted}})
         tables = [Table("means over each group's sets (▼: worse than the model's best κ, simultaneously per column)",
                         ["model", "κ", "setting", "mean over", "images", *metric_columns, *overlap], means),
-                  Table("per set", ["model", "κ", "setting", "set", "group", "images", *metric_columns, *overlap],
-                        per_set),
+                  Table("per set (the standard setting; every set of both settings, the unit tests one by one: sets.csv)",
+                        ["model", "κ", "set", "group", "images", *metric_columns, *overlap], per_set),
                   Table("classification (the full-spectrum ID sets: ID test and the covariate-shifted ones)",
                         list(dict.fromkeys(k for a in accuracy for k in a)), accuracy)]
         published = result.get("published") or []

@@ -241,3 +241,26 @@ def test_tuning_picks_the_best_validation_auroc_of_openoods_grid(demo_checkpoint
     assert list(tuned["validation AUROC"].values()) == pytest.approx(aurocs, abs=1e-6)
     best = grid_combinations(SEARCH_GRIDS["gen"])[int(np.argmax(np.round(aurocs, 9)))]
     assert tuned["chosen"] == best and scored[0].parameters == {**best}
+
+
+def test_the_card_section_shows_the_published_rows_beside_the_runs_own(run, tmp_path: Path) -> None:
+    """OpenOOD's leaderboard rows (package data) as reference rows marked "published, no interval", after the run's
+    own rows with their intervals; the per-set table holds the standard setting's named sets."""
+    from datamodules.openood import read_leaderboard
+    from evaluation_methods.ood import OODMethod, published_rows
+    from evaluation_methods.registry import CardContext
+
+    result, _ = run
+    result["published"] = published_rows("openood:imagenet1k")
+    section = OODMethod().section({None: result}, CardContext(Intervals(), False, tmp_path))
+    tables = {table.title.split(" (")[0].split(":")[0]: table for table in section.tables}
+    published = tables["published"]
+    assert [r["Postprocessor"] for r in published.rows] == [r["Postprocessor"] for r in read_leaderboard("imagenet1k_ood")]
+    assert all("no interval" in r["published"] and r["setting"] == "standard" for r in published.rows)
+    own = tables["per set"].rows
+    assert {r["set"] for r in own} == {"fashion:unknown", "digits"} and {r["κ"] for r in own} == {"softmax", "energy"}
+    cell = own[0]["AUROC"]
+    assert cell["low"] <= cell["value"] <= cell["high"]
+    means = tables["means over each group's sets"].rows
+    assert {(r["setting"], r["mean over"]) for r in means} == {(s, g) for s in ("standard", "full-spectrum")
+                                                                for g in ("near", "far", "unit", "all")}
