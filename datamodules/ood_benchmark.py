@@ -21,7 +21,7 @@ The benchmarks by name are the catalog's (:data:`datamodules.catalog.OOD_BENCHMA
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,9 @@ class OODBenchmarkData(EvaluationData):
         classes: the ID classes in label order (wnids, names), ``None`` where the benchmark does not name them.
         num_classes: the number of ID classes (a model's logits must have that many known columns).
         description: one line about the benchmark.
+        fit: builds the benchmark's own fit set of fitted detectors (OpenOOD's ID training list; the demo's training
+            split), read only when a detector fits; ``None``: it has none.
+        notes: what the card says about the benchmark's sets (a set left out, and why).
 
     Raises:
         ValueError: a group not among :data:`GROUPS`; a benchmark without exactly one ``id_test`` set or without an
@@ -68,11 +71,13 @@ class OODBenchmarkData(EvaluationData):
 
     def __init__(self, name: str, sets: Sequence[tuple[str, EvaluationSet, dict[str, Any]]], *,
                  classes: Sequence[str] | None, num_classes: int, description: str = "", batch_size: int = 256,
-                 num_workers: int = 0) -> None:
+                 num_workers: int = 0, fit: Callable[[], EvaluationSet | None] | None = None,
+                 notes: Sequence[str] = ()) -> None:
         wrong = sorted({group for group, _, _ in sets if group not in GROUPS})
         if wrong:
             raise ValueError(f"benchmark {name}: groups {wrong} are not among {list(GROUPS)}")
         self.name, self.num_classes, self.description = name, int(num_classes), description
+        self._fit, self.notes = fit, list(notes)
         self.groups = {s.name: group for group, s, _ in sets}
         self.provenance = {s.name: {"set": s.name, "group": group, "images": len(s), **provenance}
                            for group, s, provenance in sets}
@@ -94,6 +99,12 @@ class OODBenchmarkData(EvaluationData):
     @property
     def id_test(self) -> EvaluationSet:
         return self.sets[self.of("id_test")[0]]
+
+    def fit_set(self) -> EvaluationSet | None:
+        """The benchmark's own fit set (its ID training images), built when first asked; ``None``: it has none."""
+        if self._fit is not None and not hasattr(self, "_fit_set"):
+            self._fit_set = self._fit()
+        return getattr(self, "_fit_set", None)
 
 
 def _images_of(dataset: Dataset) -> torch.Tensor:
@@ -123,6 +134,7 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
     from datamodules.openood import BENCHMARKS, benchmark_of, evaluation_sets
 
     spec = benchmark_of(benchmark)
+    sets_given = sets
     if sets is None:
         sets = ["id_val", "id_test", "ood_val", "near", "far"]
         if full_spectrum:  # the csid sets whose list is shipped or given (ImageNet-ES: no public copy)
@@ -149,10 +161,41 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
             **({"subset of it": f"{info['subset_lines']} lines, sha256 {info['subset_sha256']}"}
                if info.get("subset") else {}),
             "root": info.get("root")}))
-    classes = imagenet1k_wnids() if benchmark == "imagenet1k" else None
-    return OODBenchmarkData(f"openood:{benchmark}", entries, classes=classes, num_classes=spec.num_classes,
-                            description=f"OpenOOD v1.5's {benchmark} benchmark", batch_size=batch_size,
-                            num_workers=num_workers)
+    notes = [f"{s.name}: not read, its list has no public copy (give it: --list {s.name}=<OpenOOD's {s.list}>)"
+             for s in spec.select(["csid"]) if full_spectrum and sets_given is None and not s.shipped
+             and s.name not in (lists or {})]
+    train = spec.sets.get("id_train")
+
+    def fit() -> EvaluationSet | None:  # OpenOOD fits on its ID training list (shipped for CIFAR; ImageNet's: --list)
+        if train is None or not images or not (train.shipped or "id_train" in (lists or {})):
+            return None
+        return evaluation_sets(benchmark, ["id_train"], data_root=data_root, set_roots=set_roots, lists=lists,
+                               on_bad_image=on_bad_image)["id_train"]
+
+    return OODBenchmarkData(f"openood:{benchmark}", entries, classes=openood_classes(benchmark),
+                            num_classes=spec.num_classes, description=f"OpenOOD v1.5's {benchmark} benchmark",
+                            batch_size=batch_size, num_workers=num_workers, fit=fit, notes=notes)
+
+
+def openood_classes(benchmark: str) -> list[str]:
+    """The ID classes of an OpenOOD benchmark in its label order: ImageNet-1K's wnids (the standard order); ImageNet-200's
+    wnids, each label's images found in ImageNet-1K's lists (OpenOOD's ImageNet-200 test images are ImageNet val images);
+    CIFAR's class names, the folder of each label's images in the ID test list (``cifar10/test/airplane/...``)."""
+    from datamodules.openood import read_list
+
+    wnids = imagenet1k_wnids()
+    if benchmark == "imagenet1k":
+        return wnids
+    if benchmark == "imagenet200":
+        full = {path: label for name in ("id_test", "id_val") for path, label in read_list("imagenet1k", name)}
+        found: dict[int, str] = {}
+        for path, label in read_list("imagenet200", "id_test"):
+            found.setdefault(label, wnids[full[path]])
+        return [found[label] for label in range(len(found))]
+    found = {}
+    for path, label in read_list(benchmark, "id_test"):
+        found.setdefault(label, path.split("/")[2])
+    return [found[label] for label in range(len(found))]
 
 
 class ListedImages(Dataset):
@@ -253,6 +296,7 @@ def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: 
                      {"source": f"the ID test images, {name} at severity {severity} (ImageNet-C's corruption, "
                                 "generated here)"}))
     return OODBenchmarkData("fashion", sets, classes=datamodule.class_names, num_classes=len(DEMO_KNOWN),
+                            fit=lambda: datamodule.evaluation_set("train", role="fit", known_only=True, name="fit"),
                             description="the demo: Fashion-MNIST's known classes vs its unknown classes (near), the "
                                         "digits (far), the OOD unit tests, and corrupted ID images (full-spectrum)",
                             batch_size=batch_size, num_workers=num_workers)

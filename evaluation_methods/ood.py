@@ -18,7 +18,9 @@ what was used is written to ``provenance.json`` and the card. Scores of any othe
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,7 +169,11 @@ def read_scores(folder: str | Path, data: OODBenchmarkData, sets: Sequence[str],
             if predicted is not None and data.groups[name] in ("id_test", "csid"):
                 if int(predicted.min()) < 0 or int(predicted.max()) >= data.num_classes:
                     raise ValueError(f"{path}: predictions outside the benchmark's classes 0..{data.num_classes - 1}")
-                predictions.setdefault(name, predicted)
+                known = predictions.setdefault(name, predicted)
+                if not torch.equal(known, predicted):  # one classifier: every detector's file predicts alike
+                    raise ValueError(f"{path}: its predictions of {name} differ from another detector's file of the same "
+                                     f"folder on {int((known != predicted).sum())} images: one folder holds one model's "
+                                     "scores")
     return str(manifest.get("model") or folder.name), scores, predictions
 
 
@@ -188,9 +194,11 @@ def _read_score_file(path: Path, keys: list[str], *, name: str, hashed: str | No
     extra = [k for k in seen if k not in expected]
     if duplicated or missing or extra:
         version = f" (the list's sha256 {hashed})" if hashed else ""
+        listed, given = (hashlib.sha256("\n".join(paths).encode()).hexdigest()[:16]
+                         for paths in (keys, [row["path"] for row in rows]))
         raise ValueError(
             f"{path}: the scores of {name} do not cover its list{version} exactly: {len(rows)} rows for {len(keys)} "
-            "images" + (f"; {len(duplicated)} duplicated, e.g. {duplicated[:3]}" if duplicated else "")
+            f"images (sha256 of the paths: the list's {listed}, the file's {given})" + (f"; {len(duplicated)} duplicated, e.g. {duplicated[:3]}" if duplicated else "")
             + (f"; {len(missing)} missing, e.g. {missing[:3]}" if missing else "")
             + (f"; {len(extra)} not in the list, e.g. {extra[:3]}" if extra else "")
             + " (scores of another version of the list?)")
@@ -388,6 +396,8 @@ class OODBenchmark:
                     id_scores, correct, {n: entry.scores[n] for n in self.test_sets},
                     {n: self.data.groups[n] for n in self.test_sets}, intervals=self.intervals,
                     strata={n: strata[n] for n in self.test_sets},
+                    # the ID test images stratum 0, each covariate-shifted set on its own
+                    id_parts=[(entry.scores[n].numel(), 0 if n == id_name else strata[n]) for n in id_sets],
                     cache=cache)
             marks = {}
             for model in dict.fromkeys(e.model for e in scored):  # ▼: worse than the model's best κ, simultaneously
@@ -589,6 +599,14 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
         if bool(self.model) == bool(self.scores):
             raise ValueError("give models (--model) to score, or --scores <folder> of scores made elsewhere, not both "
                              "and not neither")
+        if self.scores:  # the scores are the other tool's: nothing of ours chose their parameters or fits
+            ignored = [option for option, given in (("--tune", self.tune), ("--preset openood", self.preset != "paper"),
+                                                    ("--kappa-arg", bool(self.kappa_args)),
+                                                    ("--fit-data", self.fit_data is not None),
+                                                    ("--fit-arg", bool(self.fit))) if given]
+            if ignored:
+                raise ValueError(f"--scores reads scores another tool made: {ignored} would apply to no detector here "
+                                 "(the parameters and fits are that tool's); leave them out")
         if self.data is None:
             raise ValueError("give the benchmark (--data fashion, openood:imagenet1k, ...)")
         self._prepared: tuple[Any, ...] | None = None
@@ -630,7 +648,16 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                              "fit split": entry.fit_split, "given over it": sorted(given[name])}
             if entry.fit_split == "id_val":
                 on_validation.append(name)
-        return merged, {"preset": f"detector parameters: OpenOOD v1.5's for {benchmark}, {search}",
+        searched = [name for name in self.kappa if preset_entry("openood", benchmark, name).searched
+                    and not self.tune]
+        note = ""
+        if searched:  # OpenOOD's evaluator searches these (APS_mode) before its leaderboard's numbers
+            note = (f"; OpenOOD's leaderboard searched the parameters of {searched} on its validation lists (APS_mode): "
+                    "these rows use its starting values, add --tune to reproduce its rows")
+            warnings.warn(f"--preset openood without --tune: OpenOOD v1.5 searches the parameters of {searched} on its "
+                          "validation lists before it reports them (APS_mode); the rows here use its starting values. "
+                          "Add --tune to reproduce OpenOOD's rows", UserWarning, stacklevel=3)
+        return merged, {"preset": f"detector parameters: OpenOOD v1.5's for {benchmark}, {search}{note}",
                         "presets": sources}, on_validation
 
     def prepare(self) -> None:
@@ -644,7 +671,15 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                                      model_args=self.model_args) for m in self.model]
         from evaluation_engine.scoring import command_fit_set
 
-        fit_set = command_fit_set(models[0], self.fit_data, self.detector_classes) if models else None
+        # the fit set of fitted detectors: --fit-data, else the benchmark's own (OpenOOD's ID training list; the demo's
+        # training split), else a checkpoint's training split
+        fits = models and any(k.fit_data for k in self.detector_classes)
+        fit_set = (command_fit_set(models[0], self.fit_data, self.detector_classes) if self.fit_data else
+                   data.fit_set() or command_fit_set(models[0], None, self.detector_classes)) if fits else None
+        if fit_set is not None:
+            recorded["fit set"] = {"name": fit_set.name, "images": len(fit_set),
+                                   **{k: fit_set.info[k] for k in ("list", "list_sha256", "root") if k in fit_set.info}}
+        recorded["notes"] = list(data.notes)
         benchmark = OODBenchmark(data, self.detector_classes, kappa_parameters=parameters,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  full_spectrum=self.full_spectrum, fit_set=fit_set, fit=self.fit,
@@ -663,6 +698,8 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
         data, models, benchmark, output_dir = self._prepared  # type: ignore[misc]
         if self.scores:
             model, scores, predictions = read_scores(self.scores, data, benchmark.scored_sets, sign=self.score_sign)
+            benchmark.provenance["preset"] = (f"scores read from {self.scores} (made elsewhere: their detectors' "
+                                              "parameters and fits are that tool's)")
             scored = [Scored(model, kappa, sets, predictions) for kappa, sets in scores.items()]
             result = benchmark.tables(scored)
             benchmark.write(result, [])
@@ -778,7 +815,8 @@ class OODMethod(Method):
             tables.append(Table("tuned on the validation sets (OpenOOD's search)",
                                 ["model", "κ", "grid", "chosen", "chosen validation AUROC"],
                                 [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in t.items()} for t in tuned]))
-        text = (f"Benchmark {provenance.get('benchmark', '')}; {provenance.get('preset', '')}. {INTERVAL_NOTE} "
+        notes = " ".join(f"Note: {note}." for note in provenance.get("notes", []))
+        text = (f"Benchmark {provenance.get('benchmark', '')}; {provenance.get('preset', '')}. {notes} {INTERVAL_NOTE} "
                 "Means: the plain mean of the per-set values, as OpenOOD v1.5 reports them (near, far; the OOD unit "
                 "tests on their own; all = near and far). AURC and AUGRC (Traub et al. 2024) count every OOD image as "
                 "a failure of the selective classifier, every misclassified ID image too.")

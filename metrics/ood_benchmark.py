@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -518,6 +518,7 @@ def benchmark_table(
     intervals: IntervalSettings,
     strata: Mapping[str, int] | None = None,
     cache: ResampleCache | None = None,
+    id_parts: Sequence[tuple[int, int]] | None = None,
 ) -> BenchmarkTable:
     """One detector's table of the OOD benchmark: every metric per OOD set, their near / far / all means, and
     intervals over one shared resample.
@@ -555,6 +556,10 @@ def benchmark_table(
         strata: OOD set name -> its resampling stratum (distinct integers >= 1); default ``1 +`` position.
         cache: a :class:`ResampleCache` of ``(intervals.resamples, intervals.seed)`` shared by the detectors'
             tables, so that the resamples are drawn once; default: drawn for this table.
+        id_parts: where the ID side is several sets (the full-spectrum benchmark: the ID test images, then each
+            covariate-shifted set), ``(images, stratum)`` of each part in order, each resampled on its own (the ID
+            test images stratum 0, each shifted set its own stratum, distinct from the OOD sets'); default: one
+            part, stratum 0.
 
     Returns:
         The :class:`BenchmarkTable`: its rows, replicates and the ID accuracy with Wilson's interval
@@ -607,7 +612,16 @@ def benchmark_table(
 
     estimates = compute(np.ones((1, num_id), np.uint8), {name: np.ones((1, sets[name].numel()), np.uint8)
                                                         for name in names})
-    replicates_by_set = compute(cache.counts(num_id, ID_STRATUM),
+    if id_parts is None:
+        id_counts = cache.counts(num_id, ID_STRATUM)
+    else:
+        parts = [(int(n), int(stratum)) for n, stratum in id_parts]
+        if sum(n for n, _ in parts) != num_id or len({s for _, s in parts}) != len(parts) \
+                or {s for _, s in parts} & set(strata.values()):
+            raise ValueError(f"id_parts {parts} must cover the {num_id} ID scores, each part with its own stratum, none "
+                             f"an OOD set's {sorted(strata.values())}")
+        id_counts = np.concatenate([cache.counts(n, stratum) for n, stratum in parts], axis=1)
+    replicates_by_set = compute(id_counts,
                                 {name: cache.counts(sets[name].numel(), strata[name]) for name in names})
 
     level = float(intervals.level)

@@ -33,7 +33,8 @@ def _check_gradients_available() -> None:
 
 
 def odin(
-    model: nn.Module, images: Tensor, temperature: float = 2.0, epsilon: float = 1e-5, background: bool = False
+    model: nn.Module, images: Tensor, temperature: float = 2.0, epsilon: float = 1e-5, background: bool = False,
+    image_space: bool = False,
 ) -> Tensor:
     """ODIN score: temperature-scaled softmax response after a small input perturbation.
 
@@ -41,6 +42,11 @@ def odin(
     that raises the temperature-scaled softmax score of the predicted class; the score is
     ``max_c softmax(f(x̃)/T)_c``. The model should be in eval mode so that samples do not interact
     (batch norm statistics).
+
+    ``image_space``: ``ε`` is a step of the image in ``[0, 1]``, not of the model's input: on a model whose input is
+    normalised by a per-channel ``σ_c`` (its ``model_input.std``: timm and torchvision models) the input steps by
+    ``ε / σ_c``, as OpenOOD v1.5's ``odin_postprocessor`` (its ``noise`` divided by the preprocessing's std); a
+    model that takes ``[0, 1]`` images steps by ``ε`` either way.
     """
     _check_gradients_available()
     with torch.enable_grad():
@@ -50,7 +56,11 @@ def odin(
         # summed, not averaged: each sample's gradient does not depend on the batch size
         loss = F.cross_entropy(logits, predicted, reduction="sum")
         (gradient,) = torch.autograd.grad(loss, inputs)
-    perturbed = images.detach() - epsilon * gradient.sign()
+    step = epsilon * gradient.sign()
+    std = getattr(getattr(model, "model_input", None), "std", None) if image_space else None
+    if std is not None:
+        step = step / torch.as_tensor(std, dtype=step.dtype, device=step.device).view(1, -1, 1, 1)
+    perturbed = images.detach() - step
     with torch.no_grad():
         return softmax_response(model(perturbed).float() / temperature, background=background)
 
@@ -135,15 +145,21 @@ class ODIN(ScoreFunction):
     Hyperparameters:
         temperature: ``T > 0`` (default 2, Galil et al.'s setting).
         epsilon: the step ``ε >= 0`` (default 1e-5).
+        image_space: ``ε`` in the units of the ``[0, 1]`` image (``ε / σ_c`` on a normalised model input, as OpenOOD's
+            noise; default ``False``: in the model input's units, as Liang et al.'s code and Galil et al.).
     """
 
     name, paper, kernel = "odin", "Liang et al., ICLR 2018", odin
     inputs = frozenset({"model"})
 
-    def __init__(self, *, temperature: float = 2.0, epsilon: float = 1e-5, background: bool = False) -> None:
+    def __init__(self, *, temperature: float = 2.0, epsilon: float = 1e-5, background: bool = False,
+                 image_space: bool = False) -> None:
         super().__init__(background=background)
         self.temperature = check_non_negative("temperature", temperature, detector=self.name, positive=True)
         self.epsilon = check_non_negative("epsilon", epsilon, detector=self.name)
+        if not isinstance(image_space, bool):
+            raise ValueError(f"detector {self.name!r}: image_space must be true or false, got {image_space!r}")
+        self.image_space = image_space
 
 
 @register_detector

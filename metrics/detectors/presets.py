@@ -158,9 +158,9 @@ def _percent(value: float) -> float:
 
 
 _CONFIGS = "configs/postprocessors"
-_ODIN_NOTE = ("epsilon is OpenOOD's noise on the image in [0, 1]: exact for a model that takes [0, 1] images; OpenOOD "
-              "steps noise / std_c on the normalised input, std = {std} here, i.e. {steps} per channel for a model "
-              "fed normalised images (not a scalar); OpenOOD's sign maps a zero gradient to +1, the project's to 0")
+_ODIN_NOTE = ("epsilon is OpenOOD's noise on the image in [0, 1] (image_space: the project's ODIN steps noise / std_c on "
+              "a normalised model input, as OpenOOD does; std = {std} in OpenOOD's preprocessing here, i.e. {steps} per "
+              "channel); OpenOOD's sign maps a zero gradient to +1, the project's to 0")
 
 
 def _openood_entries() -> tuple[Preset, ...]:
@@ -172,7 +172,8 @@ def _openood_entries() -> tuple[Preset, ...]:
         Preset("energy", {}, f"{_CONFIGS}/ebo.yml: temperature 1, sweep temperature_list [1], APS_mode True "
                "(T * logsumexp(z / T) at T = 1 is the project's energy, which has no temperature)", "ebo",
                searched=True),
-        Preset("odin", {"temperature": 1000.0, "epsilon": 0.0014}, f"{_CONFIGS}/odin.yml: temperature 1000, "
+        Preset("odin", {"temperature": 1000.0, "epsilon": 0.0014, "image_space": True},
+               f"{_CONFIGS}/odin.yml: temperature 1000, "
                "noise 0.0014, APS_mode True (sweep temperature [1, 10, 100, 1000], noise [0.0014, 0.0028])", "odin",
                searched=True),
         Preset("gen", {"gamma": 0.1, "M": 100, "clamp": False}, f"{_CONFIGS}/gen.yml: gamma 0.1, M 100, APS_mode "

@@ -347,6 +347,25 @@ def test_replicates_are_the_metrics_of_the_documented_resamples():
             assert {metric: float(table.replicates[(name, metric)][r]) for metric in METRICS} == expected
 
 
+def test_a_full_spectrum_id_side_resamples_each_of_its_parts_on_its_own():
+    """ID test images and a covariate-shifted set on the ID side (full-spectrum): each part drawn with its own stratum,
+    the rows the concatenation of the parts' rows."""
+    id_scores, correct, sets, groups = table_data(seed=3)
+    table = benchmark_table(id_scores, correct, sets, groups, intervals=Settings(resamples=20, seed=4),
+                            strata={"ssb": 1, "ninco": 2, "textures": 3}, id_parts=[(80, 0), (40, 7)])
+    id_weights = torch.cat([resample_weights(80, 20, 4, stratum=0), resample_weights(40, 20, 4, stratum=7)], dim=1)
+    ood_weights = resample_weights(sets["ninco"].numel(), 20, 4, stratum=2)
+    for r in (0, 11, 19):
+        expected = set_metrics(expanded(id_scores, id_weights[r]), expanded(correct, id_weights[r]),
+                               expanded(sets["ninco"], ood_weights[r]))
+        assert {metric: float(table.replicates[("ninco", metric)][r]) for metric in METRICS} == expected
+    with pytest.raises(ValueError, match="must cover the 120 ID scores"):
+        benchmark_table(id_scores, correct, sets, groups, intervals=Settings(resamples=20), id_parts=[(80, 0)])
+    with pytest.raises(ValueError, match="its own stratum"):
+        benchmark_table(id_scores, correct, sets, groups, intervals=Settings(resamples=20),
+                        strata={"ssb": 1, "ninco": 2, "textures": 3}, id_parts=[(80, 0), (40, 2)])
+
+
 def test_the_cache_holds_the_resample_weights():
     cache = ResampleCache(30, 7)
     rows = cache.counts(120, 4)

@@ -3,6 +3,8 @@ modes, their arguments checked by value, and the advice MC dropout gives a model
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from torch import nn
@@ -93,7 +95,37 @@ def test_mc_dropout_on_timm_models_with_functional_dropout():
 def test_kappa_parameters_are_checked_by_value(name, arguments, message):
     with pytest.raises(ValueError, match=message):
         resolve_detector(name).arguments(**arguments)
-    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5,
+                                                                    "image_space": False}
+
+
+def test_odin_in_image_space_steps_openoods_noise_over_the_inputs_std():
+    """OpenOOD v1.5's ODIN (odin_postprocessor.py) divides the gradient's sign by the preprocessing's std before its
+    step on the normalised input: a step of ``noise`` on the [0, 1] image. ``image_space=True`` does that for a model
+    whose input is normalised (its ``model_input.std``), and nothing more for one without."""
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 5))
+    images = torch.randn(6, 3, 4, 4)
+    std = (0.229, 0.224, 0.225)
+
+    def expected(divide: bool) -> torch.Tensor:  # the formula, step by step
+        inputs = images.clone().requires_grad_(True)
+        logits = network(inputs) / 1000.0
+        torch.nn.functional.cross_entropy(logits, logits.argmax(dim=1), reduction="sum").backward()
+        step = 0.0014 * inputs.grad.sign()
+        if divide:
+            step = step / torch.tensor(std).view(1, 3, 1, 1)
+        with torch.no_grad():
+            return torch.softmax(network(images - step) / 1000.0, dim=1).max(dim=1).values
+
+    normalised = torch.nn.Module()
+    normalised.forward = network.forward  # a model that takes normalised inputs
+    normalised.model_input = types.SimpleNamespace(std=std)
+    got = odin(normalised, images, temperature=1000.0, epsilon=0.0014, image_space=True)
+    torch.testing.assert_close(got, expected(True), rtol=0, atol=1e-7)
+    assert not torch.allclose(got, expected(False), rtol=0, atol=1e-7)
+    plain = odin(network, images, temperature=1000.0, epsilon=0.0014, image_space=True)  # no model_input: ε itself
+    torch.testing.assert_close(plain, expected(False), rtol=0, atol=1e-7)
 
 
 def test_mc_dropout_on_a_checkpoint_without_dropout_gives_advice_a_checkpoint_can_take(demo_checkpoint):
