@@ -385,3 +385,11 @@ def test_bad_roots_are_named(tree):
         imagenet21k_ood_sets("imagenet_ood", {"imagenet_ood": root, "ssb_hard_21k": root})
     with pytest.raises(ValueError, match=r"no root for \['ssb_easy_21k'\]"):
         imagenet21k_ood_sets(["imagenet_ood", "ssb_easy_21k"], {"imagenet_ood": root})
+
+
+def test_the_clashes_command_names_a_bad_output_folder_before_loading_wordnet(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("in the way")
+    with pytest.raises(SystemExit, match=f"python -m datamodules.imagenet21k_sets clashes: .*{blocked}"):
+        imagenet21k_sets.main(["clashes", "--out-dir", str(blocked / "out")])
+    assert not (blocked.parent / "out").exists()
