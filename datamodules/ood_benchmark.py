@@ -9,6 +9,9 @@ Groups (OpenOOD v1.5, Zhang et al. 2023, ``openood/evaluation_api/datasets.py``)
     ood_val   OOD validation images (tuning only); never a test set
     near      near-OOD test sets (semantic shift only: ImageNet-1K's SSB-hard and NINCO)
     far       far-OOD test sets (iNaturalist, Textures, OpenImage-O)
+    in21k     semantic-shift sets drawn from the user's ImageNet-21k (ImageNet-OOD, Yang et al., ICLR 2024; SSB easy
+              and hard, Vaze et al., ICLR 2022: :mod:`datamodules.imagenet21k_sets`), their own mean, so that
+              ``near`` stays OpenOOD's
     unit      the OOD unit tests (Bitterwolf et al., ICML 2023): generated noise and patterns, a far-OOD family
               reported as its own mean so that ``far`` stays OpenOOD's
     csid      covariate-shifted ID sets (ImageNet-V2, -C, -R): the full-spectrum setting (FSOOD) counts them as
@@ -22,7 +25,7 @@ The benchmarks by name are the catalog's (:data:`datamodules.catalog.OOD_BENCHMA
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -42,11 +45,11 @@ from datamodules.sources import (
 from openset_common.artefacts import digest
 from openset_common.labels import UNKNOWN_LABEL
 
-GROUPS = ("id_test", "id_val", "ood_val", "near", "far", "unit", "csid")
+GROUPS = ("id_test", "id_val", "ood_val", "near", "far", "in21k", "unit", "csid")
 # the evaluation role of each group's sets (datamodules.evaluation.ROLES)
 ROLE_OF_GROUP = {"id_test": "id_test", "id_val": "id_val", "ood_val": "ood_val", "near": "ood", "far": "ood",
-                 "unit": "ood", "csid": "real_shift"}
-TEST_GROUPS = ("near", "far", "unit")  # the OOD test sets, each a row of the tables
+                 "in21k": "ood", "unit": "ood", "csid": "real_shift"}
+TEST_GROUPS = ("near", "far", "in21k", "unit")  # the OOD test sets, each a row of the tables
 VALIDATION_GROUPS = ("id_val", "ood_val")
 
 
@@ -115,7 +118,11 @@ def _images_of(dataset: Dataset) -> torch.Tensor:
 def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots: dict[str, str] | None = None,
                       lists: dict[str, str] | None = None, subset_lists: dict[str, str] | None = None,
                       sets: list[str] | None = None, full_spectrum: bool = False, on_bad_image: BadImagePolicy = "fail",
-                      images: bool = True, batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
+                      images: bool = True, imagenet21k: list[str] | None = None,
+                      imagenet21k_root: str | dict[str, str] | None = None, imagenet21k_per_class: int | None = None,
+                      imagenet21k_clashes: Literal["warn", "fail", "exclude"] = "warn",
+                      imagenet21k_classes: dict[str, list[str]] | None = None, batch_size: int = 256,
+                      num_workers: int = 0) -> OODBenchmarkData:
     """An OpenOOD v1.5 benchmark (``imagenet1k``, ``imagenet200``, ``cifar10``, ``cifar100``) from its published lists
     (:mod:`datamodules.openood`): the images where the user has them, every one checked present before any pass.
 
@@ -130,6 +137,12 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
             given).
         images: ``False``: the lists only (:class:`ListedImages`), for scores made elsewhere (``--scores``): no image
             is looked for, none can be read.
+        imagenet21k: ImageNet-21k sets to add to an ImageNet benchmark as the group ``in21k``: ``imagenet_ood``,
+            ``ssb_easy_21k``, ``ssb_hard_21k`` (:func:`datamodules.imagenet21k_sets.imagenet21k_ood_sets`), read
+            from ``imagenet21k_root`` (the ImageNet-21k folder or shard set, or one per set), ``imagenet21k_per_class``
+            images a class (``None``: all; SSB's published size: 50 of ImageNet-21K-P's validation images), classes
+            that clash with ImageNet-1k under WordNet ``warn`` (kept, said), ``fail`` or ``exclude``;
+            ``imagenet21k_classes``: per set a part of its classes (a quick look; marked a subset).
     """
     from datamodules.openood import BENCHMARKS, benchmark_of, evaluation_sets
 
@@ -161,6 +174,25 @@ def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots
             **({"subset of it": f"{info['subset_lines']} lines, sha256 {info['subset_sha256']}"}
                if info.get("subset") else {}),
             "root": info.get("root")}))
+    if imagenet21k:
+        if not benchmark.startswith("imagenet"):
+            raise ValueError(f"imagenet21k sets {imagenet21k} are ImageNet's OOD sets, not {benchmark}'s")
+        if imagenet21k_root is None:
+            raise ValueError(f"imagenet21k sets {imagenet21k} need imagenet21k_root: the ImageNet-21k folder or shard "
+                             "set (<root>/<wnid>/*), or one per set")
+        if images:
+            from datamodules.imagenet21k_sets import imagenet21k_ood_sets
+
+            for extra in imagenet21k_ood_sets(imagenet21k, imagenet21k_root, per_class=imagenet21k_per_class,
+                                              clashes=imagenet21k_clashes, classes=imagenet21k_classes,
+                                              on_bad_image=on_bad_image).values():
+                info = extra.info
+                entries.append(("in21k", extra, {
+                    "source": f"{info['paper']}: {info['list_source']}; {info['selection']}"
+                              + (" (a subset)" if info["subset"] else ""),
+                    "lines": info["list_lines"], "sha256": info["list_sha256"], "root": str(info["root"]),
+                    **({"WordNet clashes": f"{len(info['wordnet_clashes'])} kept ({info['clash_policy']})"}
+                       if info["wordnet_clashes"] else {})}))
     notes = [f"{s.name}: not read, its list has no public copy (give it: --list {s.name}=<OpenOOD's {s.list}>)"
              for s in spec.select(["csid"]) if full_spectrum and sets_given is None and not s.shipped
              and s.name not in (lists or {})]

@@ -817,8 +817,8 @@ class OODMethod(Method):
                                 [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in t.items()} for t in tuned]))
         notes = " ".join(f"Note: {note}." for note in provenance.get("notes", []))
         text = (f"Benchmark {provenance.get('benchmark', '')}; {provenance.get('preset', '')}. {notes} {INTERVAL_NOTE} "
-                "Means: the plain mean of the per-set values, as OpenOOD v1.5 reports them (near, far; the OOD unit "
-                "tests on their own; all = near and far). AURC and AUGRC (Traub et al. 2024) count every OOD image as "
+                "Means: the plain mean of the per-set values, as OpenOOD v1.5 reports them (near, far; the ImageNet-21k "
+                "sets (in21k) and the OOD unit tests (unit) each on their own; all = near and far). AURC and AUGRC (Traub et al. 2024) count every OOD image as "
                 "a failure of the selective classifier, every misclassified ID image too.")
         return Section(self.key, self.title, text, tables, list(result.figures))
 

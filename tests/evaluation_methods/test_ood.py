@@ -15,7 +15,7 @@ from sklearn.metrics import roc_auc_score
 from datamodules.catalog import build_ood_benchmark
 from evaluation_engine.intervals import Intervals
 from evaluation_engine.runner import Runner, TrainerOptions
-from evaluation_methods.ood import OODBenchmark, OODEvaluation, read_scores
+from evaluation_methods.ood import OODBenchmark, OODEvaluation, Scored, read_scores
 from lightning_modules.scoring import ScoringModel
 from metrics import resolve_detector
 
@@ -264,3 +264,29 @@ def test_the_card_section_shows_the_published_rows_beside_the_runs_own(run, tmp_
     means = tables["means over each group's sets"].rows
     assert {(r["setting"], r["mean over"]) for r in means} == {(s, g) for s in ("standard", "full-spectrum")
                                                                 for g in ("near", "far", "unit", "all")}
+
+
+def test_imagenet21k_sets_join_an_openood_benchmark_as_their_own_group(tmp_path: Path) -> None:
+    """ImageNet-OOD and SSB (easy, hard) from an ImageNet-21k tree of real file names join openood:imagenet1k as the
+    group in21k: rows and a mean of their own, OpenOOD's near and far means untouched; their lists' hashes recorded."""
+    from datamodules.imagenet21k_sets import MANIFEST
+    from datamodules.openood import openood_tree
+    from tests.datamodules.test_imagenet21k_sets import CLASSES, make_tree
+
+    lists = openood_tree(tmp_path / "openood", "imagenet1k", per_set=3, seed=2)
+    make_tree(tmp_path / "imagenet21k")
+    data = build_ood_benchmark("openood:imagenet1k", {
+        "data_root": str(tmp_path / "openood"), "subset_lists": {k: str(v) for k, v in lists.items()},
+        "imagenet21k": ["imagenet_ood", "ssb_easy_21k", "ssb_hard_21k"],
+        "imagenet21k_root": str(tmp_path / "imagenet21k"), "imagenet21k_classes": CLASSES})
+    assert data.of("in21k") == ["imagenet_ood", "ssb_easy_21k", "ssb_hard_21k"]
+    assert {name: data.provenance[name]["sha256"] for name in data.of("in21k")} == {
+        name: MANIFEST[name].sha256 for name in data.of("in21k")}
+    benchmark = OODBenchmark(data, [resolve_detector("softmax")], kappa_parameters={}, intervals=Intervals(resamples=20))
+    generator = torch.Generator().manual_seed(0)
+    scores = {name: torch.rand(len(data[name]), generator=generator, dtype=torch.float64) for name in benchmark.scored_sets}
+    result = benchmark.tables([Scored("model", "softmax", scores)])
+    rows = {r["set"]: r for r in result["sets"]}
+    assert rows["in21k"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in data.of("in21k")]), abs=1e-12)
+    assert rows["near"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in ("ssb_hard", "ninco")]), abs=1e-12)
+    assert rows["all"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in data.of("near", "far")]), abs=1e-12)
