@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules.evaluation import EvaluationData, EvaluationSet
-from datamodules.images import BadImagePolicy, TensorImageDataset, dataset_labels
+from datamodules.images import BadImagePolicy, TensorImageDataset
 from datamodules.protocols import imagenet1k_wnids
 from datamodules.sources import (
     DEBIAN_FASHION_MNIST_DIR,
@@ -108,11 +108,6 @@ class OODBenchmarkData(EvaluationData):
         if self._fit is not None and not hasattr(self, "_fit_set"):
             self._fit_set = self._fit()
         return getattr(self, "_fit_set", None)
-
-
-def _images_of(dataset: Dataset) -> torch.Tensor:
-    """Every raw image of an in-memory data set as one float tensor ``(N, C, H, W)`` in ``[0, 1]``."""
-    return torch.stack([dataset[i].image for i in range(len(dataset))])  # type: ignore[arg-type]
 
 
 def openood_benchmark(benchmark: str, *, data_root: str | None = None, set_roots: dict[str, str] | None = None,
@@ -285,7 +280,7 @@ def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: 
     - ``csid``: the ID test images corrupted by each of ``corruptions`` at ``severity``
       (:mod:`datamodules.covariate_shift`), with their labels (made only with ``full_spectrum``).
     """
-    from datamodules.covariate_shift import corrupt
+    from datamodules.covariate_shift import shifted_set
     from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
     from datamodules.unit_tests import UNIT_TESTS, unit_test_set
 
@@ -319,12 +314,9 @@ def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: 
         sets.append(("unit", EvaluationSet(f"unit:{name}", "ood", unit_test_set(name, unit_images, 28, channels=1,
                                                                                seed=seed)),
                      {"source": f"OOD unit test (Bitterwolf et al. 2023), generated here: {test.description}"}))
-    clean = _images_of(id_test.dataset)
-    id_labels = dataset_labels(id_test.dataset)
     for name in corruptions if full_spectrum else ():
-        shifted = corrupt(clean, name, severity, seed=seed)
-        sets.append(("csid", EvaluationSet(f"fashion:{name}-{severity}", "real_shift",
-                                           TensorImageDataset(shifted, id_labels)),
+        shifted = shifted_set(id_test.dataset, name=name, severity=severity, seed=seed)  # the ID labels kept
+        sets.append(("csid", EvaluationSet(f"fashion:{name}-{severity}", "real_shift", shifted),
                      {"source": f"the ID test images, {name} at severity {severity} (ImageNet-C's corruption, "
                                 "generated here)"}))
     return OODBenchmarkData("fashion", sets, classes=datamodule.class_names, num_classes=len(DEMO_KNOWN),

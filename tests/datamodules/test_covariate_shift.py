@@ -5,8 +5,6 @@ covariate-shifted in-distribution sets keep their labels."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import scipy.ndimage as ndimage
@@ -31,13 +29,7 @@ from datamodules.covariate_shift import (
 from datamodules.evaluation import dataset_fingerprint
 from datamodules.images import TensorImageDataset, dataset_labels
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's cores are shared with other test runs
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests.conftest: the machine's cores are shared
 
 
 def images_with_ties(n: int = 3, channels: int = 3, height: int = 12, width: int = 10, seed: int = 0) -> torch.Tensor:

@@ -4,7 +4,6 @@ recipe fed the same draws, seeds, sizes and channels, the photo tests, the data 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +31,7 @@ from datamodules.unit_tests import (
 )
 from openset_common.labels import UNKNOWN_LABEL
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's cores are shared with other test runs
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests.conftest: the machine's cores are shared
 
 
 def test_the_authors_seventeen_tests() -> None:
