@@ -716,7 +716,12 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
         result.folder = output_dir
         result["published"] = benchmark.published
         result["provenance"] = {"benchmark": data.name, "sets": list(data.provenance.values()),
-                                "tuned": benchmark.tuned, **benchmark.provenance}
+                                "tuned": benchmark.tuned, **benchmark.provenance,
+                                "parameters": [] if self.scores else [
+                                    {"κ": name, "parameters": json.dumps(benchmark.kappa_parameters.get(name, {})),
+                                     "source": benchmark.provenance.get("presets", {}).get(name, {}).get(
+                                         "source", "the project's default" if self.preset == "paper" else "")}
+                                    for name in self.kappa]}
         return result
 
 
@@ -810,6 +815,10 @@ class OODMethod(Method):
         if sets:
             tables.append(Table("the sets and where they come from", list(dict.fromkeys(k for r in sets for k in r)),
                                 [{k: v for k, v in r.items()} for r in sets]))
+        parameters = provenance.get("parameters") or []
+        if parameters:
+            tables.append(Table("detector parameters (before any --tune; the tuned values below)",
+                                ["κ", "parameters", "source"], list(parameters)))
         tuned = provenance.get("tuned") or []
         if tuned:
             tables.append(Table("tuned on the validation sets (OpenOOD's search)",

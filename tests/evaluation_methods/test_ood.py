@@ -261,6 +261,8 @@ def test_the_card_section_shows_the_published_rows_beside_the_runs_own(run, tmp_
     assert {r["set"] for r in own} == {"fashion:unknown", "digits"} and {r["κ"] for r in own} == {"softmax", "energy"}
     cell = own[0]["AUROC"]
     assert cell["low"] <= cell["value"] <= cell["high"]
+    assert [(r["κ"], r["source"]) for r in tables["detector parameters"].rows] == [
+        ("softmax", "the project's default"), ("energy", "the project's default")]
     means = tables["means over each group's sets"].rows
     assert {(r["setting"], r["mean over"]) for r in means} == {(s, g) for s in ("standard", "full-spectrum")
                                                                 for g in ("near", "far", "unit", "all")}
