@@ -168,6 +168,10 @@ def test_models_and_scores_together_or_neither_are_refused() -> None:
         OODEvaluation(data="fashion", trainer=QUIET)
     with pytest.raises(ValueError, match="not both and not neither"):
         OODEvaluation(model=["a.ckpt"], scores="x", data="fashion", trainer=QUIET)
+    # another tool's scores: nothing of ours chose their parameters or fits, so nothing of ours is claimed
+    with pytest.raises(ValueError, match=r"\['--tune', '--preset openood', '--kappa-arg'\] would apply to no detector"):
+        OODEvaluation(scores="x", data="openood:cifar10", tune=True, preset="openood",
+                      kappa_args={"softmax": {}}, trainer=QUIET)
 
 
 def test_an_unknown_benchmark_names_those_there_are() -> None:
