@@ -237,7 +237,7 @@ def test_kappa_arguments_are_checked_before_any_pass(demo_checkpoint, tmp_path):
     with pytest.raises(SystemExit, match=r"detector .odin.: temperature must be a positive finite number, got 0"):
         evaluate.main(["severity", "--model", str(demo_checkpoint), "--data", "fashion", "--kappa", "odin",
                        "--kappa-arg", "odin.temperature=0", "--output-dir", str(tmp_path), "--wandb-mode", "disabled"])
-    with pytest.raises(SystemExit, match=r"'odin' has no hyperparameter 'temprature'; it takes \['epsilon', 'temperature'\]"):
+    with pytest.raises(SystemExit, match=r"'odin' has no hyperparameter 'temprature'; it takes \['epsilon', 'image_space', 'temperature'\]"):
         evaluate.main(["severity", "--model", str(demo_checkpoint), "--kappa", "odin", "--kappa-arg",
                        "odin.temprature=3", "--output-dir", str(tmp_path), "--wandb-mode", "disabled"])
     with pytest.raises(SystemExit, match="KIND.NAME=VALUE"):

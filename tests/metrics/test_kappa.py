@@ -33,8 +33,9 @@ def test_kappa_contract(name):
 
 
 def test_kappa_parameters_resolve_defaults_and_refuse_unknown_names():
-    assert resolve_detector("odin").arguments() == {"temperature": 2.0, "epsilon": 1e-5}
-    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5}
+    assert resolve_detector("odin").arguments() == {"temperature": 2.0, "epsilon": 1e-5, "image_space": False}
+    assert resolve_detector("odin").arguments(temperature=1000) == {"temperature": 1000, "epsilon": 1e-5,
+                                                                    "image_space": False}
     assert resolve_detector("mc_dropout").arguments() == {"passes": 30}
     assert resolve_detector("softmax").arguments() == {}
     with pytest.raises(ValueError, match="has no hyperparameter"):
