@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -462,10 +463,17 @@ class OODBenchmark:
         write_csv(out / "summary.csv", result["summary"], summary_columns)
         write_replicates(out, result.replicates, self.intervals)
         write_fitted(out, self.passes, self._fitted)
-        for entry in scored:
-            write_scores(out / "scores" / slug(entry.model), entry.model, entry.kappa,
-                         {n: self.data[n] for n in entry.scores}, entry.scores, entry.predictions,
-                         benchmark=self.data.name)
+        for model in dict.fromkeys(entry.model for entry in scored):
+            # a model's score folder whole or not at all: written aside, then put in the place of an earlier run's
+            # (whose detectors a later --scores would otherwise read with this run's)
+            final = out / "scores" / slug(model)
+            staging = final.with_name(f".{final.name}.staging")
+            shutil.rmtree(staging, ignore_errors=True)
+            for entry in (e for e in scored if e.model == model):
+                write_scores(staging, entry.model, entry.kappa, {n: self.data[n] for n in entry.scores},
+                             entry.scores, entry.predictions, benchmark=self.data.name)
+            shutil.rmtree(final, ignore_errors=True)
+            staging.rename(final)
         write_json(out / "provenance.json", {"benchmark": self.data.name, "description": self.data.description,
                                              "sets": list(self.data.provenance.values()),
                                              "parameters": {f"{e.model}|{e.kappa}": e.parameters for e in scored},

@@ -5,6 +5,7 @@ its formula, scikit-learn's AUROC), the score-file round trip, and every bad inp
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -296,3 +297,20 @@ def test_imagenet21k_sets_join_an_openood_benchmark_as_their_own_group(tmp_path:
     assert rows["in21k"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in data.of("in21k")]), abs=1e-12)
     assert rows["near"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in ("ssb_hard", "ninco")]), abs=1e-12)
     assert rows["all"]["auroc"] == pytest.approx(np.mean([rows[n]["auroc"] for n in data.of("near", "far")]), abs=1e-12)
+
+
+def test_a_later_run_replaces_a_models_score_folder_whole(benchmark_data, tmp_path: Path) -> None:
+    """Scores of a run with two detectors, then of one with one: the folder holds the later run's detector only (a
+    later --scores would otherwise read the first run's other detector as if it were this run's)."""
+    benchmark = OODBenchmark(benchmark_data, [resolve_detector("softmax")], kappa_parameters={},
+                             intervals=Intervals(resamples=20), output_dir=tmp_path, plots=False)
+    generator = torch.Generator().manual_seed(1)
+    scores = {name: torch.rand(len(benchmark_data[name]), generator=generator, dtype=torch.float64)
+              for name in benchmark.scored_sets}
+    first = [Scored("model", "softmax", scores), Scored("model", "energy", scores)]
+    benchmark.write(benchmark.tables(first), first)
+    assert sorted(p.name for p in (tmp_path / "scores" / "model").iterdir() if p.is_dir()) == ["energy", "softmax"]
+    benchmark.write(benchmark.tables(first[:1]), first[:1])
+    assert sorted(p.name for p in (tmp_path / "scores").iterdir()) == ["model"]
+    assert sorted(p.name for p in (tmp_path / "scores" / "model").iterdir() if p.is_dir()) == ["softmax"]
+    assert json.loads((tmp_path / "scores" / "model" / "scores.json").read_text())["detectors"] == ["softmax"]
