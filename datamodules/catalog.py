@@ -8,6 +8,8 @@ severity pools every command names (``--data fashion``, ``--real-ood digits``, `
   ``fashion:4,6``); any other spec is a folder of images.
 - **Severity pools** (:class:`SeverityPool`): the ``--data`` of ``evaluate.py severity`` (``imagenet``,
   ``protocol``, ``folder``, ``fashion``).
+- **OOD benchmarks** (:class:`OODBenchmark`): the ``--data`` of ``evaluate.py ood`` (``openood:imagenet1k``, ...,
+  and the demo's ``fashion``: :func:`fashion_benchmark`, of the real OOD sets above).
 
 Every name may also be a class path (``my_package.data.MyDataModule``), its arguments checked by type before
 anything is read. A new in-distribution data set is its datamodule and one :func:`register` call.
@@ -24,11 +26,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Subset
 
+from datamodules.evaluation import EvaluationSet
 from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
 from datamodules.imagenet import ClassFolderDataModule, ImageNetProtocolDataModule
 from datamodules.images import IMAGE_EXTENSIONS, ImageFileDataset, TensorImageDataset, is_folder
-from datamodules.ood_benchmark import OODBenchmarkData, fashion_benchmark, openood_benchmark
+from datamodules.ood_benchmark import OODBenchmarkData, openood_benchmark
 from datamodules.open_set import OpenSetDataModule
 from datamodules.severity import (
     FashionSeverityData,
@@ -39,6 +43,8 @@ from datamodules.severity import (
 )
 from datamodules.sources import (
     DEBIAN_FASHION_MNIST_DIR,
+    DEMO_KNOWN,
+    DEMO_NEGATIVE,
     DEMO_UNKNOWN,
     folder_images,
     load_digits_images,
@@ -275,6 +281,61 @@ def fashion_set(argument: str, *, data_dir: str, known: Sequence[int] = (), tran
     dataset = TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
                                  torch.full((int(mask.sum()),), UNKNOWN_LABEL), transform=transform)
     return _with_source_classes(dataset, torch.from_numpy(labels[mask].astype(np.int64)))
+
+
+def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: int = 64,
+                      unit_tests: Sequence[str] | None = None, corruptions: Sequence[str] = ("gaussian_noise",
+                      "gaussian_blur", "contrast"), severity: int = 3, val_images: int = 1000, seed: int = 0,
+                      full_spectrum: bool = True, batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
+    """The demo's OOD benchmark, OpenOOD's shape on Fashion-MNIST (Debian's ``dataset-fashion-mnist``):
+
+    - ``id_test``: the test images of the demo's known classes (T-shirt/top, Trouser, Sneaker, Bag: labels 0-3);
+    - ``id_val``: ``val_images`` training images of the known classes the demo model holds out for validation
+      (the datamodule's own validation split: never a test image);
+    - ``ood_val``: the test images of the demo's negative classes (Pullover, Dress, Sandal), the tuning set;
+    - ``near``: the test images of its unknown classes (Coat, Shirt, Ankle boot);
+    - ``far``: scikit-learn's 8x8 digits, upsampled;
+    - ``unit``: the OOD unit tests (:mod:`datamodules.unit_tests`), ``unit_images`` each at 28x28, one channel;
+    - ``csid``: the ID test images corrupted by each of ``corruptions`` at ``severity``
+      (:mod:`datamodules.covariate_shift`), with their labels (made only with ``full_spectrum``).
+    """
+    from datamodules.covariate_shift import shifted_set
+    from datamodules.unit_tests import UNIT_TESTS, unit_test_set
+
+    datamodule = FashionMNISTOpenSetDataModule(data_dir=data_dir)
+    id_test = datamodule.evaluation_set("test", role="id_test", known_only=True, name="fashion:known")
+    id_val = datamodule.evaluation_set("val", role="id_val", known_only=True, name="fashion:known-val")
+    if len(id_val) > val_images:
+        id_val = EvaluationSet(id_val.name, "id_val", Subset(id_val.dataset, range(val_images)),
+                               info=id_val.info)
+    def classes(which: Sequence[int]) -> str:  # the real OOD set fashion:<ids>
+        return ",".join(str(c) for c in which)
+
+    fashion = "Fashion-MNIST test images (Xiao et al. 2017), Debian's dataset-fashion-mnist"
+    sets: list[tuple[str, EvaluationSet, dict[str, Any]]] = [
+        ("id_test", id_test, {"source": f"{fashion}, the known classes {list(DEMO_KNOWN)}"}),
+        ("id_val", id_val, {"source": "the demo datamodule's validation split of the known classes' training images"}),
+        ("ood_val", EvaluationSet("fashion:negative", "ood_val", fashion_set(classes(DEMO_NEGATIVE), data_dir=data_dir)),
+         {"source": f"{fashion}, the negative classes {list(DEMO_NEGATIVE)}"}),
+        ("near", EvaluationSet("fashion:unknown", "ood", fashion_set(classes(DEMO_UNKNOWN), data_dir=data_dir)),
+         {"source": f"{fashion}, the unknown classes {list(DEMO_UNKNOWN)}"}),
+        ("far", EvaluationSet("digits", "ood", digits_set("")),
+         {"source": "scikit-learn's 1,797 8x8 digits, upsampled to 28x28"})]
+    for name in unit_tests if unit_tests is not None else list(UNIT_TESTS):
+        test = UNIT_TESTS[name]
+        sets.append(("unit", EvaluationSet(f"unit:{name}", "ood", unit_test_set(name, unit_images, 28, channels=1,
+                                                                               seed=seed)),
+                     {"source": f"OOD unit test (Bitterwolf et al. 2023), generated here: {test.description}"}))
+    for name in corruptions if full_spectrum else ():
+        shifted = shifted_set(id_test.dataset, name=name, severity=severity, seed=seed)  # the ID labels kept
+        sets.append(("csid", EvaluationSet(f"fashion:{name}-{severity}", "real_shift", shifted),
+                     {"source": f"the ID test images, {name} at severity {severity} (ImageNet-C's corruption, "
+                                "generated here)"}))
+    return OODBenchmarkData("fashion", sets, classes=datamodule.class_names, num_classes=len(DEMO_KNOWN),
+                            fit=lambda: datamodule.evaluation_set("train", role="fit", known_only=True, name="fit"),
+                            description="the demo: Fashion-MNIST's known classes vs its unknown classes (near), the "
+                                        "digits (far), the OOD unit tests, and corrupted ID images (full-spectrum)",
+                            batch_size=batch_size, num_workers=num_workers)
 
 
 def _fashion_context(datamodule: FashionMNISTOpenSetDataModule) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Groups (OpenOOD v1.5, Zhang et al. 2023, ``openood/evaluation_api/datasets.py``)
 
 The benchmarks by name are the catalog's (:data:`datamodules.catalog.OOD_BENCHMARKS`): ``openood:imagenet1k``,
 ``openood:imagenet200``, ``openood:cifar10``, ``openood:cifar100`` (OpenOOD v1.5's image lists,
-:mod:`datamodules.openood`) and ``fashion``, the demo's benchmark of the same shape (:func:`fashion_benchmark`).
+:mod:`datamodules.openood`) and ``fashion``, the demo's benchmark of the same shape (:func:`datamodules.catalog.fashion_benchmark`).
 """
 
 from __future__ import annotations
@@ -27,21 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from datamodules.evaluation import EvaluationData, EvaluationSet
-from datamodules.images import BadImagePolicy, TensorImageDataset
+from datamodules.images import BadImagePolicy
 from datamodules.protocols import imagenet1k_wnids
-from datamodules.sources import (
-    DEBIAN_FASHION_MNIST_DIR,
-    DEMO_KNOWN,
-    DEMO_NEGATIVE,
-    DEMO_UNKNOWN,
-    load_digits_images,
-    load_fashion_mnist,
-)
 from openset_common.artefacts import digest
 from openset_common.labels import UNKNOWN_LABEL
 
@@ -264,66 +255,4 @@ def listed_sets(benchmark: str, sets: Sequence[str], *, lists: dict[str, str] | 
     return out
 
 
-def fashion_benchmark(*, data_dir: str = DEBIAN_FASHION_MNIST_DIR, unit_images: int = 64,
-                      unit_tests: Sequence[str] | None = None, corruptions: Sequence[str] = ("gaussian_noise",
-                      "gaussian_blur", "contrast"), severity: int = 3, val_images: int = 1000, seed: int = 0,
-                      full_spectrum: bool = True, batch_size: int = 256, num_workers: int = 0) -> OODBenchmarkData:
-    """The demo's OOD benchmark, OpenOOD's shape on Fashion-MNIST (Debian's ``dataset-fashion-mnist``):
-
-    - ``id_test``: the test images of the demo's known classes (T-shirt/top, Trouser, Sneaker, Bag: labels 0-3);
-    - ``id_val``: ``val_images`` training images of the known classes the demo model holds out for validation
-      (the datamodule's own validation split: never a test image);
-    - ``ood_val``: the test images of the demo's negative classes (Pullover, Dress, Sandal), the tuning set;
-    - ``near``: the test images of its unknown classes (Coat, Shirt, Ankle boot);
-    - ``far``: scikit-learn's 8x8 digits, upsampled;
-    - ``unit``: the OOD unit tests (:mod:`datamodules.unit_tests`), ``unit_images`` each at 28x28, one channel;
-    - ``csid``: the ID test images corrupted by each of ``corruptions`` at ``severity``
-      (:mod:`datamodules.covariate_shift`), with their labels (made only with ``full_spectrum``).
-    """
-    from datamodules.covariate_shift import shifted_set
-    from datamodules.fashion_mnist import FashionMNISTOpenSetDataModule
-    from datamodules.unit_tests import UNIT_TESTS, unit_test_set
-
-    datamodule = FashionMNISTOpenSetDataModule(data_dir=data_dir)
-    id_test = datamodule.evaluation_set("test", role="id_test", known_only=True, name="fashion:known")
-    id_val = datamodule.evaluation_set("val", role="id_val", known_only=True, name="fashion:known-val")
-    if len(id_val) > val_images:
-        id_val = EvaluationSet(id_val.name, "id_val", torch.utils.data.Subset(id_val.dataset, range(val_images)),
-                               info=id_val.info)
-    images, labels = load_fashion_mnist(data_dir, "test")
-    digits, _ = load_digits_images()
-
-    def fashion_set(classes: Sequence[int], name: str, group: str) -> EvaluationSet:
-        mask = np.isin(labels, classes)
-        dataset = TensorImageDataset(torch.from_numpy(images[mask].copy()).unsqueeze(1),
-                                     torch.full((int(mask.sum()),), UNKNOWN_LABEL))
-        return EvaluationSet(name, ROLE_OF_GROUP[group], dataset)
-
-    fashion = "Fashion-MNIST test images (Xiao et al. 2017), Debian's dataset-fashion-mnist"
-    sets: list[tuple[str, EvaluationSet, dict[str, Any]]] = [
-        ("id_test", id_test, {"source": f"{fashion}, the known classes {list(DEMO_KNOWN)}"}),
-        ("id_val", id_val, {"source": "the demo datamodule's validation split of the known classes' training images"}),
-        ("ood_val", fashion_set(DEMO_NEGATIVE, "fashion:negative", "ood_val"),
-         {"source": f"{fashion}, the negative classes {list(DEMO_NEGATIVE)}"}),
-        ("near", fashion_set(DEMO_UNKNOWN, "fashion:unknown", "near"),
-         {"source": f"{fashion}, the unknown classes {list(DEMO_UNKNOWN)}"}),
-        ("far", EvaluationSet("digits", "ood", TensorImageDataset(digits, torch.full((digits.shape[0],), UNKNOWN_LABEL))),
-         {"source": "scikit-learn's 1,797 8x8 digits, upsampled to 28x28"})]
-    for name in unit_tests if unit_tests is not None else list(UNIT_TESTS):
-        test = UNIT_TESTS[name]
-        sets.append(("unit", EvaluationSet(f"unit:{name}", "ood", unit_test_set(name, unit_images, 28, channels=1,
-                                                                               seed=seed)),
-                     {"source": f"OOD unit test (Bitterwolf et al. 2023), generated here: {test.description}"}))
-    for name in corruptions if full_spectrum else ():
-        shifted = shifted_set(id_test.dataset, name=name, severity=severity, seed=seed)  # the ID labels kept
-        sets.append(("csid", EvaluationSet(f"fashion:{name}-{severity}", "real_shift", shifted),
-                     {"source": f"the ID test images, {name} at severity {severity} (ImageNet-C's corruption, "
-                                "generated here)"}))
-    return OODBenchmarkData("fashion", sets, classes=datamodule.class_names, num_classes=len(DEMO_KNOWN),
-                            fit=lambda: datamodule.evaluation_set("train", role="fit", known_only=True, name="fit"),
-                            description="the demo: Fashion-MNIST's known classes vs its unknown classes (near), the "
-                                        "digits (far), the OOD unit tests, and corrupted ID images (full-spectrum)",
-                            batch_size=batch_size, num_workers=num_workers)
-
-
-__all__ = ["GROUPS", "OODBenchmarkData", "ROLE_OF_GROUP", "TEST_GROUPS", "VALIDATION_GROUPS", "fashion_benchmark"]
+__all__ = ["GROUPS", "OODBenchmarkData", "ROLE_OF_GROUP", "TEST_GROUPS", "VALIDATION_GROUPS", "openood_benchmark"]

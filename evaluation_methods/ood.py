@@ -308,6 +308,7 @@ class OODBenchmark:
         """Every (model, κ)'s scores on :attr:`scored_sets` and the model's predictions on the ID sets."""
         batch = {"batch_size": self.data.batch_size, "num_workers": self.data.num_workers}
         scored = []
+        predicted: dict[tuple[int, str], Tensor] = {}  # per (model, set): one model's predictions, for all its κ
         with runner.on_device(*models), torch.inference_mode(False), torch.no_grad():
             for model, kappa in detector_pairs(list(models), self.kappas):
                 parameters = self.kappa_parameters.get(kappa.name, {})
@@ -321,8 +322,12 @@ class OODBenchmark:
                     note = self.passes.fit_notes(self._fitted[-1], [self.data[n] for n in self.scored_sets])
                 scores = {name: self.passes.scores(runner, model, self.data[name], kappa, parameters, **batch).double()
                           for name in self.scored_sets}
-                predictions = {name: self.predictions(runner, model, name, batch)
-                               for name in self.scored_sets if self.data.groups[name] in ("id_test", "csid")}
+                predictions = {}
+                for name in self.scored_sets:
+                    if self.data.groups[name] in ("id_test", "csid"):
+                        if (id(model), name) not in predicted:
+                            predicted[(id(model), name)] = self.predictions(runner, model, name, batch)
+                        predictions[name] = predicted[(id(model), name)]
                 scored.append(Scored(model_label(model), kappa.name, scores, predictions, parameters, note))
         return scored
 
