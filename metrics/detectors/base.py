@@ -57,6 +57,9 @@ KINDS = ("logits", "features", "ensemble", "model")
 """What a detector scores from: a pass's logits, its features (and the head), an ensemble's member logits, or
 images through the model (:attr:`Detector.kind`)."""
 
+FIT_SPLITS = ("train", "val")
+"""The in-distribution splits a detector is fitted on (:attr:`Detector.fit_split`)."""
+
 CHUNK_ROWS = 16384
 """Rows of a fit or score tensor processed at once (a chunk of 16384 × 2048 float64 is 256 MiB)."""
 
@@ -113,6 +116,11 @@ class Detector(nn.Module):
     default_fit: ClassVar[dict[str, Any]] = {}
     """The engine's default cap of the fit set: ``{"fraction": f}`` or ``{"per_class": n}`` (seeded,
     class-balanced); empty = every fit image. A user's ``fit`` option overrides it."""
+    fit_split: ClassVar[str] = "train"
+    """The in-distribution split :meth:`fit` reads (:data:`FIT_SPLITS`): ``"train"``, the training images (the
+    class statistics, the banks), or ``"val"``, held-out validation images (VRA's and AdaSCALE's percentiles, as
+    their papers and OpenOOD fit them): the engine hands such a detector the data's ID validation set where it has
+    one (the OOD benchmark's ``id_val`` group) and says on the card where it had to fit on the training images."""
     fitted_buffers: ClassVar[tuple[str, ...]] = ()
     """The buffers :meth:`fit` registers (besides the head's): a fresh detector loading a fitted
     ``state_dict`` takes them with their fitted shapes."""
@@ -131,6 +139,8 @@ class Detector(nn.Module):
                             f"{sorted(INPUTS)}")
         cls.kind = ("model" if "model" in cls.inputs else "ensemble" if "member_logits" in cls.inputs
                     else "features" if {"features", "head"} & set(cls.inputs) else "logits")
+        if cls.fit_split not in FIT_SPLITS:
+            raise TypeError(f"detector {cls.__name__} declares fit_split {cls.fit_split!r}; choose from {FIT_SPLITS}")
         cls.needs_head = "head" in cls.inputs
         cls.needs_fit = bool(cls.fit_data) or cls.needs_head
 
