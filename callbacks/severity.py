@@ -275,7 +275,7 @@ class SeverityAUROC(pl.Callback):
 
     def _outputs(self, runner: Runner, pl_module: pl.LightningModule) -> dict[str, dict[str, Tensor]]:
         """Per set, the pass (logits, targets[, features]) and the model-based κ scores."""
-        features = any(k.kind == "features" for k in self.kappas)
+        features = any(k.reads_features for k in self.kappas)
         batch_size = self.batch_size or self.data.batch_size
         num_workers = self.num_workers if self.num_workers is not None else self.data.num_workers
         background = bool(getattr(pl_module, "background_class", False))
@@ -285,10 +285,10 @@ class SeverityAUROC(pl.Callback):
             set_outputs = dict(self.passes.outputs(runner, pl_module, evaluation_set, features=features,
                                              batch_size=batch_size, num_workers=num_workers))
             for kappa in self.kappas:
-                if kappa.kind == "model":
-                    set_outputs[f"scores/{kappa.name}"] = self.passes.model_scores(
+                if kappa.kind == "model":  # its own pass (ODIN's perturbation, AdaSCALE's perturbed features)
+                    set_outputs.update(self.passes.image_outputs(
                         runner, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
-                        background=background, batch_size=batch_size, num_workers=num_workers)
+                        background=background, batch_size=batch_size, num_workers=num_workers))
             outputs[name] = set_outputs
         return outputs
 

@@ -22,6 +22,7 @@ recomputed, never used.
 from __future__ import annotations
 
 import io
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -53,6 +54,13 @@ from lightning_modules.scoring import classification_head, forward_outputs, has_
 from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
 from openset_common.artefacts import atomic_write_bytes, digest, tensors_fingerprint
+from openset_common.resources import hardware, measure
+
+
+def pass_hardware(runner: Runner, device: torch.device) -> str:
+    """Where a pass ran: the device's hardware (:func:`openset_common.resources.hardware`), times the processes."""
+    name = hardware(device)
+    return name if runner.world_size == 1 else f"{runner.world_size} x {name}"
 
 
 def shard_indices(num_samples: int, rank: int, world_size: int) -> list[int]:
@@ -135,6 +143,7 @@ class PredictionCache:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        self.meta: dict[str, dict[str, Any]] = {}  # per key loaded: the entry's meta (the set, the pass's cost)
 
     def path(self, name: str, key: str) -> Path:
         return self.directory / f"{name}-{key[:16]}.pt"
@@ -161,12 +170,16 @@ class PredictionCache:
         wrong = {k: tuple(v.shape) for k, v in tensors.items() if v.shape[0] != rows}
         if wrong:
             return self._reject(path, f"expected {rows} rows, found shapes {wrong}")
+        meta = payload.get("meta")
+        self.meta[key] = dict(meta) if isinstance(meta, dict) else {}
         return tensors
 
     def load_on_rank_zero(self, runner: Runner, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
         """:meth:`load` on global rank zero, broadcast to every rank: one decision for all."""
-        payload = self.load(name, key, rows=rows) if runner.is_global_zero else None
-        return runner.broadcast(payload, src=0)
+        payload = (self.load(name, key, rows=rows), self.meta.get(key, {})) if runner.is_global_zero else None
+        tensors, meta = runner.broadcast(payload, src=0)
+        self.meta[key] = meta
+        return tensors
 
     @staticmethod
     def _reject(path: Path, reason: str) -> None:
@@ -241,6 +254,8 @@ class ScoringPasses:
         self.memo = memo
         self.decode = check_choice("decode", decode, DECODERS)
         self._kept: dict[str, dict[str, Tensor]] = {}
+        self._seconds: dict[str, tuple[float | None, str | None]] = {}  # per kept pass: its time when it ran, where
+        self._costs: dict[tuple[str, str, str], dict[str, Any]] = {}  # (model, κ, parameters) -> what it cost
         self._fingerprints: dict[int, tuple[tuple, str]] = {}
         self.passes = 0  # passes run (neither in memory nor in the cache)
         self.requests = 0
@@ -259,6 +274,7 @@ class ScoringPasses:
 
     def clear(self) -> None:
         self._kept.clear()
+        self._seconds.clear()
         self._fingerprints.clear()
         self._detectors.clear()
         self._detectors_by_kappa.clear()
@@ -307,6 +323,7 @@ class ScoringPasses:
         self.log.append(entry)
         kept = self._kept.get(key) if self.memo else None
         if kept is not None and (covers is None or covers(kept)):
+            entry["seconds"], entry["hardware"] = self._seconds.get(key, (None, None))
             return kept
         entry["source"] = "cache"
         outputs = None
@@ -315,12 +332,18 @@ class ScoringPasses:
                                                    rows=len(evaluation_set))
             if outputs is not None and covers is not None and not covers(outputs):
                 outputs = None
+        if outputs is not None:
+            entry.update({k: v for k, v in self.cache.meta.get(key, {}).items() if k in ("seconds", "hardware")})
         if outputs is None:
             dataset = (TransformedSet(evaluation_set.dataset, model_input.transform()) if on_device is None
                        else on_device[0])
+            device = module_device(pl_module)
+            began = time.perf_counter()
             outputs = sharded_outputs(runner, dataset, step, keys=keys, batch_size=batch_size, num_workers=num_workers,
-                                      device=module_device(pl_module), name=evaluation_set.name,
+                                      device=device, name=evaluation_set.name,
                                       decoder=None if on_device is None else on_device[1])
+            # the pass of every process (they end together: the last gather is a collective)
+            entry.update({"seconds": time.perf_counter() - began, "hardware": pass_hardware(runner, device)})
             self.passes += 1
             entry["source"] = "run"
             if not torch.equal(outputs["targets"], evaluation_set.labels()):
@@ -330,9 +353,11 @@ class ScoringPasses:
                 raise ValueError(f"{getattr(pl_module, 'display_name', type(pl_module).__name__)} gave NaN or "
                                  f"infinite {bad} on {evaluation_set.name}; nothing of it is cached")
             if self.cache is not None and runner.is_global_zero:
-                self.cache.save(name, key, outputs, {"set": evaluation_set.name, **part})
+                self.cache.save(name, key, outputs, {"set": evaluation_set.name, **part, "seconds": entry["seconds"],
+                                                     "hardware": entry["hardware"]})
         if self.memo:
             self._kept[key] = outputs
+            self._seconds[key] = (entry.get("seconds"), entry.get("hardware"))
         return outputs
 
     def outputs(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, *,
@@ -348,46 +373,105 @@ class ScoringPasses:
                          batch_size=batch_size, num_workers=num_workers, model_input=model_input,
                          covers=(lambda kept_outputs: "features" in kept_outputs) if features else None)
 
-    def model_scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
-                     kappa: type[Detector], parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
-                     num_workers: int = 0) -> Tensor:
-        """A model-based κ (ODIN, MC dropout) of every sample of a set: its own pass per parameter set."""
+    def image_outputs(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet,
+                      kappa: type[Detector], parameters: dict[str, Any], *, background: bool, batch_size: int = 256,
+                      num_workers: int = 0) -> dict[str, Tensor]:
+        """A ``model`` detector's own pass over a set (:meth:`metrics.detectors.Detector.image_outputs`: ODIN's and
+        MC dropout's scores, AdaSCALE's perturbed-feature statistic), with a backward where it needs input gradients
+        (run outside inference mode): sharded, gathered exactly, kept and cached like every pass, under the κ and
+        the hyperparameters the pass depends on (:meth:`Detector.pass_parameters`)."""
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
-        name = slug(f"{model_name}-{evaluation_set.name}-{kappa.name}")
-        key = f"scores/{kappa.name}"
+        name = slug(f"{model_name}-{evaluation_set.name}-{kappa.pass_name or kappa.name}")
         scorer = kappa(background=background, **parameters)
-        outputs = self._run(
-            runner, pl_module, evaluation_set, name=name,
-            part={"kappa": kappa.name, "parameters": parameters, "background": background},
-            step=lambda images: {key: scorer.score_images(pl_module, images)}, keys=[key],
-            batch_size=batch_size, num_workers=num_workers)
-        return outputs[key]
+        if kappa.needs_head:  # a pass through the head (AdaSCALE's gradient of the predicted logit)
+            scorer._store_head(*classification_head(pl_module))
+        keys = list(kappa.pass_keys())
+        with torch.inference_mode(False):
+            outputs = self._run(
+                runner, pl_module, evaluation_set, name=name,
+                part={"kappa": kappa.pass_name or kappa.name, "parameters": scorer.pass_parameters(),
+                      "background": background},
+                step=lambda images: scorer.image_outputs(pl_module, images), keys=keys,
+                batch_size=batch_size, num_workers=num_workers)
+        return {key: outputs[key] for key in keys}
 
     def scores(self, runner: Runner, pl_module: pl.LightningModule, evaluation_set: EvaluationSet, kappa: type[Detector],
                parameters: dict[str, Any], *, features: bool = False, batch_size: int = 256, num_workers: int = 0
                ) -> Tensor:
         """κ of every sample of a set (:func:`metrics.kappa_scores` on the pass)."""
         background = bool(getattr(pl_module, "background_class", False))
-        if kappa.kind == "model":  # through the one dispatch too, which refuses non-finite scores
-            scores = self.model_scores(runner, pl_module, evaluation_set, kappa, parameters, background=background,
-                                       batch_size=batch_size, num_workers=num_workers)
-            return kappa_scores(kappa, {f"scores/{kappa.name}": scores}, background=background, parameters=parameters,
-                                data=evaluation_set.name)
         detector = self._detectors_by_kappa.get((id(pl_module), kappa.name, digest(parameters))) \
             if kappa.needs_fit else None
         fitted_on = self._fitted_on_of(detector)
         if fitted_on is not None:  # before the pass: a set the callback did not check against the fit set
             fit_set = fitted_on[0]
             self.check_fit_overlap(fit_set, [evaluation_set], allow=self._allowed.get(fit_set.fingerprint(), False))
-        outputs = self.outputs(runner, pl_module, evaluation_set, features=features or kappa.kind == "features",
-                               batch_size=batch_size, num_workers=num_workers)
-        if kappa.needs_head:
-            self.check_head(pl_module, outputs)
+        seconds: list[float | None] = []
+        outputs: dict[str, Tensor] = {}
+        if kappa.kind != "model" or kappa.inputs - {"model"}:  # the shared pass: logits (and features)
+            outputs.update(self.outputs(runner, pl_module, evaluation_set, features=features or kappa.reads_features,
+                                        batch_size=batch_size, num_workers=num_workers))
+            seconds.append(self.log[-1].get("seconds"))
+            if kappa.needs_head:
+                self.check_head(pl_module, outputs)
         if kappa.needs_fit and detector is None:
             raise ValueError(f"confidence function {kappa.name!r} of {getattr(pl_module, 'display_name', '')} "
-                             "is not fitted: call ScoringPasses.fitted with a fit set first")
-        return kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector,
-                            data=evaluation_set.name)
+                             "is not fitted: call ScoringPasses.fitted_detector with a fit set first")
+        if kappa.kind == "model":  # its own pass; both through the one dispatch, which refuses non-finite scores
+            outputs.update(self.image_outputs(runner, pl_module, evaluation_set, kappa, parameters,
+                                              background=background, batch_size=batch_size, num_workers=num_workers))
+            seconds.append(self.log[-1].get("seconds"))
+        began = time.perf_counter()
+        scores = kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector,
+                              data=evaluation_set.name)
+        self._add_cost(pl_module, kappa, parameters, samples=len(evaluation_set),
+                       seconds=[*seconds, time.perf_counter() - began], hardware=self.log[-1].get("hardware"))
+        return scores
+
+    # -- what each detector costs ------------------------------------------------------------------
+
+    def _cost(self, pl_module: nn.Module, kappa: type[Detector], parameters: dict[str, Any]) -> dict[str, Any]:
+        model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
+        key = (model_name, kappa.name, digest(parameters))
+        if key not in self._costs:
+            forward, backward = kappa(**parameters).passes_per_image()
+            self._costs[key] = {"model": model_name, "κ": kappa.name, "parameters": dict(parameters),
+                                "fit seconds": None, "fit peak bytes": None, "fit samples": 0, "fit hardware": None,
+                                "scored samples": 0, "score seconds": 0.0, "timed": True, "hardware": set(),
+                                "forward passes": forward, "backward passes": backward}
+        return self._costs[key]
+
+    def _add_cost(self, pl_module: nn.Module, kappa: type[Detector], parameters: dict[str, Any], *, samples: int,
+                  seconds: Sequence[float | None], hardware: str | None) -> None:
+        cost = self._cost(pl_module, kappa, parameters)
+        cost["scored samples"] += samples
+        if any(s is None for s in seconds):  # a pass found in a cache written before passes were timed
+            cost["timed"] = False
+        else:
+            cost["score seconds"] += float(sum(seconds))  # type: ignore[arg-type]
+        if hardware:
+            cost["hardware"].add(hardware)
+
+    def costs(self) -> list[dict[str, Any]]:
+        """What every (model, κ) of the run cost, on the hardware it ran on (the card's cost table):
+
+        - ``fit seconds``, ``fit peak bytes``: :meth:`Detector.fit` on the gathered fit outputs (the fit pass,
+          shared by every detector fitted on the set, is not in it), its peak memory above the start
+          (:func:`openset_common.resources.measure`);
+        - ``images/s``: the samples it scored over the seconds of everything scoring them took -- the shared
+          forward pass (each detector is charged the whole pass, as if it ran alone), its own forward and
+          backward passes, and its scoring -- summed over the sets; a pass taken from the cache counts the seconds
+          it took when it ran (recorded with it), ``None`` where a cache entry predates that;
+        - ``forward passes``, ``backward passes``: of the network per scored image, all told
+          (:meth:`Detector.passes_per_image`).
+        """
+        rows = []
+        for cost in self._costs.values():
+            seconds = cost["score seconds"]
+            rate = cost["scored samples"] / seconds if cost["timed"] and seconds > 0 else None
+            rows.append({**{k: v for k, v in cost.items() if k not in ("hardware", "timed")}, "images/s": rate,
+                         "hardware": "; ".join(sorted(cost["hardware"])) or None})
+        return rows
 
     def check_head(self, pl_module: nn.Module, outputs: dict[str, Tensor]) -> None:
         """:func:`check_head` on a pass's outputs, once per model: a detector that reads only the head (ASH,
@@ -556,14 +640,24 @@ class ScoringPasses:
                 if known is not None:
                     check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name)
                 width = head[0].shape[0] if head is not None else None
-                fit_outputs = self.outputs(runner, pl_module, subset, features=kappa.kind == "features",
-                                     batch_size=batch_size, num_workers=num_workers)
+                fit_outputs = dict(self.outputs(runner, pl_module, subset, features=kappa.reads_features,
+                                                batch_size=batch_size, num_workers=num_workers))
+                if kappa.kind == "model":  # its own pass over the fit images too (AdaSCALE's perturbed features)
+                    fit_outputs.update(self.image_outputs(runner, pl_module, subset, kappa, parameters,
+                                                          background=background, batch_size=batch_size,
+                                                          num_workers=num_workers))
                 num_classes = fit_outputs["logits"].shape[-1] - int(background) if width is None else width - int(background)
                 check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name)
-                data = {k: fit_outputs[k] for k in ("logits", "features", "targets") if k in fit_outputs}
+                data = {k: fit_outputs[k] for k in ("logits", "features", "targets", *kappa.pass_keys())
+                        if k in fit_outputs}
                 if head is not None and "features" in data:
                     check_head(head, data, model=model_name)
-            detector.fit(data, head=head)
+            device = module_device(pl_module)
+            measured = measure(lambda: detector.fit(data, head=head), device=device)
+            cost = self._cost(pl_module, kappa, parameters)
+            cost.update({"fit seconds": measured.seconds, "fit peak bytes": measured.peak_bytes,
+                         "fit samples": len(subset) if subset is not None else 0,
+                         "fit hardware": hardware(device if any(t.is_cuda for t in data.values()) else "cpu")})
             self._detectors[key] = detector
             self._fits.append({"model": model_name, "kappa": kappa.name, "parameters": dict(parameters),
                                "fit set": subset.name if subset is not None else None,
@@ -694,13 +788,13 @@ def check_detectors(kappas: Sequence[type[Detector]], pl_module: nn.Module, fit_
     name = getattr(pl_module, "display_name", type(pl_module).__name__)
     for kappa in kappas:
         kappa.check_model(pl_module)
-        if not kappa.needs_fit and kappa.kind != "features":
+        if not kappa.needs_fit and not kappa.reads_features:
             continue
         if kappa.fit_data and fit_set is None:
             raise ValueError(f"detector {kappa.name!r} fits on in-distribution training images and {name} has none: "
                              "give fit_data (a folder of <class>/ image folders with the model's classes, e.g. "
                              "ILSVRC2012/train); a checkpoint of train.py brings its training split")
-        if kappa.kind == "features" and not has_features(pl_module):
+        if kappa.reads_features and not has_features(pl_module):
             raise ValueError(f"detector {kappa.name!r} reads penultimate features and {name} "
                              f"({type(getattr(pl_module, 'network', pl_module)).__name__}) has no feature hook "
                              "(timm's forward_features/forward_head, a classifier of train.py, or a features() method)")

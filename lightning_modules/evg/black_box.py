@@ -133,12 +133,14 @@ class BlackBox(nn.Module):
     def scores(self, images: Tensor) -> Tensor:
         """κ ``(N,)`` (float32) of images ``(N, C, H, W)`` in ``[0, 1]``."""
         inputs = self.adapt(images)
-        if self.kappa.kind == "model":  # e.g. ODIN: its own pass (with input gradients where it needs them)
-            scorer = self.kappa(background=self.background, **self.kappa_args)
-            outputs = {f"scores/{self.kappa.name}": scorer.score_images(self.model, inputs)}
-        else:
+        outputs: dict[str, Tensor] = {}
+        if self.kappa.kind != "model" or self.kappa.inputs - {"model"}:
             with torch.no_grad():
-                outputs = forward_outputs(self.model, inputs, features=self.kappa.kind == "features")
+                outputs.update(forward_outputs(self.model, inputs, features=self.kappa.reads_features))
+        if self.kappa.kind == "model":  # e.g. ODIN, AdaSCALE: its own pass (with input gradients where it needs them)
+            scorer = self.fitted if self.fitted is not None else self.kappa(background=self.background,
+                                                                            **self.kappa_args)
+            outputs.update(scorer.image_outputs(self.model, inputs))
         # finite=False: a NaN κ is a rejected proposal of the search (standardised_energy refuses infinities)
         return kappa_scores(self.kappa, outputs, background=self.background, parameters=self.kappa_args,
                             detector=self.fitted, finite=False).detach().float()

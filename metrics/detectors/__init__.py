@@ -19,10 +19,12 @@ of the built-in ones:
     she                                    features · pattern of the prediction (Zhang 2023)
     gen                                    generalised entropy (Liu 2023)
     dice                                   energy of a sparsified head (Sun & Li 2022)
+    adascale_a, adascale_l                 SCALE with a percentile adapted per image under a perturbation (Regmi 2025)
 """
 
 from __future__ import annotations
 
+from metrics.detectors.adascale import AdaSCALEA, AdaSCALEL
 from metrics.detectors.ash import ASH, ASHB, ASHP, ASHS
 from metrics.detectors.base import CHUNK_ROWS, KINDS, Detector, DetectorNotFitted, Head, row_chunks
 from metrics.detectors.confidence import Energy, Entropy, MaxLogit, Softmax
@@ -50,11 +52,12 @@ from metrics.detectors.vim import ViM
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
-    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE)}
+    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE,
+    AdaSCALEA, AdaSCALEL)}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
-    "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
+    "ASH", "ASHB", "AdaSCALEA", "AdaSCALEL", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
     "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
     "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
     "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",

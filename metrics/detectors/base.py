@@ -7,8 +7,9 @@ A detector reads some of these per-sample outputs of one pass of a model (its :a
     features       ``(N, D)`` the penultimate (pre-logit) features the head maps to the logits
     member_logits  ``(N, M, C)`` the logits of an ensemble's M members, sample first (the pass's ``logits`` of an
                    ensemble: one layout, fixed by the pass)
-    model          the network itself and the images: the detector scores images through it
-                   (:meth:`Detector.score_images`: ODIN's input perturbation, MC dropout's passes)
+    model          the network itself and the images: the detector runs its own pass over them
+                   (:meth:`Detector.image_outputs`: ODIN's input perturbation, MC dropout's passes, AdaSCALE's
+                   perturbed features), with a backward where it needs input gradients
     targets        ``(N,)`` the classes ``0..K-1`` of the fit data (fit only)
 
 and, when it declares ``"head"`` among its :attr:`Detector.inputs`, the classification head ``(W, b)`` with
@@ -103,6 +104,7 @@ class Detector(nn.Module):
             head) or ``"logits"``.
         needs_fit: whether :meth:`fit` must run before :meth:`score` (fit data or the head).
         needs_head: whether :meth:`fit` takes the model's classification head.
+        reads_features: whether it reads the pass's penultimate features (the features or the head).
 
     Constructor arguments are keyword-only hyperparameters (each stored as the attribute of its name; they are
     :meth:`hyperparameters`) plus ``background``: the model's last logit is the background class.
@@ -127,9 +129,19 @@ class Detector(nn.Module):
     refuse_non_finite: ClassVar[bool] = False
     """Whether :meth:`score` refuses inputs with NaN or infinite values (naming how many rows) before
     scoring; the fitted detectors of this package do."""
+    image_keys: ClassVar[tuple[str, ...]] = ()
+    """The per-image outputs of a ``model`` detector's own pass (:meth:`image_outputs`); empty: its scores,
+    ``scores/<name>`` (:meth:`score_images`)."""
+    pass_name: ClassVar[str] = ""
+    """The name of a ``model`` detector's own pass (default: its own): detectors that run the same pass share it
+    (AdaSCALE-A and -L)."""
+    pass_hyperparameters: ClassVar[tuple[str, ...] | None] = None
+    """The hyperparameters its own pass depends on (part of that pass's cache key); ``None``: all. AdaSCALE's
+    percentile range acts after the pass, so a search over it reruns no backward."""
     kind: ClassVar[str] = "logits"
     needs_fit: ClassVar[bool] = False
     needs_head: ClassVar[bool] = False
+    reads_features: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -142,6 +154,7 @@ class Detector(nn.Module):
         if cls.fit_split not in FIT_SPLITS:
             raise TypeError(f"detector {cls.__name__} declares fit_split {cls.fit_split!r}; choose from {FIT_SPLITS}")
         cls.needs_head = "head" in cls.inputs
+        cls.reads_features = bool({"features", "head"} & set(cls.inputs))
         cls.needs_fit = bool(cls.fit_data) or cls.needs_head
 
     def __init__(self, *, background: bool = False) -> None:
@@ -229,7 +242,7 @@ class Detector(nn.Module):
         if not self.fitted:
             raise DetectorNotFitted(f"detector {self.name!r} is not fitted: call fit() on in-distribution outputs "
                                     "first (the evaluation commands fit it on their fit set)")
-        if self.kind == "model":
+        if self.kind == "model" and not self.image_keys:  # its own pass gives its scores
             return outputs[f"scores/{self.name}"]
         logits = outputs.get("logits")
         if self.kind == "ensemble" and (logits is None or logits.ndim != 3):
@@ -238,17 +251,43 @@ class Detector(nn.Module):
         if self.kind != "ensemble" and logits is not None and logits.ndim != 2:
             raise ValueError(f"detector {self.name!r} scores one model; for an ensemble use ensemble_mi, "
                              "ensemble_softmax or ensemble_entropy")
-        missing = sorted(k for k in self.inputs - {"head", "member_logits"} if k not in outputs)
+        missing = sorted(k for k in (self.inputs - {"head", "member_logits", "model"}) | set(self.pass_keys())
+                         if k not in outputs)
         if missing:
             raise ValueError(f"detector {self.name!r} reads {missing}, which the outputs lack (they hold {sorted(outputs)})")
         if self.refuse_non_finite:
-            for key in sorted(self.inputs - {"head", "member_logits"}):
+            for key in sorted(self.inputs - {"head", "member_logits", "model"}):
                 check_finite_rows(outputs[key], what=f"detector {self.name!r}: the {key} to score")
         return self._score(outputs)
 
     def score_images(self, model: nn.Module, images: Tensor) -> Tensor:
         """``(N,)`` scores of images through the model (a ``model`` detector's own pass: ODIN, MC dropout)."""
         raise TypeError(f"detector {self.name!r} scores a pass's outputs, not images through the model")
+
+    def passes_per_image(self) -> tuple[int, int]:
+        """The forward and backward passes of the network per scored image, all told (the cost table's column):
+        ``(1, 0)`` for a detector of the shared pass; ODIN ``(2, 1)``, MC dropout ``(passes, 0)``, AdaSCALE
+        ``(3, 1)`` (the shared pass and its own)."""
+        return (1, 0)
+
+    @classmethod
+    def pass_keys(cls) -> tuple[str, ...]:
+        """The keys of a ``model`` detector's own pass (:meth:`image_outputs`); none for the others."""
+        if cls.kind != "model":
+            return ()
+        return cls.image_keys or (f"scores/{cls.name}",)
+
+    def pass_parameters(self) -> dict[str, Any]:
+        """The hyperparameters its own pass depends on (:attr:`pass_hyperparameters`): that pass's cache key."""
+        values = self.hyperparameters()
+        return values if self.pass_hyperparameters is None else {k: values[k] for k in self.pass_hyperparameters}
+
+    def image_outputs(self, model: nn.Module, images: Tensor) -> dict[str, Tensor]:
+        """A ``model`` detector's own per-image pass (:meth:`pass_keys`, each ``(N, ...)``): what its fit and its
+        score read besides the shared pass's outputs. It depends on the model and on :meth:`pass_parameters` only,
+        never on the fitted state (the engine caches it under those). Default: ``scores/<name>``, the scores of
+        :meth:`score_images`."""
+        return {f"scores/{self.name}": self.score_images(model, images)}
 
     def forward(self, outputs: dict[str, Tensor]) -> Tensor:
         return self.score(outputs)
@@ -292,7 +331,7 @@ class Detector(nn.Module):
         return logits[:, :-1] if self.background else logits
 
     def _checked_fit_data(self, data: dict[str, Tensor]) -> dict[str, Tensor]:
-        needed = sorted((self.inputs - {"head"}) | {"targets"})
+        needed = sorted((self.inputs - {"head", "model"}) | set(self.pass_keys()) | {"targets"})
         missing = [k for k in needed if k not in data]
         if missing:
             raise ValueError(f"detector {self.name!r} fits on {needed}; the fit data lack {missing}")

@@ -161,6 +161,10 @@ class ODIN(ScoreFunction):
             raise ValueError(f"detector {self.name!r}: image_space must be true or false, got {image_space!r}")
         self.image_space = image_space
 
+    def passes_per_image(self) -> tuple[int, int]:
+        """A forward with the input's gradient, its backward, the perturbed input's forward."""
+        return (2, 1)
+
 
 @register_detector
 class MCDropout(ScoreFunction):
@@ -176,6 +180,9 @@ class MCDropout(ScoreFunction):
     def __init__(self, *, passes: int = 30, background: bool = False) -> None:
         super().__init__(background=background)
         self.passes = check_positive_int("passes", passes, detector=self.name)
+
+    def passes_per_image(self) -> tuple[int, int]:
+        return (self.passes, 0)
 
     @classmethod
     def check_model(cls, model: nn.Module) -> None:

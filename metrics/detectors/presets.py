@@ -163,6 +163,16 @@ _ODIN_NOTE = ("epsilon is OpenOOD's noise on the image in [0, 1] (image_space: t
               "channel); OpenOOD's sign maps a zero gradient to +1, the project's to 0")
 
 
+_ADASCALE_ARGS = {"p_min": 75.0, "p_max": 85.0, "k1": 5.0, "k2": 1.0, "lmbda": 10.0, "o": 0.05}
+_ADASCALE_READ = ("num_samples 5000, percentile [75, 85], k1 5, k2 1, lmbda 10, o 0.05, APS_mode True (sweep "
+                  "percentile_list: the 36 pairs [a, b], a < b, of 60, 65, ..., 95, 99; k1, k2, lmbda, o fixed); "
+                  "adascale_postprocessor.py: the ECDF of id_loader_dict['val']")
+_ADASCALE_NOTE = ("OpenOOD fits the ECDF on 5,000 ID validation images drawn at random (unseeded), the project on all "
+                  "of them (or its --fit-arg cap, seeded)")
+_ADASCALE_PAIRS = tuple((float(a), float(b)) for i, a in enumerate((60, 65, 70, 75, 80, 85, 90, 95, 99))
+                        for b in (60, 65, 70, 75, 80, 85, 90, 95, 99)[i + 1:])
+
+
 def _openood_entries() -> tuple[Preset, ...]:
     """The presets as read from OpenOOD (the same for every benchmark; ODIN's notes are added per benchmark)."""
     return (
@@ -215,6 +225,10 @@ def _openood_entries() -> tuple[Preset, ...]:
         Preset("relative_mahalanobis", {"shrinkage": 0.0}, f"{_CONFIGS}/rmds.yml: no postprocessor_args, APS_mode "
                "False; rmds_postprocessor.py: fitted on id_loader_dict['train']", "rmds", fit_split="id_train",
                notes="OpenOOD's distances are N times the project's (Σ = S/N): the same ranking"),
+        Preset("adascale_a", _ADASCALE_ARGS, f"{_CONFIGS}/adascale_a.yml: {_ADASCALE_READ}", "adascale_a",
+               searched=True, fit_split="id_val", notes=_ADASCALE_NOTE),
+        Preset("adascale_l", _ADASCALE_ARGS, f"{_CONFIGS}/adascale_l.yml: {_ADASCALE_READ}", "adascale_l",
+               searched=True, fit_split="id_val", notes=_ADASCALE_NOTE),
         Preset("she", {}, f"{_CONFIGS}/she.yml: metric inner_product, APS_mode False; she_postprocessor.py: the "
                "mean feature of the correctly predicted samples of id_loader_dict['train'] per class", "she",
                fit_split="id_train",
@@ -257,7 +271,7 @@ NOT_MAPPED = MappingProxyType({
     "rankfeat": "no project detector (rank-1 feature removal)",
     "residual": "no project detector (ViM's residual alone)",
     "nnguide": "no project detector", "relation": "no project detector", "fdbd": "no project detector",
-    "nci": "no project detector", "adascale_a": "no project detector", "adascale_l": "no project detector",
+    "nci": "no project detector",
     "iodin": "no project detector", "vra": "no project detector", "grood": "no project detector",
     "cfood": "no project detector", "ssd": "no project detector",
     "dropout": "not the project's mc_dropout: OpenOOD takes the max softmax of the mean logits of its passes, the "
@@ -278,10 +292,13 @@ SEARCH_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = MappingProxyType({
     "scale": MappingProxyType({"percentile": tuple(_percent(p) for p in (65, 70, 75, 80, 85, 90, 95))}),
     "vim": MappingProxyType({"d": (256, 1000)}),
     "knn": MappingProxyType({"k": (50, 100, 200, 500, 1000)}),
+    "adascale_a": MappingProxyType({"p_min,p_max": _ADASCALE_PAIRS}),
+    "adascale_l": MappingProxyType({"p_min,p_max": _ADASCALE_PAIRS}),
 })
 """OpenOOD's ``postprocessor_sweep`` of every postprocessor it searches (``APS_mode: True``), in the project's
 names and units (see each :class:`Preset`'s ``source`` for the values as read), the parameters in OpenOOD's key
-order (which :func:`grid_combinations` follows). ``energy`` has one combination: OpenOOD's only temperature, 1,
+order (which :func:`grid_combinations` follows); a key ``"a,b"`` searches the pairs its values list (AdaSCALE's
+percentile ranges ``[p_min, p_max]``) jointly. ``energy`` has one combination: OpenOOD's only temperature, 1,
 is the project's energy. It is benchmark-independent: the sweep files are the same for every benchmark."""
 
 
@@ -342,8 +359,11 @@ def grid_combinations(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]
     parameter varies fastest (``{"gamma": [a, b], "M": [x, y]}`` -> (a, x), (b, x), (a, y), (b, y)). An empty grid
     is one empty combination."""
     names = list(grid)
-    return [dict(zip(names, reversed(values), strict=True))
-            for values in itertools.product(*(tuple(grid[name]) for name in reversed(names)))]
+    combinations = [dict(zip(names, reversed(values), strict=True))
+                    for values in itertools.product(*(tuple(grid[name]) for name in reversed(names)))]
+    return [{name: value for key, joint in combination.items()
+             for name, value in (zip(key.split(","), joint, strict=True) if "," in key else [(key, joint)])}
+            for combination in combinations]
 
 
 @dataclass(frozen=True)

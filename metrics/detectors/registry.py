@@ -30,7 +30,7 @@ POOD_PREFIX = "pood:"
 BUILT_IN = ("metrics.detectors.confidence", "metrics.detectors.perturbation", "metrics.detectors.ensemble",
             "metrics.detectors.mahalanobis", "metrics.detectors.knn", "metrics.detectors.vim",
             "metrics.detectors.react", "metrics.detectors.ash", "metrics.detectors.scale", "metrics.detectors.she",
-            "metrics.detectors.gen", "metrics.detectors.dice")
+            "metrics.detectors.gen", "metrics.detectors.dice", "metrics.detectors.adascale")
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 
 _REGISTRY: dict[str, type[Detector]] = {}
@@ -117,7 +117,8 @@ def resolve_detector(name: str | type[Detector]) -> type[Detector]:
         if not (isinstance(target, type) and issubclass(target, Detector)):
             raise ValueError(f"detector {name!r} is {getattr(target, '__qualname__', target)!r}, not a subclass of "
                              f"{Detector.__module__}.Detector")
-        if target._score is Detector._score and target.score_images is Detector.score_images:
+        if target._score is Detector._score and target.score_images is Detector.score_images and \
+                target.image_outputs is Detector.image_outputs:
             raise ValueError(f"detector {name!r} is a base class that scores nothing (it defines neither _score nor "
                              "score_images): name a detector")
         if not target.name:  # named by its path: a subclass of that name (the class itself, and its other

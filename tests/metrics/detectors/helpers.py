@@ -57,12 +57,19 @@ def logits_of(features: Tensor, head: tuple[Tensor, Tensor]) -> Tensor:
     return features @ head[0].T + head[1]
 
 
+def pass_statistic(features: Tensor) -> Tensor:
+    """What a ``model`` detector's own pass gives besides the shared pass (AdaSCALE's ``Q'``), made up from the
+    features for the tests that run every detector on features alone: a per-row value with ties."""
+    return torch.round(features[:, :3].sum(dim=1) / 0.5) * 0.5
+
+
 def fit_data(features: Tensor, targets: Tensor, head: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
-    return {"features": features, "targets": targets, "logits": logits_of(features, head)}
+    return {"features": features, "targets": targets, "logits": logits_of(features, head),
+            "adascale/statistic": pass_statistic(features)}
 
 
 def outputs(features: Tensor, head: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
-    return {"features": features, "logits": logits_of(features, head)}
+    return {"features": features, "logits": logits_of(features, head), "adascale/statistic": pass_statistic(features)}
 
 
 def fitted(name: str, data: dict[str, Tensor], head: tuple[Tensor, Tensor], **hyperparameters) -> Detector:

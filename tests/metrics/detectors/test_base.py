@@ -24,6 +24,7 @@ from tests.metrics.detectors.helpers import (
     generator,
     logits_of,
     outputs,
+    pass_statistic,
 )
 
 
@@ -140,7 +141,7 @@ def clustered(n: int, seed: int, *, shifted: bool = False) -> tuple[Tensor, Tens
 @pytest.mark.parametrize("name", OUTPUT_DETECTORS)
 def test_every_detector_scores_its_fit_distribution_above_a_shifted_one(name) -> None:
     cls = DETECTORS[name]
-    assert cls.name == name and cls.inputs <= {"logits", "features", "head"} and cls.background_rule
+    assert cls.name == name and cls.inputs - {"model"} <= {"logits", "features", "head"} and cls.background_rule
     prototypes = torch.relu(torch.randn(K, D, generator=generator(11), dtype=torch.float64)) * 2
     head = (prototypes / prototypes.norm(dim=1, keepdim=True), torch.zeros(K, dtype=torch.float64))
     features, targets = clustered(400, 0)
@@ -179,8 +180,10 @@ def test_fitted_state_and_scores_do_not_depend_on_the_number_of_threads(name) ->
     head = ((means - means.mean(dim=0) + 0.3 * torch.randn(classes, dim, generator=g, dtype=torch.float64)) / 16,
             torch.randn(classes, generator=g, dtype=torch.float64) * 0.1)  # predicts the classes (SHE needs that)
     test = torch.relu(torch.randn(700, dim, generator=g, dtype=torch.float64) * 1.5 + 0.5).float()
-    data = {"features": features, "targets": targets, "logits": (features.double() @ head[0].T + head[1]).float()}
-    scored = {"features": test, "logits": (test.double() @ head[0].T + head[1]).float()}
+    data = {"features": features, "targets": targets, "logits": (features.double() @ head[0].T + head[1]).float(),
+            "adascale/statistic": pass_statistic(features)}
+    scored = {"features": test, "logits": (test.double() @ head[0].T + head[1]).float(),
+              "adascale/statistic": pass_statistic(test)}
     results = {}
     for threads in (1, 3):
         with intra_op_threads(threads):

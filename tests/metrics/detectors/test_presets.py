@@ -153,10 +153,11 @@ def test_default_grids_are_valid_and_search_what_openood_searches() -> None:
             built = build_detector(name, **combination)
             assert {k: getattr(built, k) for k in combination} == combination, (name, combination)
         # each preset's value is one of its grid's (OpenOOD's postprocessor_args are the sweep's start)
-        for key, value in PRESETS["cifar10"][name].parameters.items():
-            if key in grid:
-                assert value in grid[key], (name, key)
-        assert set(grid) <= set(cls.hyperparameter_defaults())
+        parameters = PRESETS["cifar10"][name].parameters
+        for key, values in grid.items():  # a key "a,b" searches pairs jointly (AdaSCALE's percentile ranges)
+            assert tuple(parameters[k] for k in key.split(",")) in (values if "," in key else
+                                                                    [(v,) for v in values]), (name, key)
+        assert {k for key in grid for k in key.split(",")} <= set(cls.hyperparameter_defaults())
 
 
 # ------------------------------------------------------------------------- the presets
@@ -326,7 +327,7 @@ def test_preset_errors_name_the_valid_choices() -> None:
     with pytest.raises(ValueError, match="unknown benchmark 'svhn'; the presets are for"):
         preset_parameters("paper", "svhn", "knn")
     with pytest.raises(ValueError, match=r"no detector 'ash': OpenOOD's 'ash' is the project's 'ash_b'; it has "
-                                         r"\['ash_b', 'dice', 'energy', "):
+                                         r"\['adascale_a', 'adascale_l', 'ash_b', 'dice', "):
         preset_parameters("openood", "cifar10", "ash")
     with pytest.raises(ValueError, match="no detector 'mds': OpenOOD's 'mds' is the project's 'mahalanobis'"):
         preset_parameters("openood", "cifar10", "mds")
@@ -336,7 +337,7 @@ def test_preset_errors_name_the_valid_choices() -> None:
     with pytest.raises(ValueError, match=r"no detector 'gradnorm' \(OpenOOD's 'gradnorm': no project detector"):
         preset_parameters("openood", "cifar100", "gradnorm")
     with pytest.raises(ValueError, match=r"preset 'paper' has no detector 'msp'; it has the registered detectors "
-                                         r"\['ash_b', "):
+                                         r"\['adascale_a', "):
         preset_parameters("paper", "cifar10", "msp")
     with pytest.raises(ValueError, match=r"fit_split 'train'; choose from \('id_train', 'id_val'\)"):
         Preset("knn", {"k": 5}, "here", fit_split="train")

@@ -98,7 +98,7 @@ def test_a_class_path_and_the_decorator_register_and_resolve(plugin: Path) -> No
             registry.register_detector(type("Nameless", (Detector,), {}))
     finally:
         registry.unregister_detector("ramp_test")
-    with pytest.raises(ValueError, match="unknown detector 'ramp_test'; choose from \\['ash_b'"):
+    with pytest.raises(ValueError, match="unknown detector 'ramp_test'; choose from \\['adascale_a'"):
         resolve_detector("ramp_test")
 
 
@@ -155,7 +155,7 @@ def test_an_installed_detector_runs_through_severity_and_the_card(plugin: Path, 
 
 
 def test_unknown_names_hyperparameters_and_invalid_values_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"unknown detector 'mahalanobi'; choose from \['ash_b'"):
+    with pytest.raises(ValueError, match=r"unknown detector 'mahalanobi'; choose from \['adascale_a'"):
         build_detector("mahalanobi")
     with pytest.raises(ValueError, match=r"'knn' has no hyperparameter 'kk'; it takes \['k'\]"):
         build_detector("knn", kk=3)
@@ -191,9 +191,11 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
                      "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
                      "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
                      "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
-                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features"}
+                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features",
+                     "adascale_a": "model", "adascale_l": "model"}
     assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
-    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice"}
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice", "adascale_a",
+              "adascale_l"}
     head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
     for name, cls in DETECTORS.items():
         assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)

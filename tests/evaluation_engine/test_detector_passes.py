@@ -1,0 +1,94 @@
+"""A detector's own pass through the model (AdaSCALE's perturbed features, ODIN's scores) in the engine: run with
+a backward, sharded and cached like every pass, shared by the detectors that run the same pass, read by the fit
+and the score; and what each detector costs (:meth:`ScoringPasses.costs`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from datamodules.evaluation import EvaluationSet, TensorImageDataset
+from datamodules.transforms import ModelInput, TensorPipeline
+from evaluation_engine.scoring import ScoringPasses
+from lightning_modules.scoring import ScoringModel
+from metrics.detectors import DETECTORS, build_detector
+from metrics.detectors.adascale import STATISTIC
+from tests.evaluation_engine.test_scoring import fake_runner
+from tests.metrics.detectors.test_adascale import Net
+
+
+def model() -> ScoringModel:
+    return ScoringModel(Net(classes=3).eval(), model_input=ModelInput(TensorPipeline(6, 3)), name="net")
+
+
+def image_set(name: str, role: str, n: int, seed: int) -> EvaluationSet:
+    generator = torch.Generator().manual_seed(seed)
+    return EvaluationSet(name, role, TensorImageDataset(torch.rand(n, 3, 6, 6, generator=generator),
+                                                        torch.arange(n) % 3 if role != "ood" else torch.full((n,), -2)))
+
+
+def test_adascale_runs_its_own_pass_once_for_a_and_l_and_scores_what_the_detector_scores(tmp_path) -> None:
+    runner, scoring = fake_runner(0, 1), model()
+    validation, test = image_set("id_val", "fit", 24, 1), image_set("ood", "ood", 10, 2)
+    passes = ScoringPasses(tmp_path)
+    fitted = {name: passes.fitted_detector(runner, scoring, DETECTORS[name], DETECTORS[name].arguments(), validation,
+                                           batch_size=7) for name in ("adascale_a", "adascale_l")}
+    scores = {name: passes.scores(runner, scoring, test, DETECTORS[name], DETECTORS[name].arguments(), batch_size=7)
+              for name in fitted}
+    # the shared pass and one AdaSCALE pass per set: 4 passes for two detectors on two sets
+    assert passes.passes == 4
+    kinds = [(entry["set"], entry["pass"].rsplit("-", 1)[-1], entry["source"]) for entry in passes.log]
+    assert ("ood", "adascale", "run") in kinds and ("ood", "adascale", "memory") in kinds
+    # the same numbers by hand: the detector's own pass on the images, fitted on the validation images
+    net = scoring.network
+    for name, detector in fitted.items():
+        by_hand = build_detector(name)
+        by_hand._store_head(net.fc.weight.detach(), net.fc.bias.detach())
+        with torch.no_grad():
+            fit_features = net.features(validation.dataset.images)
+            test_features = net.features(test.dataset.images)
+        by_hand.fit({"features": fit_features, "targets": validation.labels(),
+                     STATISTIC: by_hand.image_outputs(net, validation.dataset.images)[STATISTIC]},
+                    head=(net.fc.weight.detach(), net.fc.bias.detach()))
+        expected = by_hand.score({"features": test_features,
+                                  STATISTIC: by_hand.image_outputs(net, test.dataset.images)[STATISTIC]})
+        torch.testing.assert_close(scores[name], expected.float().double(), rtol=1e-5, atol=1e-6)
+        assert torch.equal(detector.fit_statistics, detector.fit_statistics.sort().values)
+    # a second run takes every pass from the cache: nothing runs, the same scores
+    again = ScoringPasses(tmp_path)
+    for name in fitted:
+        again.fitted_detector(runner, scoring, DETECTORS[name], DETECTORS[name].arguments(), validation, batch_size=7)
+        assert torch.equal(again.scores(runner, scoring, test, DETECTORS[name], DETECTORS[name].arguments(),
+                                        batch_size=7), scores[name])
+    assert again.passes == 0
+    # another percentile range is another fit, not another pass (OpenOOD's search over it reruns no backward)
+    wider = DETECTORS["adascale_a"].arguments(p_min=60.0, p_max=95.0)
+    again.fitted_detector(runner, scoring, DETECTORS["adascale_a"], wider, validation, batch_size=7)
+    assert not torch.equal(again.scores(runner, scoring, test, DETECTORS["adascale_a"], wider, batch_size=7),
+                           scores["adascale_a"])
+    assert again.passes == 0
+
+
+def test_costs_name_fit_time_memory_throughput_and_extra_passes(tmp_path) -> None:
+    runner, scoring = fake_runner(0, 1), model()
+    fit, test = image_set("fit", "fit", 30, 3), image_set("id_test", "id_test", 12, 4)
+    passes = ScoringPasses()
+    for name in ("softmax", "mahalanobis", "odin", "adascale_a"):
+        kappa = DETECTORS[name]
+        parameters = kappa.arguments(**({"shrinkage": 0.5} if name == "mahalanobis" else {}))
+        passes.fitted_detector(runner, scoring, kappa, parameters, fit, batch_size=5)
+        passes.scores(runner, scoring, test, kappa, parameters, batch_size=5)
+        passes.scores(runner, scoring, fit, kappa, parameters, batch_size=5) if name == "softmax" else None
+    costs = {row["κ"]: row for row in passes.costs()}
+    assert list(costs) == ["softmax", "mahalanobis", "odin", "adascale_a"]
+    assert costs["softmax"]["scored samples"] == 42 and costs["mahalanobis"]["scored samples"] == 12
+    assert costs["softmax"]["fit seconds"] is None and costs["softmax"]["fit samples"] == 0
+    assert costs["mahalanobis"]["fit samples"] == 30 and costs["mahalanobis"]["fit seconds"] > 0
+    assert costs["adascale_a"]["fit samples"] == 30
+    assert {k: (v["forward passes"], v["backward passes"]) for k, v in costs.items()} == {
+        "softmax": (1, 0), "mahalanobis": (1, 0), "odin": (2, 1), "adascale_a": (3, 1)}
+    for row in costs.values():
+        assert row["images/s"] > 0 and "cores" in row["hardware"]
+    # softmax: the samples over its two shared passes (the first two run) and its scoring, never faster than the passes
+    first = [e["seconds"] for e in passes.log if e["source"] == "run"][:2]
+    assert 0 < costs["softmax"]["images/s"] <= 42 / sum(first)
