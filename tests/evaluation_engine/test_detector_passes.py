@@ -4,7 +4,6 @@ and the score; and what each detector costs (:meth:`ScoringPasses.costs`)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from datamodules.evaluation import EvaluationSet, TensorImageDataset
