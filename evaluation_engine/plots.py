@@ -201,3 +201,33 @@ def plot_heatmap(values: np.ndarray, rows: Sequence[str], columns: Sequence[str]
     axis.set_title(title, fontsize="medium")
     figure.colorbar(image, ax=axis)
     return save_figure(figure, path)
+
+
+def plot_accuracy_cost(points: Sequence[Mapping[str, object]], path: str | Path, *, metric: str,
+                       title: str = "") -> Path:
+    """A headline metric against images per second, one labelled point per (model, κ) (``points``: ``model``,
+    ``κ``, ``images/s``, ``value``, ``low``, ``high``), its interval as a vertical error bar; images/s on a log axis
+    (detectors differ by orders of magnitude). Points without both numbers are left out."""
+    points = [p for p in points if p.get("images/s") and p.get("value") is not None]
+    models = list(dict.fromkeys(str(p["model"]) for p in points))
+    markers = "osD^vP*X"
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    colours = plt.get_cmap("tab10").colors
+    for number, model in enumerate(models):
+        mine = [p for p in points if str(p["model"]) == model]
+        xs = [float(p["images/s"]) for p in mine]  # type: ignore[arg-type]
+        ys = [float(p["value"]) for p in mine]  # type: ignore[arg-type]
+        below = [y - float(p["low"]) if p.get("low") is not None else 0.0 for y, p in zip(ys, mine, strict=True)]  # type: ignore[arg-type]
+        above = [float(p["high"]) - y if p.get("high") is not None else 0.0 for y, p in zip(ys, mine, strict=True)]  # type: ignore[arg-type]
+        axis.errorbar(xs, ys, yerr=[below, above], fmt=markers[number % len(markers)], color=colours[number % 10],
+                      capsize=2, markersize=5, linewidth=0.8, label=model)
+        for x, y, p in zip(xs, ys, mine, strict=True):
+            axis.annotate(str(p["κ"]), (x, y), xytext=(4, 3), textcoords="offset points", fontsize="x-small")
+    axis.set_xscale("log")
+    axis.set_xlabel("images per second of the whole scoring (this run's hardware; a ratio between detectors)")
+    axis.set_ylabel(metric)
+    axis.set_title(title or f"{metric} against throughput")
+    axis.grid(True, which="both", alpha=0.3)
+    if len(models) > 1:
+        axis.legend(fontsize="x-small")
+    return save_figure(figure, path)

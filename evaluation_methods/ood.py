@@ -643,11 +643,13 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
 
     def parameters(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[str]]:
         """Each κ's parameters (the preset's, then the user's ``kappa_args`` over them), what to record, and the κ
-        the preset fits on the ID validation set (OpenOOD's ReAct)."""
+        fitted on the ID validation set: those that fit on it by their paper (``fit_split = "val"``: VRA, AdaSCALE)
+        and those the preset fits on it (OpenOOD's ReAct)."""
         search = "searched on the validation sets (--tune)" if self.tune else "not tuned (no --tune)"
+        by_paper = [k.name for k in self.detector_classes if k.fit_split == "val"]
         if self.preset == "paper":
             return ({k: dict(v) for k, v in self.kappa_parameters.items()},
-                    {"preset": f"detector parameters: the project's defaults (the papers' values), {search}"}, [])
+                    {"preset": f"detector parameters: the project's defaults (the papers' values), {search}"}, by_paper)
         from metrics.detectors.presets import preset_entry
 
         benchmark = str(self.data).removeprefix("openood:")
@@ -659,7 +661,7 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
                                                    if k in given[name]}}
             sources[name] = {"parameters": dict(entry.parameters), "source": entry.source, "notes": entry.notes,
                              "fit split": entry.fit_split, "given over it": sorted(given[name])}
-            if entry.fit_split == "id_val":
+            if entry.fit_split == "id_val" or name in by_paper:
                 on_validation.append(name)
         searched = [name for name in self.kappa if preset_entry("openood", benchmark, name).searched
                     and not self.tune]
@@ -693,6 +695,10 @@ class OODEvaluation(Evaluation, ModelOptions, DataOptions, DetectorOptions, Outp
             recorded["fit set"] = {"name": fit_set.name, "images": len(fit_set),
                                    **{k: fit_set.info[k] for k in ("list", "list_sha256", "root") if k in fit_set.info}}
         recorded["notes"] = list(data.notes)
+        if on_validation and not data.of("id_val"):
+            recorded["notes"].append(f"{on_validation} fit on ID validation images (their papers', OpenOOD's); the "
+                                     f"benchmark {data.name} has none, so they fit on the fit set "
+                                     f"{fit_set.name if fit_set is not None else '(none)'}")
         benchmark = OODBenchmark(data, self.detector_classes, kappa_parameters=parameters,
                                  passes=self.scoring_passes(self.cache_dir), intervals=self.intervals,
                                  full_spectrum=self.full_spectrum, fit_set=fit_set, fit=self.fit,

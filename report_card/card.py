@@ -74,6 +74,7 @@ from report_card.leaderboard import (
     seeds_section,
     two_seeds_note,
 )
+from report_card.costs import cost_section
 from report_card.provenance import data_sets, fit_overlap_notes, mark_stale, model_sha256, versions
 from report_card.publish import log_card
 
@@ -439,6 +440,14 @@ class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
                 f"the report card would have an empty leaderboard: the sections gave no headline number for any "
                 f"(model, κ) row (numbers per section: {given}; rows: {[f'{m} / {k}' for m, k in rows_order]}). "
                 "The card was not written (the sections' own tables are in their folders)")
+        leaderboard = {"columns": [{**dataclasses.asdict(c), "group": by_key[c.method].group,
+                                    "method_title": by_key[c.method].name} for c in columns], "rows": rows}
+        costs = cost_section(self.passes.costs() if self.passes is not None else [], leaderboard,
+                             output_dir=self.output_dir, plots=self.plots)
+        if costs is not None:
+            sections.append(costs.as_dict())
+            for image in sections[-1]["images"]:
+                image["path"] = os.path.relpath(Path(image["path"]).resolve(), self.output_dir.resolve())
         shown = [m.display_name for m in models if not any(m.display_name in v for v in self.members.values())]
         return {
             "title": self.title or "OOD report card: " + ", ".join([*self.groups, *shown]),
@@ -453,8 +462,7 @@ class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
                        for m in models],
             "data": data_sets(self.passes.log if self.passes is not None else []),
             "passes": list(self.passes.log) if self.passes is not None else [],
-            "leaderboard": {"columns": [{**dataclasses.asdict(c), "group": by_key[c.method].group,
-                                         "method_title": by_key[c.method].name} for c in columns], "rows": rows},
+            "leaderboard": leaderboard,
             "sections": sections,
             "notes": self._notes(method_results, models) + [
                 f"{group}: {two_seeds_note(self.intervals.level)}." for group, seeds in self.groups.items()

@@ -163,7 +163,7 @@ nav.toc a { color: var(--accent); text-decoration: none; margin-right: 1rem; whi
 nav.toc a:hover { text-decoration: underline; }
 .how { background: #f2f5fb; border-left: 4px solid var(--accent); padding: 0.6rem 1rem; margin: 1rem 0;
        font-size: 0.95rem; }
-.table-wrap { overflow-x: auto; margin: 0.5rem 0 1rem; }
+.table-wrap { overflow-x: auto; margin: 0.5rem 0 1rem; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.9rem; }
 th, td { border: 1px solid var(--line); padding: 0.3rem 0.55rem; text-align: left; vertical-align: top; }
 thead th { background: var(--head); font-weight: 600; }
@@ -176,6 +176,15 @@ table.leaderboard th, table.leaderboard td { padding: 0.25rem 0.35rem; }
 table.leaderboard thead th.sortable { white-space: normal; min-width: 5rem; }
 table.leaderboard th.sortable:not([aria-sort])::after { content: none; }
 table.leaderboard .ci { font-size: 0.74em; }
+/* the model and κ columns stay in view while the leaderboard scrolls sideways inside its frame (the page never
+   scrolls sideways): fixed widths, so the second column knows where the first ends */
+table.leaderboard .frozen { position: sticky; z-index: 1; background: #fff; }
+table.leaderboard thead .frozen { background: var(--head); z-index: 2; }
+table.leaderboard tbody tr:nth-child(even) td.frozen { background: #fafbfc; }
+table.leaderboard .frozen.first { left: 0; width: 9rem; min-width: 9rem; max-width: 9rem; overflow-wrap: anywhere; }
+table.leaderboard .frozen.second { left: 9rem; width: 7.5rem; min-width: 7.5rem; max-width: 7.5rem;
+                                   overflow-wrap: anywhere; box-shadow: inset -2px 0 0 var(--line); }
+table.leaderboard .frozen.both { left: 0; width: 16.5rem; min-width: 16.5rem; }
 th.sortable::after { content: " \\2195"; color: #9aa3b2; font-size: 0.8em; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; color: var(--accent); }
 th[aria-sort="descending"]::after { content: " \\25BC"; color: var(--accent); }
@@ -265,10 +274,10 @@ def _anchor(text: str, taken: set[str]) -> str:
     return anchor
 
 
-def _sortable_header(title: str, column: int, *, extra: str = "", tooltip: str = "") -> str:
+def _sortable_header(title: str, column: int, *, extra: str = "", tooltip: str = "", css: str = "") -> str:
     tip = f' title="{_e(tooltip)}"' if tooltip else ""
-    return (f'<th scope="col" class="sortable" data-col="{column}" tabindex="0"{tip}>{_e(title)}'
-            f"{extra}</th>")
+    return (f'<th scope="col" class="sortable{" " + css if css else ""}" data-col="{column}" tabindex="0"{tip}>'
+            f"{_e(title)}{extra}</th>")
 
 
 def _cell_html(value: Any, *, level: Any, resamples: Any) -> str:
@@ -320,10 +329,11 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
             groups.append((column.get("method", ""), 1))
     # each group under its short name (the card's ``group``), its method's title as the tip
     shown = {c.get("method", ""): (str(c.get("group") or c.get("method", "")), _method_title(c)) for c in columns}
-    out.append('<tr class="groups"><th colspan="2"></th>' + "".join(
+    out.append('<tr class="groups"><th colspan="2" class="frozen both"></th>' + "".join(
         f'<th colspan="{span}" title="{_e(shown[method][1])}">{_e(shown[method][0])}</th>'
         for method, span in groups) + "</tr>")
-    header = [_sortable_header("Model", 0), _sortable_header("κ", 1, tooltip="confidence function")]
+    header = [_sortable_header("Model", 0, css="frozen first"),
+              _sortable_header("κ", 1, tooltip="confidence function", css="frozen second")]
     for i, column in enumerate(columns, start=2):
         better = column.get("higher_is_better", True)
         arrow = f' <span class="dir">{"↑" if better else "↓"}</span>'
@@ -332,7 +342,8 @@ def _leaderboard_html(report: Mapping[str, Any]) -> list[str]:
     out += ["<tr>" + "".join(header) + "</tr>", "</thead>", "<tbody>"]
     for row in rows:
         cells = row.get("cells", {})
-        tds = [f'<td class="model">{_e(row.get("model"))}</td>', f"<td>{_e(row.get('kappa'))}</td>"]
+        tds = [f'<td class="model frozen first">{_e(row.get("model"))}</td>',
+               f'<td class="frozen second">{_e(row.get("kappa"))}</td>']
         tds += [_cell_html(cells.get(c.get("key")), level=level, resamples=resamples) for c in columns]
         out.append(f'<tr data-model="{_e(row.get("model"))}" data-kappa="{_e(row.get("kappa"))}">'
                    + "".join(tds) + "</tr>")

@@ -216,3 +216,42 @@ def test_a_screenshot_of_the_page_is_not_blank(browser, card, tmp_path):
     top = pixels[:HEIGHT]  # what a reader sees first: the title, how to read it and the leaderboard
     assert (top < 235).any(axis=-1).mean() > 0.02
 
+
+
+def test_at_1366_px_the_leaderboard_scrolls_in_its_frame_with_model_and_kappa_frozen(browser, tmp_path):
+    """A leaderboard of 24 columns (wider than a 1366 px laptop window): the page itself never scrolls sideways;
+    the table scrolls inside its frame, and the model and κ columns stay at its left edge, side by side."""
+    report = fixtures.make_report(tmp_path)
+    report["leaderboard"]["rows"][1]["cells"]["near_ood"]["value"] = None
+    extra = [{**column, "key": f"{column['key']}_{copy}", "title": f"{column['title']} {copy}"}
+             for copy in range(1, 5) for column in report["leaderboard"]["columns"][:5]]
+    for row in report["leaderboard"]["rows"]:
+        row["cells"].update({c["key"]: row["cells"].get(c["key"].rsplit("_", 1)[0]) for c in extra})
+    report["leaderboard"]["columns"] += extra
+    page = write_page(report, tmp_path)["html"]
+    browser.set_window_size(1366, 768)
+    try:
+        load(browser, page)
+        geometry = browser.execute_script("""
+            var frame = document.querySelector("#leaderboard").parentElement;
+            var before = [frame.scrollWidth, frame.clientWidth, document.documentElement.scrollWidth,
+                          document.documentElement.clientWidth];
+            frame.scrollLeft = frame.scrollWidth;
+            var row = document.querySelector("#leaderboard tbody tr");
+            var model = row.cells[0].getBoundingClientRect(), kappa = row.cells[1].getBoundingClientRect();
+            var last = row.cells[row.cells.length - 1].getBoundingClientRect();
+            var box = frame.getBoundingClientRect();
+            var hit = document.elementFromPoint(model.left + 5, model.top + model.height / 2);
+            return {before: before, scrolled: frame.scrollLeft, frame: [box.left, box.right], model: [model.left,
+                    model.right], kappa: [kappa.left, kappa.right], last: [last.left, last.right],
+                    hit: hit === row.cells[0] || row.cells[0].contains(hit)};""")
+    finally:
+        browser.set_window_size(WIDTH, HEIGHT)
+    frame_width, frame_client, page_width, window_width = geometry["before"]
+    assert frame_width > frame_client + 500  # the table is wider than its frame: it scrolls there
+    assert page_width <= window_width  # and the page does not
+    assert geometry["scrolled"] > 500
+    assert abs(geometry["model"][0] - geometry["frame"][0]) <= 2  # frozen at the frame's left edge
+    assert abs(geometry["kappa"][0] - geometry["model"][1]) <= 2  # κ right after it
+    assert geometry["hit"]  # drawn above the cells scrolled under it
+    assert geometry["last"][1] <= geometry["frame"][1] + 2  # the last column scrolled into view

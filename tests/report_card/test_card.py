@@ -322,7 +322,17 @@ def test_the_page_and_the_json_hold_every_row(card: dict) -> None:
     root = card["root"] / "card"
     written = json.loads((root / "report.json").read_text())
     assert written["leaderboard"]["rows"] == card["runs"][1]["rows"]
-    assert {s["method"] for s in written["sections"]} == {"open_set", "severity", "generated", "evg", "ood"}
+    assert {s["method"] for s in written["sections"]} == {"open_set", "severity", "generated", "evg", "ood", "cost"}
+    # what each (model, κ) of the leaderboard cost: a row each, measured here, and the accuracy-cost figure
+    cost = next(s for s in written["sections"] if s["method"] == "cost")
+    (table,) = cost["tables"]
+    costs = {(r["model"], r["κ"]): r for r in table["rows"]}
+    assert set(costs) >= {(r["model"], r["kappa"]) for r in written["leaderboard"]["rows"]}
+    assert all(r["images/s"] > 0 and r["passes per image"].endswith("forward") and "cores" in r["measured on"]
+               for r in costs.values())
+    fitted = [r for r in costs.values() if r["fit images"]]
+    assert fitted and all(r["fit (s)"] > 0 and r["fit peak memory (MiB)"] is not None for r in fitted)
+    assert [Path(i["path"]).name for i in cost["images"]] == ["accuracy_cost.png"]
     assert written["level"] == 0.95 and written["resamples"] == RESAMPLES and written["seed"] == 1
     assert {"torch", "python"} <= set(written["versions"])
     assert all(len(d["fingerprint"]) >= 16 and d["samples"] > 0 for d in written["data"])
