@@ -12,7 +12,9 @@ Defaults ``q_low = 0.1``, ``q_high = 0.9``: OpenOOD's ``configs/postprocessors/v
 [1, 5, 10, 15]). The percentiles are ``np.percentile`` of the flattened activations with numpy's linear
 interpolation, exactly (:func:`metrics.detectors.react.activation_percentile`, a radix selection over the chunks,
 no flattened copy), as OpenOOD's ``setup``/``set_hyperparam`` compute them, on the ID **validation** images
-(``id_loader_dict['val']``): ``fit_split = "val"``.
+(``id_loader_dict['val']``): ``fit_split = "val"``. Matched against OpenOOD's logic (written in numpy, float32 and
+float64 ID val features with ties, its grid's percentiles): the thresholds bit for bit, the scores to 4.1e-16
+relative.
 
 What the authors and pytorch-ood do instead: the authors' VRA (zeroQiaoba/VRA, ``models/resnet.py``, ``case ==
 'clip2'`` with ``lamb = 0``) sets activations *below* α to 0 rather than to α, keeps those in ``[α, β]`` and sets
