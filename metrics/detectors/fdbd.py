@@ -8,9 +8,9 @@ to the boundary between ``ŷ`` and ``c`` is ``|logit_ŷ(x) - logit_c(x)| / |w_ŷ
 
 (higher = more in-distribution). This is pytorch-ood's ``fDBD`` (``predict_features`` negated, its 10⁻⁸ floor of
 the distance included), which this matches to float64 rounding (measured on the tests' float64 features with ties:
-2.8e-16 relative at most; 7.2e-16 against the authors' sum, written in numpy, over ``C - 1``). The authors' code (litianliu/fDBD-OOD,
-``run_imagenet.py``) and OpenOOD v1.5's ``fdbd_postprocessor.py`` sum over the classes without the ``1/(C - 1)`` (a
-constant: the same ranking) and have no floor.
+2.8e-16 relative at most; 7.2e-16 against the authors' sum, written in numpy, over ``C - 1``). The authors' code
+(litianliu/fDBD-OOD, ``run_imagenet.py``) and OpenOOD v1.5's ``fdbd_postprocessor.py`` sum over the classes
+without the ``1/(C - 1)`` (a constant: the same ranking) and have no floor.
 
 ``distance_to_mean`` (default ``True``, the paper's regulariser ``|x - μ|``): ``False`` divides by the feature
 norm ``|x|₂`` instead, OpenOOD's alternative (``distance_as_normalizer: False`` in

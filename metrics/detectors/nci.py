@@ -7,13 +7,13 @@ Liu, Qin, *Detecting Out-of-Distribution through the Lens of Neural Collapse*, C
     pScore(x) = (x - μ_G) · w_ŷ / |x - μ_G|₂        the proximity of the centred feature to w_ŷ
     score(x)  = pScore(x) + α |x|₁                   the L1 norm filters out features near the origin
 
-(higher = more in-distribution). The paper motivates ``pScore`` as the angle between ``x - μ_G`` and ``w_ŷ``; the
-authors' code divides by ``|x - μ_G|`` only, not by ``|w_ŷ|`` (which varies with ŷ, so this is not a rescaled
-cosine), and that is what this computes. The authors' code is OpenOOD v1.5's ``nci_postprocessor.py`` (their
-repository, litianliu/NCI-OOD, runs NCI through OpenOOD); pytorch-ood's ``NCI`` computes the same, and this matches
-its scores to float64 rounding (``-predict_features``; measured on the tests' float64 features with ties, α in {0,
-10⁻⁴, 0.1}: 8.9e-16 at most, as against the authors' logic written in numpy). A feature exactly at ``μ_G`` has ``pScore = 0`` here (the
-norm floored at 10⁻¹²), where both divide 0 by 0.
+(higher = more in-distribution). The paper describes ``pScore`` as the angular proximity of ``x - μ_G`` to
+``w_ŷ``; the authors' code divides by ``|x - μ_G|`` only, not by ``|w_ŷ|`` (which varies with ŷ, so this is not a
+rescaled cosine), and that is what this computes. The authors' code is OpenOOD v1.5's ``nci_postprocessor.py``
+(their repository, litianliu/NCI-OOD, runs NCI through OpenOOD); pytorch-ood's ``NCI`` computes the same, and this
+matches its scores to float64 rounding (``-predict_features``; measured on the tests' float64 features with ties,
+α in {0, 10⁻⁴, 0.1}: 8.9e-16 at most, as against the authors' logic written in numpy). A feature exactly at
+``μ_G`` has ``pScore = 0`` here (the norm floored at 10⁻¹²), where both divide 0 by 0.
 
 Default ``α = 0.0001``: the authors' ``configs/postprocessors/nci.yml`` (``alpha: 0.0001``; OpenOOD's search sweeps
 ``alpha_list`` [0.0001, 0.001, 0.01, 0.1] on the validation sets); pytorch-ood's default is 0 (``pScore`` alone).

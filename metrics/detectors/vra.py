@@ -18,8 +18,8 @@ relative.
 
 What the authors and pytorch-ood do instead: the authors' VRA (zeroQiaoba/VRA, ``models/resnet.py``, ``case ==
 'clip2'`` with ``lamb = 0``) sets activations *below* α to 0 rather than to α, keeps those in ``[α, β]`` and sets
-those above β to β; its thresholds are per-dimension quantiles of the training features for
-CIFAR (``torch.quantile(feat, q, dim=0)``, e.g. VRA on CIFAR-10 ``--q1 0.6 --q2 0.9``) and fixed values on ImageNet
+those above β to β; its thresholds are per-dimension quantiles of the training features for CIFAR
+(``torch.quantile(feat, q, dim=0)``, e.g. VRA on CIFAR-10 ``--q1 0.6 --q2 0.9``) and fixed values on ImageNet
 (ResNet-50 ``--featmin 0.5 --featmax 1``). pytorch-ood's ``VRA`` clips like OpenOOD but per dimension
 (``np.quantile(z, q, axis=0)``; defaults 0.01 / 0.99), so it equals this detector only for one-dimensional features
 (tested). This detector is OpenOOD's: one pair of global thresholds, clipped on both sides.
