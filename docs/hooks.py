@@ -31,8 +31,8 @@ def detectors_markdown() -> str:
     (:func:`metrics.detectors.detectors`: name, paper, what it reads, what it fits, its defaults, its score) and a
     section per detector with its docstring.
 
-    Read from the code alone: each class's declared ``inputs``, ``fit_data``, ``needs_fit`` and ``default_fit`` (the
-    engine's default cap of the fit set), its hyperparameters with their defaults (the constructor's keyword-only
+    Read from the code alone: each class's declared ``inputs``, ``fit_data``, ``fit_split``, ``needs_fit`` and
+    ``default_fit`` (the engine's default cap of the fit set), its hyperparameters with their defaults (the constructor's keyword-only
     arguments, :meth:`metrics.detectors.Detector.hyperparameter_defaults`), and its paper: the full citation
     (``Authors, *Title*, Venue Year``) of its class or module docstring where one is written, else its ``paper``.
     """
@@ -58,7 +58,8 @@ def detectors_markdown() -> str:
                 columns = columns[:-1]
             summary = " ".join(columns)
         reads = " + ".join(READS.get(key, key) for key in sorted(cls.inputs))
-        fit = ("in-distribution training images" if cls.fit_data else "the head only") if cls.needs_fit else "—"
+        images = f"in-distribution {'validation' if cls.fit_split == 'val' else 'training'} images"
+        fit = (images if cls.fit_data else "the head only") if cls.needs_fit else "—"
         cap = ", ".join(f"{key} {value}" for key, value in cls.default_fit.items())
         fit += f" (default cap: {cap})" if cap else ""
         defaults = ", ".join(f"`{key}` = {value!r}" for key, value in cls.hyperparameter_defaults().items()) or "—"

@@ -100,7 +100,8 @@ def test_the_detectors_page_is_the_registry_with_the_codes_defaults():
     for name, cls in DETECTORS.items():
         reads = rows[name][1]
         assert reads == " + ".join(hooks().READS[key] for key in sorted(cls.inputs)), name
-        assert ("training images" in rows[name][2]) == cls.fit_data, name
+        split = "validation" if cls.fit_split == "val" else "training"
+        assert (f"in-distribution {split} images" in rows[name][2]) == cls.fit_data, name
     assert rows["knn_imagenet"][2].endswith("(default cap: fraction 0.01)")
     assert rows["odin"][3] == "`temperature` = 2.0, `epsilon` = 1e-05, `image_space` = False"
     assert rows["relative_mahalanobis"][0].startswith("Ren, ") and rows["mahalanobis"][0].startswith("Lee, ")

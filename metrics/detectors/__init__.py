@@ -20,6 +20,10 @@ of the built-in ones:
     gen                                    generalised entropy (Liu 2023)
     dice                                   energy of a sparsified head (Sun & Li 2022)
     adascale_a, adascale_l                 SCALE with a percentile adapted per image under a perturbation (Regmi 2025)
+    nci                                    centred feature · predicted weight + L1 norm (Liu & Qin 2025)
+    fdbd                                   distance to the decision boundaries (Liu & Qin 2024)
+    gradnorm                               L1 norm of the head's KL-to-uniform gradient (Huang 2021)
+    vra                                    energy of features clipped on both sides (Xu 2023)
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ from metrics.detectors.base import CHUNK_ROWS, KINDS, Detector, DetectorNotFitte
 from metrics.detectors.confidence import Energy, Entropy, MaxLogit, Softmax
 from metrics.detectors.dice import DICE
 from metrics.detectors.ensemble import EnsembleEntropy, EnsembleMI, EnsembleSoftmax
+from metrics.detectors.fdbd import FDBD
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
+from metrics.detectors.gradnorm import GradNorm
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
+from metrics.detectors.nci import NCI
 from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
@@ -49,17 +56,84 @@ from metrics.detectors.scale import SCALE
 from metrics.detectors.shaping import ActivationShaping
 from metrics.detectors.she import SHE
 from metrics.detectors.vim import ViM
+from metrics.detectors.vra import VRA
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
-    Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
-    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE,
-    AdaSCALEA, AdaSCALEL)}
+    Softmax,
+    MaxLogit,
+    Entropy,
+    Energy,
+    ODIN,
+    MCDropout,
+    EnsembleMI,
+    EnsembleSoftmax,
+    EnsembleEntropy,
+    Mahalanobis,
+    RelativeMahalanobis,
+    KNN,
+    KNNImageNet,
+    ViM,
+    ReAct,
+    ASHS,
+    ASHP,
+    ASHB,
+    SCALE,
+    SHE,
+    GEN,
+    DICE,
+    AdaSCALEA,
+    AdaSCALEL,
+    NCI,
+    FDBD,
+    GradNorm,
+    VRA,
+)}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
-    "ASH", "ASHB", "AdaSCALEA", "AdaSCALEL", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
-    "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
-    "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
-    "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",
-    "register_detector", "resolve_detector", "row_chunks", "unregister_detector",
+    "ASH",
+    "ASHB",
+    "ASHP",
+    "ASHS",
+    "ActivationShaping",
+    "AdaSCALEA",
+    "AdaSCALEL",
+    "CHUNK_ROWS",
+    "DETECTORS",
+    "DICE",
+    "Detector",
+    "DetectorNotFitted",
+    "ENTRY_POINTS",
+    "Energy",
+    "EnsembleEntropy",
+    "EnsembleMI",
+    "EnsembleSoftmax",
+    "Entropy",
+    "FDBD",
+    "GEN",
+    "GradNorm",
+    "Head",
+    "KINDS",
+    "KNN",
+    "KNNImageNet",
+    "MCDropout",
+    "Mahalanobis",
+    "MaxLogit",
+    "NCI",
+    "ODIN",
+    "POOD_PREFIX",
+    "ReAct",
+    "RelativeMahalanobis",
+    "SCALE",
+    "SHE",
+    "ScoreFunction",
+    "Softmax",
+    "VRA",
+    "ViM",
+    "build_detector",
+    "detectors",
+    "register_detector",
+    "resolve_detector",
+    "row_chunks",
+    "unregister_detector",
 ]

@@ -17,8 +17,8 @@ project's detectors take from their fit data.
 :data:`PRESETS` holds, per benchmark and per project detector that OpenOOD v1.5 has, its parameters in the
 project's names and units (OpenOOD's percentiles 0-100 are the project's fractions 0-1), with the file and value
 read (``source``), OpenOOD's name, whether OpenOOD searches it (``searched``), and ``fit_split``, the ID split
-OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's percentile: OpenOOD's
-``ReactPostprocessor.setup`` reads ``id_loader_dict['val']``); give that split as the detector's fit data.
+OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's and VRA's percentiles: OpenOOD's
+``ReactPostprocessor.setup`` and ``VRAPostprocessor.setup`` read ``id_loader_dict['val']``); give that split as the detector's fit data.
 
     OpenOOD      project                 parameters (OpenOOD's -> the project's)
     msp          softmax                 -
@@ -37,12 +37,19 @@ OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's 
     mds          mahalanobis             - (shrinkage 0: sklearn's EmpiricalCovariance, no ridge)
     rmds         relative_mahalanobis    - (shrinkage 0)
     she          she                     metric inner_product (the project's only form)
+    nci          nci                     alpha 0.0001 (the L1-norm weight), fitted on the training list
+    fdbd         fdbd                    distance_as_normalizer True -> distance_to_mean True
+    gradnorm     gradnorm                - (T = 1; not searched: ``APS_mode: False``)
+    vra          vra                     percentile_high 90 -> upper_percentile 0.9, percentile_low 10 ->
+                                         lower_percentile 0.1, fitted on ID val
 
 Where the scores differ from the project's only by a monotone map the ranking, hence every metric, is the
 same: GEN sums over the M largest probabilities where the project averages (a factor ``1/min(M, C)``); KNN returns
 minus the squared distance (faiss ``IndexFlatL2``) of features normalised as ``x/|x| + 1e-10`` where the project
 returns minus the distance of ``x/max(|x|, 1e-12)``; MDS and RMDS divide the scatter by N and drop the ½ (a factor
-``2N`` resp. ``N``). ViM's ``d >= D`` (the grid's 1000 on a 512-wide ResNet-18) leaves OpenOOD an empty residual
+``2N`` resp. ``N``); fDBD sums over the classes where the project averages over the ``C - 1`` others (a factor
+``C - 1``); GradNorm sums its cross-entropy to the uniform distribution over the classes where the project takes the
+KL divergence, a mean (a factor ``C``). ViM's ``d >= D`` (the grid's 1000 on a 512-wide ResNet-18) leaves OpenOOD an empty residual
 (a non-finite α, no best AUROC) and is ``D // 2`` here.
 
 ASH's and SCALE's kept count ``k = D - round(p·D)`` (:func:`metrics.detectors.shaping.kept_count`) at ``p =
@@ -108,7 +115,7 @@ SEARCH_SETS = MappingProxyType({
     "imagenet1k": ("benchmark_imglist/imagenet/val_imagenet.txt", "benchmark_imglist/imagenet/val_openimage_o.txt"),
 })
 """Per benchmark, the (ID val, OOD val) image lists OpenOOD's search scores (``openood/evaluation_api/datasets.py``
-``DATA_INFO[id]['id']['val']`` and ``['ood']['val']``); the first is also ReAct's fit split ``id_val``."""
+``DATA_INFO[id]['id']['val']`` and ``['ood']['val']``); the first is also ReAct's and VRA's fit split ``id_val``."""
 
 INPUT_STD = MappingProxyType({
     "cifar10": (0.2470, 0.2435, 0.2616),
@@ -233,6 +240,25 @@ def _openood_entries() -> tuple[Preset, ...]:
                "mean feature of the correctly predicted samples of id_loader_dict['train'] per class", "she",
                fit_split="id_train",
                notes="a class without a correctly predicted training sample is NaN in OpenOOD, refused here"),
+        Preset("nci", {"alpha": 0.0001}, f"{_CONFIGS}/nci.yml: alpha 0.0001, APS_mode True (sweep alpha_list "
+               "[0.0001, 0.001, 0.01, 0.1]); nci_postprocessor.py: the mean feature of id_loader_dict['train']",
+               "nci", searched=True, fit_split="id_train",
+               notes="a feature exactly at the training mean is 0 / 0 in OpenOOD, pScore 0 here"),
+        Preset("fdbd", {"distance_to_mean": True}, f"{_CONFIGS}/fdbd.yml: distance_as_normalizer True, APS_mode "
+               "True (sweep distance_as_normalizer_list [True, False]); fdbd_postprocessor.py: the mean feature of "
+               "id_loader_dict['train']", "fdbd", searched=True, fit_split="id_train",
+               notes="OpenOOD sums the boundary distances over the classes, the project averages over the C - 1 "
+                     "others: a factor C - 1, the same ranking; the project floors the distance at 1e-8"),
+        Preset("gradnorm", {"temperature": 1.0}, f"{_CONFIGS}/gradnorm.yml: no postprocessor_args, APS_mode False; "
+               "gradnorm_postprocessor.py: the L1 norm of the fc weight's gradient of sum_c -log softmax(z)_c (no "
+               "temperature: T = 1)", "gradnorm",
+               notes="OpenOOD's loss sums over the C classes, the project's KL divergence averages: a factor C, the "
+                     "same ranking"),
+        Preset("vra", {"upper_percentile": _percent(90), "lower_percentile": _percent(10)},
+               f"{_CONFIGS}/vra.yml: percentile_high 90, percentile_low 10, APS_mode True (sweep percentile_high_list "
+               "[85, 90, 95, 99], percentile_low_list [1, 5, 10, 15]); vra_postprocessor.py: np.percentile of the "
+               "flattened activations of id_loader_dict['val']", "vra", searched=True, fit_split="id_val",
+               notes="OpenOOD computes both clips on the ID validation activations (fit_split id_val)"),
     )
 
 
@@ -266,13 +292,11 @@ NOT_MAPPED = MappingProxyType({
     "temp_scaling": "no project detector: MSP at a temperature fitted on ID val by NLL",
     "mds_ensemble": "no project detector (Lee et al.'s multi-layer Mahalanobis with input pre-processing)",
     "gram": "no project detector (Gram matrices of every layer)",
-    "gradnorm": "no project detector (the gradient norm of the KL to uniform)",
     "klm": "no project detector (KL to the class-mean softmax)",
     "rankfeat": "no project detector (rank-1 feature removal)",
     "residual": "no project detector (ViM's residual alone)",
-    "nnguide": "no project detector", "relation": "no project detector", "fdbd": "no project detector",
-    "nci": "no project detector",
-    "iodin": "no project detector", "vra": "no project detector", "grood": "no project detector",
+    "nnguide": "no project detector", "relation": "no project detector",
+    "iodin": "no project detector", "grood": "no project detector",
     "cfood": "no project detector", "ssd": "no project detector",
     "dropout": "not the project's mc_dropout: OpenOOD takes the max softmax of the mean logits of its passes, the "
                "project the negative entropy of the mean softmax",
@@ -294,6 +318,10 @@ SEARCH_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = MappingProxyType({
     "knn": MappingProxyType({"k": (50, 100, 200, 500, 1000)}),
     "adascale_a": MappingProxyType({"p_min,p_max": _ADASCALE_PAIRS}),
     "adascale_l": MappingProxyType({"p_min,p_max": _ADASCALE_PAIRS}),
+    "nci": MappingProxyType({"alpha": (0.0001, 0.001, 0.01, 0.1)}),
+    "fdbd": MappingProxyType({"distance_to_mean": (True, False)}),
+    "vra": MappingProxyType({"upper_percentile": tuple(_percent(p) for p in (85, 90, 95, 99)),
+                             "lower_percentile": tuple(_percent(p) for p in (1, 5, 10, 15))}),
 })
 """OpenOOD's ``postprocessor_sweep`` of every postprocessor it searches (``APS_mode: True``), in the project's
 names and units (see each :class:`Preset`'s ``source`` for the values as read), the parameters in OpenOOD's key
@@ -328,8 +356,9 @@ def preset_entry(preset: str, benchmark: str, detector: str) -> Preset:
                              f"{sorted(registered)}")
         cls = registered[detector]
         parameters = cls.arguments()
+        split = ("id_val" if cls.fit_split == "val" else "id_train") if cls.fit_data else None
         return Preset(detector, parameters, f"{cls.__module__}.{cls.__qualname__}: the constructor's defaults "
-                      f"({cls.paper or 'the project'})", fit_split="id_train" if cls.fit_data else None)
+                      f"({cls.paper or 'the project'})", fit_split=split)
     entries = PRESETS[benchmark]
     if detector not in entries:
         if detector in OPENOOD_NAMES and OPENOOD_NAMES[detector] != detector:

@@ -27,10 +27,25 @@ from openset_common.typed import import_object, plugins
 ENTRY_POINTS = "openset_bench.detectors"
 POOD_PREFIX = "pood:"
 
-BUILT_IN = ("metrics.detectors.confidence", "metrics.detectors.perturbation", "metrics.detectors.ensemble",
-            "metrics.detectors.mahalanobis", "metrics.detectors.knn", "metrics.detectors.vim",
-            "metrics.detectors.react", "metrics.detectors.ash", "metrics.detectors.scale", "metrics.detectors.she",
-            "metrics.detectors.gen", "metrics.detectors.dice", "metrics.detectors.adascale")
+BUILT_IN = (
+    "metrics.detectors.confidence",
+    "metrics.detectors.perturbation",
+    "metrics.detectors.ensemble",
+    "metrics.detectors.mahalanobis",
+    "metrics.detectors.knn",
+    "metrics.detectors.vim",
+    "metrics.detectors.react",
+    "metrics.detectors.ash",
+    "metrics.detectors.scale",
+    "metrics.detectors.she",
+    "metrics.detectors.gen",
+    "metrics.detectors.dice",
+    "metrics.detectors.adascale",
+    "metrics.detectors.nci",
+    "metrics.detectors.fdbd",
+    "metrics.detectors.gradnorm",
+    "metrics.detectors.vra",
+)
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 
 _REGISTRY: dict[str, type[Detector]] = {}

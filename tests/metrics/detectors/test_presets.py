@@ -248,6 +248,31 @@ def test_react_clip_at_the_converted_percentile_is_openoods_on_the_id_val_featur
     assert float(detector.threshold) == np.percentile(val.numpy().flatten(), percentile)  # OpenOOD's set_hyperparam
 
 
+@pytest.mark.parametrize(("high", "low"), [(85, 1), (90, 10), (95, 5), (99, 15)])
+def test_vra_clips_at_the_converted_percentiles_are_openoods_on_the_id_val_features(high, low) -> None:
+    head = make_head()
+    val, targets = make_features(120, seed=8, grid=0.25)  # ties
+    entry = preset_entry("openood", "imagenet1k", "vra")
+    assert entry.fit_split == "id_val" and entry.searched
+    assert entry.parameters == {"upper_percentile": 0.9, "lower_percentile": 0.1}
+    detector = fitted("vra", fit_data(val, targets, head), head, upper_percentile=high / 100, lower_percentile=low / 100)
+    flat = val.numpy().flatten()  # VRAPostprocessor.set_hyperparam: np.percentile of the flattened activations
+    assert float(detector.upper_threshold) == np.percentile(flat, high)
+    assert float(detector.lower_threshold) == np.percentile(flat, low)
+
+
+def test_fit_splits_of_the_new_presets_are_openoods_and_the_paper_preset_follows_the_detector() -> None:
+    splits = {name: preset_entry("openood", "cifar10", name).fit_split for name in ("nci", "fdbd", "gradnorm", "vra")}
+    assert splits == {"nci": "id_train", "fdbd": "id_train", "gradnorm": None, "vra": "id_val"}
+    assert preset_entry("paper", "cifar10", "vra").fit_split == "id_val"  # VRA's fit_split is "val"
+    assert preset_entry("paper", "cifar10", "nci").fit_split == "id_train"
+    assert preset_entry("paper", "cifar10", "gradnorm").fit_split is None
+    assert preset_parameters("openood", "cifar100", "fdbd") == {"distance_to_mean": True}
+    assert preset_parameters("openood", "cifar100", "nci") == {"alpha": 0.0001}
+    assert preset_parameters("openood", "cifar100", "gradnorm") == {"temperature": 1.0}
+    assert not preset_entry("openood", "cifar100", "gradnorm").searched
+
+
 def test_dice_preset_masks_as_openoods_percentile_of_the_contributions() -> None:
     head = make_head()
     train, targets = make_features(200, seed=9, grid=0.5)
@@ -332,10 +357,10 @@ def test_preset_errors_name_the_valid_choices() -> None:
     with pytest.raises(ValueError, match="no detector 'mds': OpenOOD's 'mds' is the project's 'mahalanobis'"):
         preset_parameters("openood", "cifar10", "mds")
     with pytest.raises(ValueError, match=r"no detector 'mc_dropout' \(OpenOOD v1.5 has no counterpart of it\); it has "
-                                         r"\[.*'she', 'softmax', 'vim'\]"):
+                                         r"\[.*'she', 'softmax', 'vim'"):
         preset_parameters("openood", "cifar100", "mc_dropout")
-    with pytest.raises(ValueError, match=r"no detector 'gradnorm' \(OpenOOD's 'gradnorm': no project detector"):
-        preset_parameters("openood", "cifar100", "gradnorm")
+    with pytest.raises(ValueError, match=r"no detector 'klm' \(OpenOOD's 'klm': no project detector"):
+        preset_parameters("openood", "cifar100", "klm")
     with pytest.raises(ValueError, match=r"preset 'paper' has no detector 'msp'; it has the registered detectors "
                                          r"\['adascale_a', "):
         preset_parameters("paper", "cifar10", "msp")
