@@ -19,6 +19,10 @@ of the built-in ones:
     she                                    features · pattern of the prediction (Zhang 2023)
     gen                                    generalised entropy (Liu 2023)
     dice                                   energy of a sparsified head (Sun & Li 2022)
+    mahalanobis_pp, relative_mahalanobis_pp  class Gaussians of the normalised features (Müller & Hein 2025)
+    nnguide                                energy guided by a bank of scaled features (Park 2023)
+    klm                                    KL to the class-typical softmax (Hendrycks 2022)
+    openmax                                Weibull-revised activation vector (Bendale & Boult 2016)
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ from metrics.detectors.dice import DICE
 from metrics.detectors.ensemble import EnsembleEntropy, EnsembleMI, EnsembleSoftmax
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
+from metrics.detectors.klm import KLMatching
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
+from metrics.detectors.mahalanobis_pp import MahalanobisPP, RelativeMahalanobisPP
+from metrics.detectors.nnguide import NNGuide
+from metrics.detectors.openmax import OpenMax
 from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
@@ -50,13 +58,15 @@ from metrics.detectors.vim import ViM
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
-    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE)}
+    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE,
+    MahalanobisPP, RelativeMahalanobisPP, NNGuide, KLMatching, OpenMax)}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
     "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
     "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
-    "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
-    "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",
-    "register_detector", "resolve_detector", "row_chunks", "unregister_detector",
+    "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KLMatching", "KNNImageNet", "Mahalanobis",
+    "MahalanobisPP", "MaxLogit", "NNGuide", "OpenMax", "ReAct", "RelativeMahalanobis", "RelativeMahalanobisPP",
+    "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors", "register_detector", "resolve_detector",
+    "row_chunks", "unregister_detector",
 ]
