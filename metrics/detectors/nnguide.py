@@ -20,9 +20,9 @@ class-balanced 1% of the fit set (``--fit-arg nnguide.fraction=F`` changes it, `
 background-class model's energy is over its known logits.
 
 Reference: pytorch-ood 0.4.0's ``NNGuide`` (run in float64), to float64 rounding: the largest difference measured
-on the tests' data (300 × 32 features, ties included) is 4·10⁻¹⁶ relative; and a numpy transcription of OpenOOD's
+on the tests' data (300 × 32 features, ties included) is 5·10⁻¹⁶ relative; and a numpy transcription of OpenOOD's
 ``nnguide_postprocessor.py`` (whose normaliser ``x/|x| + 10⁻¹⁰`` adds 10⁻¹⁰ to every element: the scores agree to
-10⁻⁸ relative, the offset's size).
+1.7·10⁻⁹ relative, the offset's effect).
 
 Memory: pytorch-ood's ``NNGuide`` keeps the scaled bank of every fit sample (float32 ``N × D``) and its fit and
 scoring, given 1,281,167 × 2048 features, needed ~34 GiB (pytorch-ood issue #159). Here the bank is the capped fit
