@@ -25,7 +25,9 @@ features, ties included) is 6·10⁻¹⁶ absolute against pytorch-ood and 7·10
 divergence as ``Σ p log p - Σ p log d``, one matrix product per chunk, against a sum of ``p log(p/d)``).
 
 Memory: fit ``O(K² + chunk·K)`` (the class sums of the softmax); score ``O(K² + chunk·K)``, chunk =
-``min(CHUNK_ROWS, CHUNK_ELEMENTS / K)`` rows (K = 1000: 8 MiB of typical posteriors).
+``min(CHUNK_ROWS, CHUNK_ELEMENTS / K)`` rows (K = 1000: 8 MiB of typical posteriors, 128 MiB float64 temporaries per
+chunk). Measured (CPU, float32 logits, K = 1000, N = 200,000): the fit peaks 386 MiB above the logits, the same at
+any N (streamed); scoring 651 MiB above the fitted state.
 """
 
 from __future__ import annotations
@@ -84,6 +86,6 @@ class KLMatching(Detector):
             log_p = torch.log_softmax(self.known_logits(chunk), dim=1)
             p = log_p.exp()
             negative_entropy = (p * log_p).sum(dim=1, keepdim=True)  # p = 0 only where log p is finite: 0·x = 0
-            divergence = negative_entropy - p @ log_typical.T
+            divergence = torch.addmm(negative_entropy, p, log_typical.T, alpha=-1)
             scores.append(-divergence.min(dim=1).values)
         return torch.cat(scores) if scores else logits.new_zeros(0, dtype=torch.float64)

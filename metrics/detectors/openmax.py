@@ -55,8 +55,11 @@ root to 4·10⁻¹⁶ (shapes up to 10⁹). (pytorch-ood's ``predict`` also meas
 sample of the same batch predicts, 0 to the others, so its scores depend on the batch; the tests give it batches
 that predict every class.)
 
-Memory: fit ``O(K² + K·tailsize + chunk·K)`` in two passes (the class sums, then the distances merged into each
-class's running tail); score ``O(K² + chunk·α·K)``, chunk = ``min(CHUNK_ROWS, CHUNK_ELEMENTS / (α·K))`` rows.
+Memory: fit ``O(K² + K·tailsize + chunk·K)`` in two passes over the logits (the class sums, then the distances
+merged into each class's running tail); score ``O(K² + chunk·α·K)``, chunk = ``min(CHUNK_ROWS, CHUNK_ELEMENTS /
+(α·K))`` rows (the MAVs of each row's top α classes, ``chunk × α × K`` float64: 256 MiB). Measured (CPU, float32
+logits, K = 1000): the fit peaks 523 MiB above the logits at N = 200,000 and 521 MiB at N = 400,000; scoring 719 MiB
+above the fitted state.
 """
 
 from __future__ import annotations
