@@ -61,8 +61,8 @@ def normalise(features: Tensor) -> Tensor:
 
 @register_detector
 class MahalanobisPP(Mahalanobis):
-    """Mahalanobis++: :class:`~metrics.detectors.mahalanobis.Mahalanobis` on unit-normalised features (see the
-    module docstring).
+    """Mahalanobis++, ``max_c -½ (z - μ_c)ᵀ S⁻¹ (z - μ_c)`` on unit-normalised features ``z`` (see the module
+    docstring): :class:`~metrics.detectors.mahalanobis.Mahalanobis` on ``z``.
 
     Hyperparameters:
         shrinkage: as :class:`~metrics.detectors.mahalanobis.Mahalanobis` (default 0).
@@ -80,8 +80,8 @@ class MahalanobisPP(Mahalanobis):
 
 @register_detector
 class RelativeMahalanobisPP(RelativeMahalanobis):
-    """Relative Mahalanobis++: :class:`~metrics.detectors.mahalanobis.RelativeMahalanobis` on unit-normalised
-    features (see the module docstring).
+    """Relative Mahalanobis++, ``-min_c [d_c(z) - d_0(z)]`` on unit-normalised features ``z`` (see the module
+    docstring): :class:`~metrics.detectors.mahalanobis.RelativeMahalanobis` on ``z``.
 
     Hyperparameters:
         shrinkage: as :class:`~metrics.detectors.mahalanobis.Mahalanobis` (default 0).
