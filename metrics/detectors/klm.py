@@ -1,7 +1,7 @@
 """KL matching: the KL divergence of a sample's softmax to the nearest class-typical softmax.
 
 Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt, Song, *Scaling Out-of-Distribution Detection for
-Real-World Settings*, ICML 2022 (§4, "KL matching"). With ``p(x) = softmax(logits(x))`` over the known classes and
+Real-World Settings*, ICML 2022 (its "KL matching"). With ``p(x) = softmax(logits(x))`` over the known classes and
 ``ŷ(x) = argmax_c p_c(x)``, fitted on in-distribution samples without their labels:
 
     d_c      = mean of p(x') over the fit samples x' that the model predicts as c   (for every predicted class c)
@@ -9,14 +9,15 @@ Real-World Settings*, ICML 2022 (§4, "KL matching"). With ``p(x) = softmax(logi
 
 (higher = more in-distribution; pytorch-ood's ``KLMatching`` returns the divergence). The minimum runs over the
 classes predicted for at least one fit sample (pytorch-ood's rule; OpenOOD's ``kl_matching_postprocessor.py``
-gives such a class the one-hot posterior, whose divergence is infinite for every ``p`` that is not exactly one-hot
-at that class: the same minimum but where a softmax underflows to an exact one-hot). ``0 log 0 = 0``; a ``d_j``
-that underflowed to 0 enters as the lowest float64 (pytorch-ood's rule: a finite, huge divergence for ``p_j > 0``).
+gives a class predicted for none the one-hot posterior, whose divergence is infinite for every ``p`` that is not
+exactly one-hot at that class: the same minimum but where a softmax underflows to an exact one-hot).
+``0 log 0 = 0``; a ``d_j`` that underflowed to 0 enters as the lowest float64 (pytorch-ood's rule: a finite, huge
+divergence for ``p_j > 0``).
 A background-class model's softmax is over its known logits.
 
-Fit split: the paper computes ``d_c`` on a validation set ("we use a validation set", §4), as OpenOOD does
-(``id_loader_dict['val']``) and pytorch-ood's docstring says: ``fit_split = "val"``, the engine's ID validation set
-where the data have one. No hyperparameters.
+Fit split: the paper's ``d_c`` is an expectation over in-distribution validation samples ``x' ~ X_val`` (the
+formula pytorch-ood's docstring gives too), and OpenOOD fits it on ``id_loader_dict['val']``: ``fit_split =
+"val"``, the engine's ID validation set where the data have one. No hyperparameters.
 
 Reference: pytorch-ood 0.4.0's ``KLMatching`` (run in float64), and a numpy transcription of OpenOOD's
 postprocessor (``scipy.stats.entropy(p, d_c)``, ``pairwise_distances_argmin_min``) in

@@ -91,7 +91,8 @@ class NNGuide(Detector):
         features, logits = outputs["features"], outputs["logits"]
         check_width(features, self.bank.shape[1], what=f"detector {self.name!r}: the features", of="its fit features")
         if logits.shape[0] != features.shape[0]:
-            raise ValueError(f"detector {self.name!r}: {logits.shape[0]} rows of logits, {features.shape[0]} of features")
+            raise ValueError(f"detector {self.name!r}: {logits.shape[0]} rows of logits, {features.shape[0]} of "
+                             "features")
         scores = []
         for x, z in row_chunks(features, logits, rows=chunk_rows(self.bank.shape[0])):
             similarity = normalise(x) @ self.bank.T

@@ -34,10 +34,10 @@ of the profile likelihood equation ``Σ y^κ ln y / Σ y^κ - mean(ln y) - 1/κ 
 when the tail holds two distinct values; found by bisection to a relative width of 2⁻⁵², vectorised over the
 classes), and ``λ = max x · (mean y^κ)^{1/κ}``. pytorch-ood's port of libMR (``libnotmr.py``) fits the same model
 with ``scipy.stats.exponweib.fit(..., floc=0, f0=1)``, a Nelder-Mead search stopped at a relative tolerance of
-10⁻⁴: its shapes differ from the maximum-likelihood ones by ~10⁻⁷ relative and more for narrow tails (scipy's own
-``weibull_min.fit(floc=0)`` falls short of the maximum too at such shapes, ~10⁶ and above). A class whose tail holds one distinct
-value (e.g. one correctly classified sample) has no Weibull fit and is refused, as is a class without a correctly
-classified fit sample.
+10⁻⁴: its shapes differ from the maximum-likelihood ones by ~10⁻⁷ relative, more for narrow tails (scipy's own
+``weibull_min.fit(floc=0)`` falls short of the maximum too at such shapes, ~10⁶ and above). A class whose tail
+holds one distinct value (e.g. one correctly classified sample) has no Weibull fit and is refused, as is a class
+without a correctly classified fit sample (and, before the fit pass, a fit set of fewer than two samples a class).
 
 Defaults, the authors' code: ``tailsize = 20`` (``WEIBULL_TAIL_SIZE``), ``alpha = 10`` (``ALPHA_RANK``) and their
 ``eucos`` distance ``|v - μ|/200 + cosine distance`` (``compute_distance``: ``euclidean_weight = 0.005``,
@@ -177,6 +177,11 @@ class OpenMax(Detector):
         self.cosine_weight = check_non_negative("cosine_weight", cosine_weight, detector=self.name)
         if self.euclidean_weight == 0 and self.cosine_weight == 0:
             raise ValueError(f"detector {self.name!r}: euclidean_weight and cosine_weight are both 0: no distance")
+
+    def check_fit_size(self, samples: int, classes: int) -> None:
+        if samples < 2 * classes:  # before the fit pass: each class's Weibull needs two distinct distances
+            raise ValueError(f"detector {self.name!r}: {samples} fit samples of {classes} classes; each class's "
+                             "Weibull fit needs at least two correctly classified samples; fit on more samples")
 
     def distance(self, vectors: Tensor, means: Tensor) -> Tensor:
         """``a·|v - μ| + b·(1 - v·μ/(|v| |μ|))`` over the last dimension, float64 (broadcasting)."""

@@ -51,7 +51,8 @@ minus the squared distance (faiss ``IndexFlatL2``) of features normalised as ``x
 returns minus the distance of ``x/max(|x|, 1e-12)``; MDS and RMDS divide the scatter by N and drop the ½ (a factor
 ``2N`` resp. ``N``). ViM's ``d >= D`` (the grid's 1000 on a 512-wide ResNet-18) leaves OpenOOD an empty residual
 (a non-finite α, no best AUROC) and is ``D // 2`` here. NNGuide's OpenOOD normaliser adds ``10⁻¹⁰`` to every
-normalised element (a ~10⁻⁸ relative change of its scores); OpenMax's confidence is ``-P(unknown)``, the project's.
+normalised element (a ~10⁻⁹ relative change of its scores); OpenMax's confidence is ``-P(unknown)``, the
+project's.
 
 ASH's and SCALE's kept count ``k = D - round(p·D)`` (:func:`metrics.detectors.shaping.kept_count`) at ``p =
 P / 100`` equals OpenOOD's ``D - round(D · P / 100)`` for the widths of OpenOOD's networks (512, 768, 2048, 3024)
