@@ -24,6 +24,10 @@ of the built-in ones:
     fdbd                                   distance to the decision boundaries (Liu & Qin 2024)
     gradnorm                               L1 norm of the head's KL-to-uniform gradient (Huang 2021)
     vra                                    energy of features clipped on both sides (Xu 2023)
+    mahalanobis_pp, relative_mahalanobis_pp  class Gaussians of the normalised features (Müller & Hein 2025)
+    nnguide                                energy guided by a bank of scaled features (Park 2023)
+    klm                                    KL to the class-typical softmax (Hendrycks 2022)
+    openmax                                Weibull-revised activation vector (Bendale & Boult 2016)
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ from metrics.detectors.fdbd import FDBD
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
 from metrics.detectors.gradnorm import GradNorm
+from metrics.detectors.klm import KLMatching
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
+from metrics.detectors.mahalanobis_pp import MahalanobisPP, RelativeMahalanobisPP
 from metrics.detectors.nci import NCI
+from metrics.detectors.nnguide import NNGuide
+from metrics.detectors.openmax import OpenMax
 from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
@@ -70,6 +78,8 @@ DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     EnsembleEntropy,
     Mahalanobis,
     RelativeMahalanobis,
+    MahalanobisPP,
+    RelativeMahalanobisPP,
     KNN,
     KNNImageNet,
     ViM,
@@ -87,6 +97,9 @@ DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     FDBD,
     GradNorm,
     VRA,
+    NNGuide,
+    KLMatching,
+    OpenMax,
 )}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
@@ -114,16 +127,21 @@ __all__ = [
     "GradNorm",
     "Head",
     "KINDS",
+    "KLMatching",
     "KNN",
     "KNNImageNet",
     "MCDropout",
     "Mahalanobis",
+    "MahalanobisPP",
     "MaxLogit",
     "NCI",
+    "NNGuide",
     "ODIN",
+    "OpenMax",
     "POOD_PREFIX",
     "ReAct",
     "RelativeMahalanobis",
+    "RelativeMahalanobisPP",
     "SCALE",
     "SHE",
     "ScoreFunction",

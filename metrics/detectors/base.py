@@ -525,8 +525,12 @@ def _symmetric_difference(gram: Tensor, rows: Tensor) -> Tensor:
     return (out + out.T).mul_(0.5)
 
 
+def _identity(values: Tensor) -> Tensor:
+    return values
+
+
 def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes: int = 1,
-                     shift: Tensor | None = None) -> Moments:
+                     shift: Tensor | None = None, transform: Callable[[Tensor], Tensor] | None = None) -> Moments:
     """Class sums and the Gram matrix of ``features - shift`` in one pass of :func:`row_chunks`.
 
     Each chunk is cast to float64 and shifted into one reused ``chunk × D`` buffer; its Gram matrix is
@@ -539,12 +543,16 @@ def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes
         features: ``(N, D)``, any floating dtype.
         targets: ``(N,)`` classes ``0..classes-1`` (``None``: one class).
         shift: ``(D,)`` the point to take the moments about (ViM's origin ``u``).
+        transform: a row-wise map applied to each chunk before its moments (Mahalanobis++'s unit normalisation):
+            the moments of ``transform(features)`` without an ``N × D`` transformed copy; ``None``: the identity.
     """
     n, dim = features.shape
     device = features.device
     rows = chunk_rows(dim)
+    if transform is None:
+        transform = _identity
     if shift is None:
-        shift = features[:rows].to(torch.float64).mean(dim=0)
+        shift = transform(features[:rows]).to(torch.float64).mean(dim=0)
     shift = shift.to(device=device, dtype=torch.float64)
     gram = _new_gram(dim, device)
     sums = torch.zeros(classes, dim, dtype=torch.float64, device=device)
@@ -553,7 +561,7 @@ def streamed_moments(features: Tensor, targets: Tensor | None = None, *, classes
     buffer = torch.empty(min(rows, n), dim, dtype=torch.float64, device=device)  # reused: no page faults per chunk
     for chunk in row_chunks(*pieces, rows=rows):
         centred = buffer[:chunk[0].shape[0]]
-        centred.copy_(chunk[0]).sub_(shift)  # 4x faster than a mixed-dtype subtraction
+        centred.copy_(transform(chunk[0])).sub_(shift)  # 4x faster than a mixed-dtype subtraction
         _add_gram(gram, centred)
         if targets is None:
             sums[0] += centred.sum(dim=0)

@@ -127,7 +127,13 @@ class Mahalanobis(Detector):
         if features.ndim != 2:
             raise ValueError(f"detector {self.name!r}: fit features must be (N, D), got {tuple(features.shape)}")
         counts = class_counts(targets, detector=self.name)
-        return streamed_moments(features, targets, classes=counts.numel())
+        return streamed_moments(features, targets, classes=counts.numel(), transform=self.feature_map)
+
+    def feature_map(self, features: Tensor) -> Tensor:
+        """The features the Gaussians are fitted on and scored with, from a chunk of the pass's (a row-wise map,
+        applied chunk by chunk): the features themselves here; Mahalanobis++ normalises them
+        (:mod:`metrics.detectors.mahalanobis_pp`)."""
+        return features
 
     def _fit(self, data: dict[str, Tensor]) -> None:
         moments = self._moments(data)
@@ -171,7 +177,8 @@ class Mahalanobis(Detector):
         self._check(features)
         inverse = self.inverse_factor()
         means = self.whitened_means(inverse)
-        scores = [-0.5 * self.nearest_class_distance(chunk, means, inverse) for (chunk,) in row_chunks(features)]
+        scores = [-0.5 * self.nearest_class_distance(self.feature_map(chunk), means, inverse)
+                  for (chunk,) in row_chunks(features)]
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
 
@@ -204,6 +211,7 @@ class RelativeMahalanobis(Mahalanobis):
         inverse, background_inverse = self.inverse_factor(), self.inverse_factor("background_cholesky")
         means, scores = self.whitened_means(inverse), []
         for (chunk,) in row_chunks(features):
+            chunk = self.feature_map(chunk)
             z0 = _whiten(chunk, self.center, background_inverse)
             scores.append(torch.linalg.vector_norm(z0, dim=1).square()
                           - self.nearest_class_distance(chunk, means, inverse))

@@ -11,14 +11,15 @@ Per benchmark: the evaluator reads the *same* file for every benchmark (``get_po
 postprocessor_name, id_data_name)`` merges only ``dataset.name`` into it), so the starting values are the same
 for cifar10, cifar100, imagenet200 and imagenet1k (OpenOOD's ``imagenet``). What differs per benchmark is (a) the
 search's choice, made on that benchmark's validation lists (:func:`tune`), (b) ODIN's per-channel input std
-(``normalization_dict``, see ODIN below), (c) the class count of MDS, RMDS and SHE (``info.py``), which the
-project's detectors take from their fit data.
+(``normalization_dict``, see ODIN below), (c) the class count of MDS, RMDS, SHE, KLM and OpenMax (``info.py``),
+which the project's detectors take from their fit data.
 
 :data:`PRESETS` holds, per benchmark and per project detector that OpenOOD v1.5 has, its parameters in the
 project's names and units (OpenOOD's percentiles 0-100 are the project's fractions 0-1), with the file and value
 read (``source``), OpenOOD's name, whether OpenOOD searches it (``searched``), and ``fit_split``, the ID split
-OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's and VRA's percentiles: OpenOOD's
-``ReactPostprocessor.setup`` and ``VRAPostprocessor.setup`` read ``id_loader_dict['val']``); give that split as the detector's fit data.
+OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's and VRA's percentiles, AdaSCALE's
+ECDF and KL matching's typical posteriors: their ``setup`` reads ``id_loader_dict['val']``); give that split as the
+detector's fit data.
 
     OpenOOD      project                 parameters (OpenOOD's -> the project's)
     msp          softmax                 -
@@ -42,6 +43,12 @@ OpenOOD fits it on: ``"id_train"`` (the training list) or ``"id_val"`` (ReAct's 
     gradnorm     gradnorm                - (T = 1; not searched: ``APS_mode: False``)
     vra          vra                     percentile_high 90 -> upper_percentile 0.9, percentile_low 10 ->
                                          lower_percentile 0.1, fitted on ID val
+    nnguide      nnguide                 K 100 -> k 100; alpha 0.01 (the bank's share of the training set) is
+                                         nnguide's default fit cap, 1%
+    klm          klm                     -, fitted on ID val
+    openmax      openmax                 weibull_tail 20 -> tailsize 20, weibull_alpha 3 -> alpha 3, Euclidean
+                                         distance (euclidean_weight 1, cosine_weight 0): hard-coded in
+                                         ``openmax_postprocessor.py``
 
 Where the scores differ from the project's only by a monotone map the ranking, hence every metric, is the
 same: GEN sums over the M largest probabilities where the project averages (a factor ``1/min(M, C)``); KNN returns
@@ -49,8 +56,10 @@ minus the squared distance (faiss ``IndexFlatL2``) of features normalised as ``x
 returns minus the distance of ``x/max(|x|, 1e-12)``; MDS and RMDS divide the scatter by N and drop the ½ (a factor
 ``2N`` resp. ``N``); fDBD sums over the classes where the project averages over the ``C - 1`` others (a factor
 ``C - 1``); GradNorm sums its cross-entropy to the uniform distribution over the classes where the project takes the
-KL divergence, a mean (a factor ``C``). ViM's ``d >= D`` (the grid's 1000 on a 512-wide ResNet-18) leaves OpenOOD an empty residual
-(a non-finite α, no best AUROC) and is ``D // 2`` here.
+KL divergence, a mean (a factor ``C``). ViM's ``d >= D`` (the grid's 1000 on a 512-wide ResNet-18) leaves OpenOOD
+an empty residual (a non-finite α, no best AUROC) and is ``D // 2`` here. NNGuide's OpenOOD normaliser adds ``10⁻¹⁰`` to every
+normalised element (a ~10⁻⁹ relative change of its scores); OpenMax's confidence is ``-P(unknown)``, the
+project's.
 
 ASH's and SCALE's kept count ``k = D - round(p·D)`` (:func:`metrics.detectors.shaping.kept_count`) at ``p =
 P / 100`` equals OpenOOD's ``D - round(D · P / 100)`` for the widths of OpenOOD's networks (512, 768, 2048, 3024)
@@ -259,6 +268,26 @@ def _openood_entries() -> tuple[Preset, ...]:
                "[85, 90, 95, 99], percentile_low_list [1, 5, 10, 15]); vra_postprocessor.py: np.percentile of the "
                "flattened activations of id_loader_dict['val']", "vra", searched=True, fit_split="id_val",
                notes="OpenOOD computes both clips on the ID validation activations (fit_split id_val)"),
+        Preset("nnguide", {"k": 100}, f"{_CONFIGS}/nnguide.yml: K 100, alpha 0.01, APS_mode False (sweep K_list "
+               "[100], alpha_list [0.01]); nnguide_postprocessor.py: the bank is the batches of "
+               "id_loader_dict['train'] up to the first past alpha * N images", "nnguide", fit_split="id_train",
+               notes="OpenOOD's bank is the first batches of its (shuffled) training loader past 1% of the images; "
+                     "the project's is nnguide's default_fit, a seeded class-balanced 1% of the fit set (OpenOOD's "
+                     "alpha; --fit-arg nnguide.fraction=F); OpenOOD normalises as x/|x| + 1e-10 (the offset on every "
+                     "element), the project as x/max(|x|, 1e-12)"),
+        Preset("klm", {}, f"{_CONFIGS}/klm.yml: no postprocessor_args, APS_mode False; kl_matching_postprocessor.py: "
+               "the mean softmax of the samples of id_loader_dict['val'] predicted as each class", "klm",
+               fit_split="id_val",
+               notes="OpenOOD fits the class-typical softmax on the ID validation list (fit_split id_val), as the "
+                     "paper does; a class no validation sample is predicted as gets a one-hot posterior there (an "
+                     "infinite divergence for any softmax that is not exactly that one-hot) and is left out here"),
+        Preset("openmax", {"tailsize": 20, "alpha": 3, "euclidean_weight": 1.0, "cosine_weight": 0.0},
+               f"{_CONFIGS}/openmax.yml: APS_mode False, no OpenMax arguments (its postprocessor_args are another "
+               "method's, unused); openmax_postprocessor.py: weibull_tail 20, weibull_alpha 3, distance 'euclidean' "
+               "(hard-coded), fitted on the correctly classified samples of id_loader_dict['train'], libmr "
+               "fit_high", "openmax", fit_split="id_train",
+               notes="OpenOOD's confidence is -P(unknown), the project's score; its eu_weight 0.5 applies to 'eucos' "
+                     "only (unused); the paper's code uses alpha 10 and eucos (the project's defaults)"),
     )
 
 
@@ -288,15 +317,12 @@ OPENOOD_NAMES = MappingProxyType({entry.openood_name: entry.detector for entry i
 """OpenOOD's postprocessor name -> the project's detector name (``ash -> ash_b``, ``mds -> mahalanobis``, ...)."""
 
 NOT_MAPPED = MappingProxyType({
-    "openmax": "no project detector (OpenMax's Weibull fit of the class-mean distances)",
     "temp_scaling": "no project detector: MSP at a temperature fitted on ID val by NLL",
     "mds_ensemble": "no project detector (Lee et al.'s multi-layer Mahalanobis with input pre-processing)",
     "gram": "no project detector (Gram matrices of every layer)",
-    "klm": "no project detector (KL to the class-mean softmax)",
     "rankfeat": "no project detector (rank-1 feature removal)",
     "residual": "no project detector (ViM's residual alone)",
-    "nnguide": "no project detector", "relation": "no project detector",
-    "iodin": "no project detector", "grood": "no project detector",
+    "relation": "no project detector", "iodin": "no project detector", "grood": "no project detector",
     "cfood": "no project detector", "ssd": "no project detector",
     "dropout": "not the project's mc_dropout: OpenOOD takes the max softmax of the mean logits of its passes, the "
                "project the negative entropy of the mean softmax",

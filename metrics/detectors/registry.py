@@ -32,6 +32,7 @@ BUILT_IN = (
     "metrics.detectors.perturbation",
     "metrics.detectors.ensemble",
     "metrics.detectors.mahalanobis",
+    "metrics.detectors.mahalanobis_pp",
     "metrics.detectors.knn",
     "metrics.detectors.vim",
     "metrics.detectors.react",
@@ -45,6 +46,9 @@ BUILT_IN = (
     "metrics.detectors.fdbd",
     "metrics.detectors.gradnorm",
     "metrics.detectors.vra",
+    "metrics.detectors.nnguide",
+    "metrics.detectors.klm",
+    "metrics.detectors.openmax",
 )
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 

@@ -283,6 +283,42 @@ def test_dice_preset_masks_as_openoods_percentile_of_the_contributions() -> None
     np.testing.assert_array_equal(detector.masked_weight.numpy(), head[0].numpy() * (contributions > threshold))
 
 
+def test_nnguide_klm_and_openmax_presets_score_as_openoods_postprocessors() -> None:
+    """nnguide.yml's K 100 on its 1% bank (the detector's default fit cap), KL matching fitted on ID val, OpenMax's
+    hard-coded tail 20, alpha 3 and Euclidean distance: each scores as OpenOOD's postprocessor (written in numpy in
+    the detectors' tests) with these values."""
+    from tests.metrics.detectors.test_klm import klm_logits, openood_klm
+    from tests.metrics.detectors.test_nnguide import openood_nnguide
+    from tests.metrics.detectors.test_openmax import authors_openmax, openmax_data
+
+    entries = {name: preset_entry("openood", "imagenet1k", name) for name in ("nnguide", "klm", "openmax")}
+    assert {name: (dict(e.parameters), e.fit_split, e.searched) for name, e in entries.items()} == {
+        "nnguide": ({"k": 100}, "id_train", False), "klm": ({}, "id_val", False),
+        "openmax": ({"tailsize": 20, "alpha": 3, "euclidean_weight": 1.0, "cosine_weight": 0.0}, "id_train", False)}
+    assert resolve_detector("nnguide").default_fit == {"fraction": 0.01}  # nnguide.yml's alpha
+    assert resolve_detector("klm").fit_split == "val"  # the detector declares what its preset says
+    head = make_head()
+    features, targets = make_features(seed=4, grid=0.5)
+    test, _ = make_features(40, seed=5)
+    detector = fitted("nnguide", fit_data(features, targets, head), head, **preset_parameters("openood", "imagenet1k",
+                                                                                              "nnguide"))
+    theirs = openood_nnguide(features.numpy(), (features @ head[0].T + head[1]).numpy(), test.numpy(),
+                             (test @ head[0].T + head[1]).numpy(), 100)
+    np.testing.assert_allclose(detector.score({"features": test, "logits": test @ head[0].T + head[1]}).numpy(),
+                               theirs, rtol=1e-8)
+    val, val_targets, scored = klm_logits(0.5)
+    detector = build_detector("klm", **preset_parameters("openood", "cifar10", "klm"))
+    detector.fit({"logits": val, "targets": val_targets})
+    np.testing.assert_allclose(detector.score({"logits": scored}).numpy(), openood_klm(val.numpy(), scored.numpy()),
+                               rtol=0, atol=1e-13)
+    data = openmax_data(None, seed=3)
+    detector = build_detector("openmax", **preset_parameters("openood", "cifar100", "openmax"))
+    detector.fit({"logits": data["logits"], "targets": data["targets"]})
+    theirs = authors_openmax(data["logits"].numpy(), data["targets"].numpy(), data["test"].numpy(), tailsize=20,
+                             alpha=3, euclidean=1.0, cosine=0.0)
+    np.testing.assert_allclose(detector.score({"logits": data["test"]}).numpy(), theirs, rtol=1e-10)
+
+
 @pytest.mark.parametrize("m", [10, 50, 100, 1000])
 def test_gen_preset_ranks_as_openoods_sum_over_the_m_largest(m) -> None:
     g = generator(11)
@@ -359,8 +395,8 @@ def test_preset_errors_name_the_valid_choices() -> None:
     with pytest.raises(ValueError, match=r"no detector 'mc_dropout' \(OpenOOD v1.5 has no counterpart of it\); it has "
                                          r"\[.*'she', 'softmax', 'vim'"):
         preset_parameters("openood", "cifar100", "mc_dropout")
-    with pytest.raises(ValueError, match=r"no detector 'klm' \(OpenOOD's 'klm': no project detector"):
-        preset_parameters("openood", "cifar100", "klm")
+    with pytest.raises(ValueError, match=r"no detector 'gram' \(OpenOOD's 'gram': no project detector"):
+        preset_parameters("openood", "cifar100", "gram")
     with pytest.raises(ValueError, match=r"preset 'paper' has no detector 'msp'; it has the registered detectors "
                                          r"\['adascale_a', "):
         preset_parameters("paper", "cifar10", "msp")

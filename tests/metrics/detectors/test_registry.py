@@ -187,16 +187,19 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
     from metrics.detectors import build_detector
 
     expected_kind = {"softmax": "logits", "max_logit": "logits", "entropy": "logits", "energy": "logits",
-                     "odin": "model", "mc_dropout": "model", "ensemble_mi": "ensemble", "ensemble_softmax": "ensemble",
-                     "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
-                     "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
-                     "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
-                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features",
-                     "adascale_a": "model", "adascale_l": "model",
-                     "nci": "features", "fdbd": "features", "gradnorm": "features", "vra": "features"}
+                     "odin": "model", "mc_dropout": "model", "ensemble_mi": "ensemble",
+                     "ensemble_softmax": "ensemble", "ensemble_entropy": "ensemble", "gen": "logits",
+                     "mahalanobis": "features", "relative_mahalanobis": "features", "knn": "features",
+                     "knn_imagenet": "features", "vim": "features", "react": "features", "ash_s": "features",
+                     "ash_p": "features", "ash_b": "features", "scale": "features", "she": "features",
+                     "dice": "features", "adascale_a": "model", "adascale_l": "model", "nci": "features",
+                     "fdbd": "features", "gradnorm": "features", "vra": "features", "mahalanobis_pp": "features",
+                     "relative_mahalanobis_pp": "features", "nnguide": "features", "klm": "logits",
+                     "openmax": "logits"}
     assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
-    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice", "adascale_a",
-              "adascale_l", "nci", "fdbd", "vra"}
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice",
+              "adascale_a", "adascale_l", "nci", "fdbd", "vra", "mahalanobis_pp", "relative_mahalanobis_pp",
+              "nnguide", "klm", "openmax"}
     head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
     for name, cls in DETECTORS.items():
         assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)
