@@ -19,6 +19,8 @@ of the built-in ones:
     she                                    features · pattern of the prediction (Zhang 2023)
     gen                                    generalised entropy (Liu 2023)
     dice                                   energy of a sparsified head (Sun & Li 2022)
+    postmax                                GPD CDF of max logit / feature norm (Cruz 2024)
+    ghost                                  max logit / sum of class z-scores, per-class GPD (Rabinowitz 2025)
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from metrics.detectors.dice import DICE
 from metrics.detectors.ensemble import EnsembleEntropy, EnsembleMI, EnsembleSoftmax
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
+from metrics.detectors.ghost import GHOST
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
 from metrics.detectors.perturbation import ODIN, MCDropout
+from metrics.detectors.postmax import PostMax
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
     ENTRY_POINTS,
@@ -50,12 +54,13 @@ from metrics.detectors.vim import ViM
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
-    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE)}
+    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE,
+    PostMax, GHOST)}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
-    "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
-    "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
+    "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "GHOST", "KINDS", "KNN", "MCDropout",
+    "ODIN", "POOD_PREFIX", "SCALE", "PostMax", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
     "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
     "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",
     "register_detector", "resolve_detector", "row_chunks", "unregister_detector",

@@ -191,9 +191,11 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
                      "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
                      "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
                      "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
-                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features"}
+                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features",
+                     "postmax": "features", "ghost": "features"}
     assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
-    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice"}
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice", "postmax",
+              "ghost"}
     head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
     for name, cls in DETECTORS.items():
         assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)
