@@ -4,7 +4,8 @@ Each metric's module holds the metric, its weighted form over rows of resampling
 (``auroc``, ``oscr``, ``gamma``, ``open_set``, ``detection``, ``evg``, ``calibration``; ``ood_benchmark``: the
 AURC / AUGRC and the OpenOOD benchmark's table); the weights themselves come from ``resampling``; ``closed_form_intervals`` (DeLong, Newcombe, Wilson, ``auroc_interval``) and
 ``bootstrap_intervals`` (percentile interval, paired differences) turn estimates and replicates into intervals,
-``comparisons`` into marks. This package imports nothing from the rest of the project.
+``comparisons`` into marks; ``per_class``: each known class's AUROC against the OOD samples and their
+dispersion. This package imports nothing from the rest of the project.
 """
 
 from metrics.auroc import OODAUROC, auroc, bootstrap_auroc, weighted_auroc
@@ -76,6 +77,7 @@ from metrics.oscr import (
     oscr_curve,
     weighted_ccr_at_fpr,
 )
+from metrics.per_class import PerClassAUROC, per_class_auroc
 from metrics.ranking import kendall_tau, rank_agreement
 from metrics.resampling import cluster_weights, resample_weights
 from metrics.seeds import SeedMean, seed_mean, seed_mean_replicates
@@ -104,6 +106,8 @@ __all__ = [
     "standardised_energy",
     "kendall_tau",
     "rank_agreement",
+    "PerClassAUROC",
+    "per_class_auroc",
     "KAPPAS",
     "TABLE_COLUMNS",
     "Detector",

@@ -28,6 +28,8 @@ of the built-in ones:
     nnguide                                energy guided by a bank of scaled features (Park 2023)
     klm                                    KL to the class-typical softmax (Hendrycks 2022)
     openmax                                Weibull-revised activation vector (Bendale & Boult 2016)
+    postmax                                GPD CDF of max logit / feature norm (Cruz 2024)
+    ghost                                  max logit / sum of class z-scores, per-class GPD (Rabinowitz 2025)
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from metrics.detectors.ensemble import EnsembleEntropy, EnsembleMI, EnsembleSoft
 from metrics.detectors.fdbd import FDBD
 from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
+from metrics.detectors.ghost import GHOST
 from metrics.detectors.gradnorm import GradNorm
 from metrics.detectors.klm import KLMatching
 from metrics.detectors.knn import KNN, KNNImageNet
@@ -50,6 +53,7 @@ from metrics.detectors.nci import NCI
 from metrics.detectors.nnguide import NNGuide
 from metrics.detectors.openmax import OpenMax
 from metrics.detectors.perturbation import ODIN, MCDropout
+from metrics.detectors.postmax import PostMax
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
     ENTRY_POINTS,
@@ -100,6 +104,8 @@ DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     NNGuide,
     KLMatching,
     OpenMax,
+    GHOST,
+    PostMax,
 )}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
@@ -124,6 +130,7 @@ __all__ = [
     "Entropy",
     "FDBD",
     "GEN",
+    "GHOST",
     "GradNorm",
     "Head",
     "KINDS",
@@ -139,6 +146,7 @@ __all__ = [
     "ODIN",
     "OpenMax",
     "POOD_PREFIX",
+    "PostMax",
     "ReAct",
     "RelativeMahalanobis",
     "RelativeMahalanobisPP",

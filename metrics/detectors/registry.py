@@ -49,6 +49,8 @@ BUILT_IN = (
     "metrics.detectors.nnguide",
     "metrics.detectors.klm",
     "metrics.detectors.openmax",
+    "metrics.detectors.ghost",
+    "metrics.detectors.postmax",
 )
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 
