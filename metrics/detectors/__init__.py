@@ -19,6 +19,9 @@ of the built-in ones:
     she                                    features · pattern of the prediction (Zhang 2023)
     gen                                    generalised entropy (Liu 2023)
     dice                                   energy of a sparsified head (Sun & Li 2022)
+    weiper, weiper_kld                     randomly perturbed class projections: their softmax, the densities
+                                           of the features and perturbed logits (Granz 2024)
+    optfs                                  energy of features shaped by a fitted piecewise constant (Zhao 2024)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from metrics.detectors.function import ScoreFunction
 from metrics.detectors.gen import GEN
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
+from metrics.detectors.optfs import OptFS
 from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.react import ReAct
 from metrics.detectors.registry import (
@@ -47,16 +51,18 @@ from metrics.detectors.scale import SCALE
 from metrics.detectors.shaping import ActivationShaping
 from metrics.detectors.she import SHE
 from metrics.detectors.vim import ViM
+from metrics.detectors.weiper import WeiPer, WeiPerKLD
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     Softmax, MaxLogit, Entropy, Energy, ODIN, MCDropout, EnsembleMI, EnsembleSoftmax, EnsembleEntropy,
-    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE)}
+    Mahalanobis, RelativeMahalanobis, KNN, KNNImageNet, ViM, ReAct, ASHS, ASHP, ASHB, SCALE, SHE, GEN, DICE,
+    WeiPer, WeiPerKLD, OptFS)}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
 __all__ = [
     "ASH", "ASHB", "ASHP", "ASHS", "CHUNK_ROWS", "DETECTORS", "DICE", "ENTRY_POINTS", "GEN", "KINDS", "KNN", "MCDropout",
-    "ODIN", "POOD_PREFIX", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
+    "ODIN", "POOD_PREFIX", "OptFS", "SCALE", "SHE", "ActivationShaping", "Detector", "DetectorNotFitted", "Energy",
     "EnsembleEntropy", "EnsembleMI", "EnsembleSoftmax", "Entropy", "Head", "KNNImageNet", "Mahalanobis", "MaxLogit",
-    "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "build_detector", "detectors",
-    "register_detector", "resolve_detector", "row_chunks", "unregister_detector",
+    "ReAct", "RelativeMahalanobis", "ScoreFunction", "Softmax", "ViM", "WeiPer", "WeiPerKLD", "build_detector",
+    "detectors", "register_detector", "resolve_detector", "row_chunks", "unregister_detector",
 ]

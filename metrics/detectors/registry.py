@@ -30,7 +30,7 @@ POOD_PREFIX = "pood:"
 BUILT_IN = ("metrics.detectors.confidence", "metrics.detectors.perturbation", "metrics.detectors.ensemble",
             "metrics.detectors.mahalanobis", "metrics.detectors.knn", "metrics.detectors.vim",
             "metrics.detectors.react", "metrics.detectors.ash", "metrics.detectors.scale", "metrics.detectors.she",
-            "metrics.detectors.gen", "metrics.detectors.dice")
+            "metrics.detectors.gen", "metrics.detectors.dice", "metrics.detectors.weiper", "metrics.detectors.optfs")
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 
 _REGISTRY: dict[str, type[Detector]] = {}

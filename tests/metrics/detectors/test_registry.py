@@ -191,10 +191,13 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
                      "ensemble_entropy": "ensemble", "gen": "logits", "mahalanobis": "features",
                      "relative_mahalanobis": "features", "knn": "features", "knn_imagenet": "features",
                      "vim": "features", "react": "features", "ash_s": "features", "ash_p": "features",
-                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features"}
+                     "ash_b": "features", "scale": "features", "she": "features", "dice": "features",
+                     "weiper": "features", "weiper_kld": "features", "optfs": "features"}
     assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
-    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice"}
-    head_only = {"ash_s", "ash_p", "ash_b", "scale"}  # DICE's contribution means come from the fit data
+    fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice",
+              "weiper_kld", "optfs"}
+    # DICE's contribution means come from the fit data; WeiPer's MSP draws its directions when given the head
+    head_only = {"ash_s", "ash_p", "ash_b", "scale", "weiper"}
     for name, cls in DETECTORS.items():
         assert resolve_detector(name) is cls and isinstance(build_detector(name), cls)
         assert (cls.fit_data, cls.needs_fit) == (name in fitted, name in fitted | head_only)
