@@ -30,6 +30,9 @@ of the built-in ones:
     openmax                                Weibull-revised activation vector (Bendale & Boult 2016)
     postmax                                GPD CDF of max logit / feature norm (Cruz 2024)
     ghost                                  max logit / sum of class z-scores, per-class GPD (Rabinowitz 2025)
+    weiper, weiper_kld                     randomly perturbed class projections: their softmax, the densities
+                                           of the features and perturbed logits (Granz 2024)
+    optfs                                  energy of features shaped by a fitted piecewise constant (Zhao 2024)
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from metrics.detectors.mahalanobis_pp import MahalanobisPP, RelativeMahalanobisP
 from metrics.detectors.nci import NCI
 from metrics.detectors.nnguide import NNGuide
 from metrics.detectors.openmax import OpenMax
+from metrics.detectors.optfs import OptFS
 from metrics.detectors.perturbation import ODIN, MCDropout
 from metrics.detectors.postmax import PostMax
 from metrics.detectors.react import ReAct
@@ -69,6 +73,7 @@ from metrics.detectors.shaping import ActivationShaping
 from metrics.detectors.she import SHE
 from metrics.detectors.vim import ViM
 from metrics.detectors.vra import VRA
+from metrics.detectors.weiper import WeiPer, WeiPerKLD
 
 DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     Softmax,
@@ -106,6 +111,9 @@ DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     OpenMax,
     GHOST,
     PostMax,
+    WeiPer,
+    WeiPerKLD,
+    OptFS,
 )}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
@@ -145,6 +153,7 @@ __all__ = [
     "NNGuide",
     "ODIN",
     "OpenMax",
+    "OptFS",
     "POOD_PREFIX",
     "PostMax",
     "ReAct",
@@ -156,6 +165,8 @@ __all__ = [
     "Softmax",
     "VRA",
     "ViM",
+    "WeiPer",
+    "WeiPerKLD",
     "build_detector",
     "detectors",
     "register_detector",

@@ -51,6 +51,8 @@ BUILT_IN = (
     "metrics.detectors.openmax",
     "metrics.detectors.ghost",
     "metrics.detectors.postmax",
+    "metrics.detectors.weiper",
+    "metrics.detectors.optfs",
 )
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 
