@@ -66,6 +66,7 @@ from evaluation_methods.registry import (
 )
 from lightning_modules.scoring import ScoringModel
 from metrics import pairs_with
+from report_card.costs import cost_section
 from report_card.leaderboard import (
     COMPARISON_METHOD,
     SIGNIFICANT_TEXT,
@@ -74,7 +75,6 @@ from report_card.leaderboard import (
     seeds_section,
     two_seeds_note,
 )
-from report_card.costs import cost_section
 from report_card.provenance import data_sets, fit_overlap_notes, mark_stale, model_sha256, versions
 from report_card.publish import log_card
 
