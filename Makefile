@@ -58,15 +58,13 @@ demo: setup
 	$(PY) evaluate.py severity --model runs/demo/checkpoints/best.ckpt --data fashion \
 		--kappa softmax max_logit entropy energy odin --output-dir runs/demo/severity --cache-dir runs/demo/cache \
 		--log-dir runs/demo --wandb-project openset-bench-demo
-	$(PY) evaluate.py ood --config configs/evaluate/fashion_ood.yaml --accelerator cpu --devices 1 --no-progress-bar \
-		--log-dir runs/demo --wandb-project openset-bench-demo
 	$(MAKE) --no-print-directory demo-generated
 	$(MAKE) --no-print-directory demo-evg
 	$(MAKE) --no-print-directory demo-report
 	@echo "Demo done."
 	@echo "  open-set report:  runs/demo/checkpoints/best-oscr/ (metrics.json, metrics.csv, oscr_curves.png, score_histograms.png)"
 	@echo "  severity report:  runs/demo/severity/ (one table per confidence function, severity_auroc.png)"
-	@echo "  OOD benchmark:    runs/demo/ood/ (sets.md: near, far, unit tests, full-spectrum; provenance.json; scores/)"
+	@echo "  OOD benchmark:    runs/demo/report/ood/ (sets.md: near, far, unit tests, full-spectrum; provenance.json; scores/)"
 	@echo "  generated sets:   runs/demo/generated/ (report/sets.md: what the sets are; report/detectors.md; grids)"
 	@echo "  EvG:              runs/demo/evg/ (results.md: clean vs worst-case AUROC, MinRank; transfer_*.png; grids/)"
 	@echo "  report card:      runs/demo/report/index.html (every method, every number with its 95% interval)"
