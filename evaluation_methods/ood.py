@@ -442,8 +442,37 @@ class OODBenchmark:
                             entry.model, entry.kappa, key, means[group].get(metric),
                             means[group].get(f"{metric} low"), means[group].get(f"{metric} high"),
                             table.replicates.get((group, metric)), units, fit_overlap=entry.fit_overlap))
-        return MethodResult("ood", {"sets": rows, "summary": summary}, folder=self.output_dir, estimates=estimates,
-                            replicates=replicates, units=units)
+        return MethodResult("ood", {"sets": rows, "summary": summary, "per_class": self.per_class(scored)},
+                            folder=self.output_dir, estimates=estimates, replicates=replicates, units=units)
+
+    def per_class(self, scored: Sequence[Scored]) -> list[dict[str, Any]]:
+        """The per-class dispersion of the detection (GHOST's reported quantity, :func:`metrics.per_class_auroc`),
+        standard setting: per (model, κ) and group (near, far), each ID class's AUROC against each of the group's sets,
+        averaged over the sets (the per-class form of OpenOOD's mean), and over the classes their mean, population
+        standard deviation, worst and best class and range."""
+        from metrics.per_class import per_class_auroc
+
+        id_name = self.data.of("id_test")[0]
+        labels = self.data[id_name].labels()
+        rows = []
+        for entry in scored:
+            for group in ("near", "far"):
+                names = [n for n in self.test_sets if self.data.groups[n] == group]
+                if not names:
+                    continue
+                results = [per_class_auroc(torch.cat([entry.scores[id_name], entry.scores[n]]),
+                                           torch.cat([labels, torch.full((entry.scores[n].numel(),), -2)]))
+                           for n in names]
+                aurocs = torch.stack([r.auroc for r in results]).mean(dim=0)
+                classes = results[0].classes
+                worst, best = int(aurocs.argmin()), int(aurocs.argmax())
+                rows.append({"model": entry.model, "κ": entry.kappa, "group": group, "sets": len(names),
+                             "classes": int(classes.numel()), "mean per-class AUROC": float(aurocs.mean()),
+                             "std over classes": float(aurocs.std(unbiased=False)),
+                             "worst class": int(classes[worst]), "worst AUROC": float(aurocs[worst]),
+                             "best class": int(classes[best]), "best AUROC": float(aurocs[best]),
+                             "range": float(aurocs[best] - aurocs[worst])})
+        return rows
 
     def evaluate(self, runner: Runner, models: Sequence[Any]) -> MethodResult:
         """Score every model (:meth:`score`), then the tables; files and W&B on global rank zero."""
@@ -467,6 +496,8 @@ class OODBenchmark:
         summary_columns = list(dict.fromkeys(k for row in result["summary"] for k in row))
         write_csv(out / "summary.csv", result["summary"], summary_columns)
         write_replicates(out, result.replicates, self.intervals)
+        if result.get("per_class"):
+            write_csv(out / "per_class.csv", result["per_class"], list(result["per_class"][0]))
         write_fitted(out, self.passes, self._fitted)
         for model in dict.fromkeys(entry.model for entry in scored):
             # a model's score folder whole or not at all: written aside, then put in the place of an earlier run's
@@ -825,6 +856,12 @@ class OODMethod(Method):
                         ["model", "κ", "set", "group", "images", *metric_columns, *overlap], per_set),
                   Table("classification (the full-spectrum ID sets: ID test and the covariate-shifted ones)",
                         list(dict.fromkeys(k for a in accuracy for k in a)), accuracy)]
+        per_class = result.get("per_class") or []
+        if per_class:
+            tables.append(Table("per-class dispersion (GHOST, Rabinowitz et al. 2025): each ID class's AUROC against the "
+                                "group's sets, averaged over them; over the classes (no interval)",
+                                list(per_class[0]), [{k: (round(v, 4) if isinstance(v, float) else v)
+                                                      for k, v in r.items()} for r in per_class]))
         published = result.get("published") or []
         if published:
             tables.append(Table("published (OpenOOD v1.5 leaderboard; published, no interval)",

@@ -75,6 +75,31 @@ def test_every_set_and_mean_equals_scikit_learn_on_a_plain_forward(run, demo_che
     assert summary[("softmax", "standard")]["ID accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 
+def test_the_per_class_dispersion_is_each_classs_auroc_averaged_over_the_groups_sets(run, demo_checkpoint: Path,
+                                                                                    benchmark_data) -> None:
+    """GHOST's quantity, recomputed with scikit-learn from a plain forward: each ID class against each near (far) set,
+    averaged over the sets; the mean, the population std, the worst and best class over the classes."""
+    result, out = run
+    model = ScoringModel(str(demo_checkpoint))
+    id_name = "fashion:known"
+    energy = {name: torch.logsumexp(direct_logits(model, benchmark_data[name]), dim=1).numpy()
+              for name in benchmark_data.sets}
+    labels = benchmark_data[id_name].labels().numpy()
+    rows = {(r["κ"], r["group"]): r for r in result["per_class"]}
+    for group in ("near", "far"):
+        names = benchmark_data.of(group)
+        per_class = np.array([[roc_auc_score(np.r_[np.ones((labels == c).sum()), np.zeros(len(energy[n]))],
+                                             np.r_[energy[id_name][labels == c], energy[n]])
+                               for c in np.unique(labels)] for n in names]).mean(axis=0)
+        row = rows[("energy", group)]
+        assert (row["sets"], row["classes"]) == (len(names), len(np.unique(labels)))
+        assert row["mean per-class AUROC"] == pytest.approx(per_class.mean(), abs=1e-6)
+        assert row["std over classes"] == pytest.approx(per_class.std(), abs=1e-6)
+        assert (row["worst class"], row["best class"]) == (int(per_class.argmin()), int(per_class.argmax()))
+        assert row["range"] == pytest.approx(per_class.max() - per_class.min(), abs=1e-6)
+    assert (out / "per_class.csv").read_text().count("\n") == 1 + len(result["per_class"])
+
+
 def test_the_headlines_are_the_near_and_far_means_with_their_replicates(run) -> None:
     result, _ = run
     rows = {(r["κ"], r["setting"], r["set"]): r for r in result["sets"]}
