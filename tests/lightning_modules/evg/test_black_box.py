@@ -96,3 +96,34 @@ def test_a_fitted_kappa_is_a_constructor_argument_and_scores_as_its_detector() -
         expected = fitted.score({"features": forward_outputs(model, detector.adapt(images), features=True)["features"]})
     torch.testing.assert_close(detector.scores(images), expected.float())
     assert detector.fingerprint().endswith(fitted.state_fingerprint())
+
+
+def test_a_detector_with_its_own_backward_pass_scores_proposals_as_its_detector() -> None:
+    """AdaSCALE in EvG's search: its own pass (the input gradient of the predicted logit, one backward, the perturbed
+    features) on the varied images, with its fitted ECDF, as the detector scores the same inputs."""
+    from lightning_modules import OpenSetClassifier
+    from lightning_modules.scoring import classification_head
+    from metrics.detectors.adascale import STATISTIC
+
+    torch.manual_seed(0)
+    network = OpenSetClassifier(num_classes=4, backbone="small_cnn", in_channels=1).eval()
+    model = ScoringModel(network, model_input=ModelInput(TensorPipeline(28, 1), size=(28, 28), channels=1), name="net")
+    adascale = KAPPAS["adascale_a"].detector
+    head = classification_head(model)
+    fitted = adascale()
+    fitted._store_head(*head)
+    validation = torch.rand(30, 1, 28, 28)
+    with torch.no_grad():
+        features = forward_outputs(model, validation, features=True)["features"]
+    fitted.fit({"features": features, "targets": torch.arange(30) % 4,
+                STATISTIC: fitted.image_outputs(model, validation)[STATISTIC]}, head=head)
+    detector = BlackBox(model, adascale, fitted=fitted)
+    images = eight_bit(5, 1, 28)
+    inputs = detector.adapt(images)
+    with torch.no_grad():
+        shared = forward_outputs(model, inputs, features=True)
+    expected = fitted.score({**shared, **fitted.image_outputs(model, inputs)})
+    torch.testing.assert_close(detector.scores(images), expected.float())
+    # its own pass decides: the same features with the fit set's largest statistic score otherwise
+    largest = fitted.score({**shared, STATISTIC: fitted.fit_statistics[-1].expand(5)}).float()
+    assert not torch.allclose(detector.scores(images), largest)
