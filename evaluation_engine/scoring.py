@@ -174,12 +174,12 @@ class PredictionCache:
         self.meta[key] = dict(meta) if isinstance(meta, dict) else {}
         return tensors
 
-    def load_on_rank_zero(self, runner: Runner, name: str, key: str, *, rows: int) -> dict[str, Tensor] | None:
-        """:meth:`load` on global rank zero, broadcast to every rank: one decision for all."""
+    def load_on_rank_zero(self, runner: Runner, name: str, key: str, *, rows: int
+                          ) -> tuple[dict[str, Tensor] | None, dict[str, Any]]:
+        """:meth:`load` on global rank zero, broadcast to every rank: one decision for all; with the entry's meta."""
         payload = (self.load(name, key, rows=rows), self.meta.get(key, {})) if runner.is_global_zero else None
         tensors, meta = runner.broadcast(payload, src=0)
-        self.meta[key] = meta
-        return tensors
+        return tensors, meta
 
     @staticmethod
     def _reject(path: Path, reason: str) -> None:
@@ -328,12 +328,12 @@ class ScoringPasses:
         entry["source"] = "cache"
         outputs = None
         if self.cache is not None:
-            outputs = self.cache.load_on_rank_zero(runner, name, key if runner.is_global_zero else "",
-                                                   rows=len(evaluation_set))
+            outputs, meta = self.cache.load_on_rank_zero(runner, name, key if runner.is_global_zero else "",
+                                                         rows=len(evaluation_set))
             if outputs is not None and covers is not None and not covers(outputs):
                 outputs = None
-        if outputs is not None:
-            entry.update({k: v for k, v in self.cache.meta.get(key, {}).items() if k in ("seconds", "hardware")})
+        if outputs is not None:  # what the pass cost when it ran, and where
+            entry.update({k: v for k, v in meta.items() if k in ("seconds", "hardware")})
         if outputs is None:
             dataset = (TransformedSet(evaluation_set.dataset, model_input.transform()) if on_device is None
                        else on_device[0])
@@ -383,10 +383,10 @@ class ScoringPasses:
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         name = slug(f"{model_name}-{evaluation_set.name}-{kappa.pass_name or kappa.name}")
         scorer = kappa(background=background, **parameters)
-        if kappa.needs_head:  # a pass through the head (AdaSCALE's gradient of the predicted logit)
-            scorer._store_head(*classification_head(pl_module))
         keys = list(kappa.pass_keys())
-        with torch.inference_mode(False):
+        with torch.inference_mode(False):  # the head's copy too: an inference tensor cannot be saved for backward
+            if kappa.needs_head:  # a pass through the head (AdaSCALE's gradient of the predicted logit)
+                scorer._store_head(*classification_head(pl_module))
             outputs = self._run(
                 runner, pl_module, evaluation_set, name=name,
                 part={"kappa": kappa.pass_name or kappa.name, "parameters": scorer.pass_parameters(),
@@ -407,11 +407,13 @@ class ScoringPasses:
             fit_set = fitted_on[0]
             self.check_fit_overlap(fit_set, [evaluation_set], allow=self._allowed.get(fit_set.fingerprint(), False))
         seconds: list[float | None] = []
+        hardware: set[str] = set()
         outputs: dict[str, Tensor] = {}
         if kappa.kind != "model" or kappa.inputs - {"model"}:  # the shared pass: logits (and features)
             outputs.update(self.outputs(runner, pl_module, evaluation_set, features=features or kappa.reads_features,
                                         batch_size=batch_size, num_workers=num_workers))
             seconds.append(self.log[-1].get("seconds"))
+            hardware.add(self.log[-1].get("hardware") or "")
             if kappa.needs_head:
                 self.check_head(pl_module, outputs)
         if kappa.needs_fit and detector is None:
@@ -421,11 +423,12 @@ class ScoringPasses:
             outputs.update(self.image_outputs(runner, pl_module, evaluation_set, kappa, parameters,
                                               background=background, batch_size=batch_size, num_workers=num_workers))
             seconds.append(self.log[-1].get("seconds"))
+            hardware.add(self.log[-1].get("hardware") or "")
         began = time.perf_counter()
         scores = kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector,
                               data=evaluation_set.name)
         self._add_cost(pl_module, kappa, parameters, samples=len(evaluation_set),
-                       seconds=[*seconds, time.perf_counter() - began], hardware=self.log[-1].get("hardware"))
+                       seconds=[*seconds, time.perf_counter() - began], hardware=hardware - {""})
         return scores
 
     # -- what each detector costs ------------------------------------------------------------------
@@ -436,28 +439,30 @@ class ScoringPasses:
         if key not in self._costs:
             forward, backward = kappa(**parameters).passes_per_image()
             self._costs[key] = {"model": model_name, "κ": kappa.name, "parameters": dict(parameters),
-                                "fit seconds": None, "fit peak bytes": None, "fit samples": 0, "fit hardware": None,
+                                "fit seconds": None, "fit peak bytes": None, "fit samples": 0, "fit sets": [],
+                                "fit hardware": None,
                                 "scored samples": 0, "score seconds": 0.0, "timed": True, "hardware": set(),
                                 "forward passes": forward, "backward passes": backward}
         return self._costs[key]
 
     def _add_cost(self, pl_module: nn.Module, kappa: type[Detector], parameters: dict[str, Any], *, samples: int,
-                  seconds: Sequence[float | None], hardware: str | None) -> None:
+                  seconds: Sequence[float | None], hardware: set[str]) -> None:
         cost = self._cost(pl_module, kappa, parameters)
         cost["scored samples"] += samples
         if any(s is None for s in seconds):  # a pass found in a cache written before passes were timed
             cost["timed"] = False
         else:
             cost["score seconds"] += float(sum(seconds))  # type: ignore[arg-type]
-        if hardware:
-            cost["hardware"].add(hardware)
+        cost["hardware"] |= hardware
 
     def costs(self) -> list[dict[str, Any]]:
         """What every (model, κ) of the run cost, on the hardware it ran on (the card's cost table):
 
-        - ``fit seconds``, ``fit peak bytes``: :meth:`Detector.fit` on the gathered fit outputs (the fit pass,
-          shared by every detector fitted on the set, is not in it), its peak memory above the start
-          (:func:`openset_common.resources.measure`);
+        - ``fit seconds``, ``fit peak bytes``, ``fit samples``, ``fit sets``: :meth:`Detector.fit` on the gathered
+          fit outputs and, for a detector with its own pass (AdaSCALE), that pass over the fit images (the shared
+          fit pass, used by every detector fitted on the set, is not in it), its peak memory above the start
+          (:func:`openset_common.resources.measure`); a detector fitted twice (on the OOD benchmark's ID
+          validation set and on the training images of another section) adds both;
         - ``images/s``: the samples it scored over the seconds of everything scoring them took -- the shared
           forward pass (each detector is charged the whole pass, as if it ran alone), its own forward and
           backward passes, and its scoring -- summed over the sets; a pass taken from the cache counts the seconds
@@ -628,6 +633,7 @@ class ScoringPasses:
             detector = kappa(background=background, **parameters)
             head = classification_head(pl_module) if kappa.needs_head else None
             data: dict[str, Tensor] = {}
+            own_pass: float | None = 0.0
             if subset is not None:  # every check that needs no pass, before it
                 try:
                     detector.check_fit_size(len(subset), int(subset.labels().unique().numel()))
@@ -637,8 +643,12 @@ class ScoringPasses:
                     raise ValueError(f"{error} ({cap_origin(kappa, given, options, fit_set, subset)})") from None
                 known = (head[0].shape[0] - int(background)) if head is not None else \
                     len(getattr(pl_module, "classes", None) or []) or None
+                # a validation split's detector (VRA, AdaSCALE, KL matching) reads no class statistic: its labels must
+                # be the model's classes, not every class present
+                every_class = kappa.fit_split == "train"
                 if known is not None:
-                    check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name)
+                    check_fit_labels(subset, model=model_name, num_classes=known, cap=options, kappa=kappa.name,
+                                     every_class=every_class)
                 width = head[0].shape[0] if head is not None else None
                 fit_outputs = dict(self.outputs(runner, pl_module, subset, features=kappa.reads_features,
                                                 batch_size=batch_size, num_workers=num_workers))
@@ -646,21 +656,33 @@ class ScoringPasses:
                     fit_outputs.update(self.image_outputs(runner, pl_module, subset, kappa, parameters,
                                                           background=background, batch_size=batch_size,
                                                           num_workers=num_workers))
+                    own_pass = self.log[-1].get("seconds")  # its own: part of its fit's cost
                 num_classes = fit_outputs["logits"].shape[-1] - int(background) if width is None else width - int(background)
-                check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name)
+                check_fit_labels(subset, model=model_name, num_classes=num_classes, cap=options, kappa=kappa.name,
+                                 every_class=every_class)
                 data = {k: fit_outputs[k] for k in ("logits", "features", "targets", *kappa.pass_keys())
                         if k in fit_outputs}
                 if head is not None and "features" in data:
                     check_head(head, data, model=model_name)
-            device = module_device(pl_module)
+            # where the fit computes: the gathered outputs' device (the CPU), not the model's
+            device = next((t.device for t in data.values()), torch.device("cpu"))
             measured = measure(lambda: detector.fit(data, head=head), device=device)
             cost = self._cost(pl_module, kappa, parameters)
-            cost.update({"fit seconds": measured.seconds, "fit peak bytes": measured.peak_bytes,
-                         "fit samples": len(subset) if subset is not None else 0,
-                         "fit hardware": hardware(device if any(t.is_cuda for t in data.values()) else "cpu")})
+            extra = own_pass if kappa.kind == "model" and subset is not None else 0.0
+            if cost["fit seconds"] is None or extra is None:  # a second fit (another section's fit set) adds up
+                cost["fit seconds"] = None if extra is None else measured.seconds + extra
+            else:
+                cost["fit seconds"] += measured.seconds + extra
+            peaks = [p for p in (cost["fit peak bytes"], measured.peak_bytes) if p is not None]
+            cost.update({"fit peak bytes": max(peaks) if peaks else None,
+                         "fit samples": cost["fit samples"] + (len(subset) if subset is not None else 0),
+                         "fit hardware": hardware(device)})
+            if subset is not None:
+                cost["fit sets"].append(subset.name)
             self._detectors[key] = detector
             self._fits.append({"model": model_name, "kappa": kappa.name, "parameters": dict(parameters),
                                "fit set": subset.name if subset is not None else None,
+                               "fit split": kappa.fit_split, "fit set role": subset.role if subset is not None else None,
                                "samples": len(subset) if subset is not None else 0,
                                "fingerprint": subset.fingerprint() if subset is not None else None,
                                "state": detector.state_fingerprint(), "key": key})
@@ -743,12 +765,13 @@ def check_head(head: tuple[Tensor, Tensor | None], data: dict[str, Tensor], *, m
 
 
 def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int, cap: dict[str, Any] | None = None,
-                     kappa: str | None = None) -> None:
-    """Refuse a fit set whose labels are not the model's known classes ``0..K-1``, every class present."""
+                     kappa: str | None = None, every_class: bool = True) -> None:
+    """Refuse a fit set whose labels are not the model's known classes ``0..K-1``, every class present (unless
+    ``every_class`` is false: a validation split's detector reads no class statistic)."""
     labels = fit_set.labels()
     outside = sorted({int(v) for v in labels[(labels < 0) | (labels >= num_classes)].unique()})
     present = set(labels.unique().tolist())
-    absent = [c for c in range(num_classes) if c not in present]
+    absent = [c for c in range(num_classes) if c not in present] if every_class else []
     if absent and not outside and cap and {"fraction", "per_class"} & set(cap):
         raise ValueError(f"fit set {fit_set.name}: the cap {cap} keeps {len(labels)} images, too few for {model}'s "
                          f"{num_classes} known classes ({absent[:10]} get none): raise it"

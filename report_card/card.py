@@ -75,7 +75,14 @@ from report_card.leaderboard import (
     seeds_section,
     two_seeds_note,
 )
-from report_card.provenance import data_sets, fit_overlap_notes, mark_stale, model_sha256, versions
+from report_card.provenance import (
+    data_sets,
+    fit_overlap_notes,
+    fit_split_notes,
+    mark_stale,
+    model_sha256,
+    versions,
+)
 from report_card.publish import log_card
 
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerOptions)}
@@ -484,6 +491,7 @@ class ReportCard(Evaluation, WeightOptions, DetectorOptions, OutputOptions):
         for key, results in method_results.items():
             notes += methods()[key].notes(results, models)
         notes += fit_overlap_notes(self.passes.fits if self.passes is not None else [])
+        notes += fit_split_notes(self.passes.fits if self.passes is not None else [])
         return notes
 
 def mark_fit_overlaps(rows: Sequence[dict[str, Any]], overlaps: Mapping[tuple[str, str], Mapping[str, str]]) -> None:

@@ -20,17 +20,28 @@ from pathlib import Path
 from typing import Any
 
 from evaluation_methods.registry import Figure, Section, Table
+from metrics.detectors import resolve_detector
+
+
+def defaults(kappa: str) -> dict[str, Any]:
+    """A detector's default hyperparameters (``{}`` for one the registry cannot resolve any more)."""
+    try:
+        return resolve_detector(kappa).hyperparameter_defaults()
+    except ValueError:
+        return {}
 
 PREFERRED = ("ood_near_auroc", "ood_far_auroc")
 """The headline of the accuracy–cost figure, the first of these the leaderboard has, else its first AUROC column,
 else its first column."""
 
-COLUMNS = ["model", "κ", "fit (s)", "fit peak memory (MiB)", "fit images", "images/s", "passes per image",
-           "measured on"]
+COLUMNS = ["model", "κ", "parameters", "fit (s)", "fit peak memory (MiB)", "fit images", "images/s",
+           "scored images", "passes per image", "measured on"]
 
 TEXT = ("What each detector cost in this run, measured on the hardware named in its row. Fit: its fit on the "
-        "gathered fit outputs (the fit pass, shared by every detector fitted on the set, not counted), its peak "
-        "memory above the start. Images/s: the images it scored over the seconds of everything that scored them -- "
+        "gathered fit outputs and, for a detector with its own pass (AdaSCALE), that pass over the fit images (the "
+        "shared fit pass, used by every detector fitted on the set, not counted), its peak memory above the start. "
+        "One row per parameter set: a search (--tune) adds its candidates, which scored the validation sets only. "
+        "Images/s: the images it scored over the seconds of everything that scored them -- "
         "the shared forward pass (each detector charged the whole pass, as if it ran alone), its own forward and "
         "backward passes, its scoring. Passes per image: the network's forward and backward passes for one "
         "score. Good for: a ratio between the detectors of this run. Not for: an absolute time on other hardware.")
@@ -43,12 +54,13 @@ def _number(value: Any, digits: int = 3) -> Any:
 
 
 def headline_column(columns: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The leaderboard column the figure plots (:data:`PREFERRED`, else the first AUROC, else the first)."""
+    """The leaderboard column the figure plots (:data:`PREFERRED`, else the first AUROC; ``None``: no AUROC, no
+    figure)."""
     by_key = {c["key"]: c for c in columns}
     for key in PREFERRED:
         if key in by_key:
             return by_key[key]
-    return next((c for c in columns if "auroc" in c["key"]), columns[0] if columns else None)
+    return next((c for c in columns if "auroc" in c["key"] and c.get("higher_is_better", True)), None)
 
 
 def cost_rows(costs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -56,10 +68,14 @@ def cost_rows(costs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for cost in costs:
         peak = cost.get("fit peak bytes")
+        given = {k: v for k, v in cost["parameters"].items() if v != defaults(cost["κ"]).get(k, v)}
         rows.append({
-            "model": cost["model"], "κ": cost["κ"], "fit (s)": _number(cost.get("fit seconds")),
+            "model": cost["model"], "κ": cost["κ"],
+            "parameters": ", ".join(f"{k}={v}" for k, v in given.items()) or "defaults",
+            "fit (s)": _number(cost.get("fit seconds")),
             "fit peak memory (MiB)": None if peak is None else _number(max(peak, 0) / 2**20),
             "fit images": cost.get("fit samples") or None, "images/s": _number(cost.get("images/s")),
+            "scored images": cost.get("scored samples"),
             "passes per image": f"{cost['forward passes']} forward"
                                 + (f", {cost['backward passes']} backward" if cost["backward passes"] else ""),
             "measured on": cost.get("hardware")})
@@ -77,7 +93,11 @@ def cost_section(costs: Sequence[Mapping[str, Any]], leaderboard: Mapping[str, A
                                                                               list(COLUMNS), rows)])
     column = headline_column(leaderboard.get("columns", []))
     if plots and column is not None:
-        rate = {(row["model"], row["κ"]): row["images/s"] for row in rows}
+        # per (model, κ) the parameters that scored the most images: the ones reported (a search's candidates
+        # scored only the validation sets)
+        rate: dict[tuple[str, str], Any] = {}
+        for row in sorted(rows, key=lambda r: r["scored images"] or 0):
+            rate[(row["model"], row["κ"])] = row["images/s"]
         points = []
         for row in leaderboard.get("rows", []):
             cell = row["cells"].get(column["key"]) or {}

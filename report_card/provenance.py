@@ -79,4 +79,13 @@ def fit_overlap_notes(fits: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(lines)
 
 
-__all__ = ["STALE_MARK", "data_sets", "fit_overlap_notes", "mark_stale", "model_sha256", "versions"]
+def fit_split_notes(fits: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per detector that its paper fits on ID validation images (``fit_split = "val"``: VRA, AdaSCALE, KL
+    matching) and that a section fitted on other images (the training split: sections without a validation set)."""
+    lines = {f"{fit['model']} / {fit['kappa']}: fitted on ID validation images by its paper; fitted here on "
+             f"{fit['fit set']} (no ID validation set in that section).": None for fit in fits
+             if fit.get("fit split") == "val" and fit.get("fit set role") not in ("id_val", None)}
+    return list(lines)
+
+
+__all__ = ["STALE_MARK", "data_sets", "fit_overlap_notes", "fit_split_notes", "mark_stale", "model_sha256", "versions"]

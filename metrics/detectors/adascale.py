@@ -25,14 +25,18 @@ of the perturbed input; with the shared pass, 3 forward passes and 1 backward pe
 only: a search over the percentile range (OpenOOD's grid) reuses it.
 
 Units are OpenOOD's, so that its grid and values carry over exactly: ``p_min, p_max, k1, k2`` in percent, ``o``
-a fraction of the input's elements. Defaults: ``p = [80, 85]``, OpenOOD's comment "For ResNet-50 model, following
+a fraction of the input's elements, and the step 0.5 in the model input's units, as OpenOOD steps its normalised
+input (about 0.5·σ_c ≈ 0.12 of the image's range for ImageNet's σ; on a model that takes ``[0, 1]`` images, such as
+the project's own classifiers, it is half the range: a stronger perturbation than OpenOOD's networks see). Defaults: ``p = [80, 85]``, OpenOOD's comment "For ResNet-50 model, following
 hyperparameters works best" in both configs, ``k1 = 5``, ``k2 = 1``, ``λ = 10``, ``o = 0.05`` (its
 ``postprocessor_args``; those start its search at ``[75, 85]``, the ``openood`` preset). ``k(x)`` rounds half to
-even (``torch.round``), as OpenOOD. ``F̂(t)`` is the fraction of fit values ``<= t`` (statsmodels' ``ECDF``,
+even (``torch.round``), as OpenOOD; where it rounds to 0 (``D`` below ~50 with ``p`` near 99) one activation is
+kept, where OpenOOD divides by 0. ``F̂(t)`` is the fraction of fit values ``<= t`` (statsmodels' ``ECDF``,
 which OpenOOD calls). Background-class models: the energy of the known logits, ``ŷ`` among them.
 
 Tested against a reference written from OpenOOD's code on the same images and model (both float64):
-the statistic and the scores agree to 1e-12 relative.
+the statistic and the scores agree to 1e-12 relative. The engine's pass keeps ``Q'`` in float32 (every pass
+output is gathered as float32): fit and test values are rounded alike.
 
 Memory: the fit keeps ``N_val`` float64 values; a pass holds a batch's input gradient; scoring ``O(chunk·D)``.
 """
@@ -45,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from metrics.detectors.base import Detector, check_non_negative, check_width, row_chunks
+from metrics.detectors.perturbation import _check_gradients_available
 from metrics.detectors.registry import register_detector
 
 STATISTIC = "adascale/statistic"
@@ -135,6 +140,7 @@ class AdaSCALEA(Detector):
         logit (through the head), one backward, the perturbed input's features. ``model.features(images)`` gives
         the penultimate features (a :class:`lightning_modules.scoring.ScoringModel`); the head must be stored
         (the engine stores it before the pass)."""
+        _check_gradients_available()
         features_of = getattr(model, "features", None)
         if not callable(features_of):
             raise ValueError(f"detector {self.name!r} needs a model with a features() method (its penultimate "
@@ -144,8 +150,8 @@ class AdaSCALEA(Detector):
         with torch.enable_grad():
             inputs = images.detach().clone().requires_grad_(True)
             features = features_of(inputs)
-            weight = self.head_weight.to(features.dtype)
-            bias = self.head_bias.to(features.dtype)
+            weight = self.head_weight.to(device=features.device, dtype=features.dtype)
+            bias = self.head_bias.to(device=features.device, dtype=features.dtype)
             logits = features @ weight.T + bias
             known = logits[:, :-1] if self.background else logits
             predicted = known.detach().argmax(dim=1)

@@ -316,9 +316,12 @@ class Detector(nn.Module):
             raise ValueError(f"detector {self.name!r}: the head's weight must be (C, D), got {tuple(weight.shape)}")
         if bias is not None and tuple(bias.shape) != (weight.shape[0],):
             raise ValueError(f"detector {self.name!r}: the head's bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
-        self.register_buffer("head_weight", weight.detach().to(torch.float64).clone())
-        self.register_buffer("head_bias", torch.zeros(weight.shape[0], dtype=torch.float64) if bias is None
-                             else bias.detach().to(torch.float64).clone())
+        # where the detector lives (the CPU, where the engine fits and scores the gathered outputs), not where the
+        # model's head is: a model on a GPU leaves no buffer of its detector there
+        device = self._fitted.device
+        self.register_buffer("head_weight", weight.detach().to(device=device, dtype=torch.float64).clone())
+        self.register_buffer("head_bias", torch.zeros(weight.shape[0], dtype=torch.float64, device=device)
+                             if bias is None else bias.detach().to(device=device, dtype=torch.float64).clone())
 
     def head_logits(self, features: Tensor) -> Tensor:
         """``features @ W.T + b`` in float64, the known columns only for a background-class model."""
