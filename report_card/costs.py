@@ -82,6 +82,22 @@ def cost_rows(costs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def figure_points(rows: Sequence[Mapping[str, Any]], leaderboard: Mapping[str, Any], column: Mapping[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """The accuracy-cost figure's points: per leaderboard row, its cell of ``column`` (value and interval) and the
+    images per second of its (model, κ)'s cost row that scored the most images -- the parameters it reports (a
+    search's candidates scored only the validation sets)."""
+    rate: dict[tuple[str, str], Any] = {}
+    for row in sorted(rows, key=lambda r: r.get("scored images") or 0):
+        rate[(row["model"], row["κ"])] = row["images/s"]
+    points = []
+    for row in leaderboard.get("rows", []):
+        cell = row["cells"].get(column["key"]) or {}
+        points.append({"model": row["model"], "κ": row["kappa"], "images/s": rate.get((row["model"], row["kappa"])),
+                       "value": cell.get("value"), "low": cell.get("low"), "high": cell.get("high")})
+    return points
+
+
 def cost_section(costs: Sequence[Mapping[str, Any]], leaderboard: Mapping[str, Any], *, output_dir: Path,
                  plots: bool) -> Section | None:
     """The card's section "What each detector costs": the table and the accuracy–cost figure (``None``: nothing
@@ -93,16 +109,7 @@ def cost_section(costs: Sequence[Mapping[str, Any]], leaderboard: Mapping[str, A
                                                                               list(COLUMNS), rows)])
     column = headline_column(leaderboard.get("columns", []))
     if plots and column is not None:
-        # per (model, κ) the parameters that scored the most images: the ones reported (a search's candidates
-        # scored only the validation sets)
-        rate: dict[tuple[str, str], Any] = {}
-        for row in sorted(rows, key=lambda r: r["scored images"] or 0):
-            rate[(row["model"], row["κ"])] = row["images/s"]
-        points = []
-        for row in leaderboard.get("rows", []):
-            cell = row["cells"].get(column["key"]) or {}
-            points.append({"model": row["model"], "κ": row["kappa"], "images/s": rate.get((row["model"], row["kappa"])),
-                           "value": cell.get("value"), "low": cell.get("low"), "high": cell.get("high")})
+        points = figure_points(rows, leaderboard, column)
         if any(p["images/s"] and p["value"] is not None for p in points):
             from evaluation_engine.plots import plot_accuracy_cost
 
