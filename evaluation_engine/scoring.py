@@ -438,6 +438,9 @@ class ScoringPasses:
         key = (model_name, kappa.name, digest(parameters))
         if key not in self._costs:
             forward, backward = kappa(**parameters).passes_per_image()
+            # the engine's shared pass of a detector of the features runs the network twice: its logits, then its
+            # penultimate features (lightning_modules.scoring.forward_outputs)
+            forward += int(kappa.reads_features)
             self._costs[key] = {"model": model_name, "κ": kappa.name, "parameters": dict(parameters),
                                 "fit seconds": None, "fit peak bytes": None, "fit samples": 0, "fit sets": [],
                                 "fit hardware": None,
@@ -468,7 +471,8 @@ class ScoringPasses:
           backward passes, and its scoring -- summed over the sets; a pass taken from the cache counts the seconds
           it took when it ran (recorded with it), ``None`` where a cache entry predates that;
         - ``forward passes``, ``backward passes``: of the network per scored image, all told
-          (:meth:`Detector.passes_per_image`).
+          (:meth:`Detector.passes_per_image`, and one more forward where the shared pass gives the features: it runs
+          the network for the logits and again for the features).
         """
         rows = []
         for cost in self._costs.values():

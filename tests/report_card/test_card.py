@@ -113,6 +113,14 @@ def test_the_demo_config_parses_and_bad_sections_are_named(tmp_path: Path, capsy
     assert isinstance(card, ReportCard)
     assert card.model == ["runs/demo/checkpoints/best.ckpt", "ensemble:runs/demo/ensemble/ensemble.txt"]
     assert set(card.sections) == {"open_set", "severity", "generated", "evg", "ood"}
+    # at least 20 detectors of the EOS model next to the ensemble's, each a registered detector, the leaders of
+    # OpenOOD v1.5's ImageNet table and the open-set post-processors among them
+    from metrics.detectors import DETECTORS
+
+    single = [k for k in card.kappa if DETECTORS[k].kind != "ensemble"]
+    assert len(single) >= 20 and [k for k in card.kappa if k not in single] == ["ensemble_mi"]
+    assert {"adascale_a", "nci", "fdbd", "nnguide", "vra", "mahalanobis_pp", "weiper_kld", "optfs", "gradnorm",
+            "openmax", "postmax", "ghost"} <= set(single)
     # a section's config file gives its options, without the models, κ and trainer options
     generated = card.section_options["generated"]
     assert generated["output_dir"] == "runs/demo/report/generated" and generated["label_filter"] is True
