@@ -158,8 +158,8 @@ h2 { font-size: 1.3rem; margin: 2.2rem 0 0.6rem; padding-bottom: 0.25rem; border
 h3 { font-size: 1.05rem; margin: 1.4rem 0 0.4rem; }
 p { margin: 0.5rem 0; max-width: 62rem; }
 .meta { color: var(--muted); font-size: 0.9rem; }
-nav.toc { font-size: 0.92rem; margin: 0.8rem 0 0; }
-nav.toc a { color: var(--accent); text-decoration: none; margin-right: 1rem; white-space: nowrap; }
+nav.toc { font-size: 0.92rem; margin: 0.8rem 0 0; display: flex; flex-wrap: wrap; gap: 0.15rem 1rem; }
+nav.toc a { color: var(--accent); text-decoration: none; white-space: nowrap; }
 nav.toc a:hover { text-decoration: underline; }
 .how { background: #f2f5fb; border-left: 4px solid var(--accent); padding: 0.6rem 1rem; margin: 1rem 0;
        font-size: 0.95rem; }
