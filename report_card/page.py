@@ -178,13 +178,17 @@ table.leaderboard th.sortable:not([aria-sort])::after { content: none; }
 table.leaderboard .ci { font-size: 0.74em; }
 /* the model and κ columns stay in view while the leaderboard scrolls sideways inside its frame (the page never
    scrolls sideways): fixed widths, so the second column knows where the first ends */
+table.leaderboard { border-collapse: separate; border-spacing: 0; border-top: 1px solid var(--line);
+                    border-left: 1px solid var(--line); }
+table.leaderboard th, table.leaderboard td { border-width: 0 1px 1px 0; }
 table.leaderboard .frozen { position: sticky; z-index: 1; background: #fff; }
 table.leaderboard thead .frozen { background: var(--head); z-index: 2; }
 table.leaderboard tbody tr:nth-child(even) td.frozen { background: #fafbfc; }
-table.leaderboard .frozen.first { left: 0; width: 9rem; min-width: 9rem; max-width: 9rem; overflow-wrap: anywhere; }
-table.leaderboard .frozen.second { left: 9rem; width: 7.5rem; min-width: 7.5rem; max-width: 7.5rem;
+table.leaderboard .frozen.first { left: 0; width: 8.5rem; min-width: 8.5rem; max-width: 8.5rem;
+                                  overflow-wrap: anywhere; }
+table.leaderboard .frozen.second { left: 8.5rem; width: 9.5rem; min-width: 9.5rem; max-width: 9.5rem;
                                    overflow-wrap: anywhere; box-shadow: inset -2px 0 0 var(--line); }
-table.leaderboard .frozen.both { left: 0; width: 16.5rem; min-width: 16.5rem; }
+table.leaderboard .frozen.both { left: 0; width: 18rem; min-width: 18rem; }
 th.sortable::after { content: " \\2195"; color: #9aa3b2; font-size: 0.8em; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; color: var(--accent); }
 th[aria-sort="descending"]::after { content: " \\25BC"; color: var(--accent); }
