@@ -202,8 +202,9 @@ def test_a_method_of_an_installed_package_is_a_command_and_a_report_section(toy_
     card = json.loads((toy_package / "card" / "report.json").read_text())
     (column,) = card["leaderboard"]["columns"]
     assert (column["key"], column["group"], column["method_title"]) == ("toy_auroc", "Toy", "Toy method")
-    (section,) = card["sections"]
+    section, cost = card["sections"]  # the method's, then what each detector cost
     assert section["title"] == "A toy method (ID test vs a real OOD set)"
+    assert [(r["model"], r["κ"]) for r in cost["tables"][0]["rows"]] == [("demo-best", "softmax"), ("demo-best", "knn")]
     assert {entry["role"] for entry in card["passes"] if entry["source"] == "run"} == {"id_test", "ood", "fit"}
     evaluate.main(["report", "--config", str(config), "--output-dir", str(toy_package / "again"), *CLI])
     again = json.loads((toy_package / "again" / "report.json").read_text())
