@@ -858,8 +858,8 @@ class OODMethod(Method):
                         list(dict.fromkeys(k for a in accuracy for k in a)), accuracy)]
         per_class = result.get("per_class") or []
         if per_class:
-            tables.append(Table("per-class dispersion (GHOST, Rabinowitz et al. 2025): each ID class's AUROC against the "
-                                "group's sets, averaged over them; over the classes (no interval)",
+            tables.append(Table("per-class dispersion (GHOST): each ID class's AUROC, averaged over the group's sets "
+                                "(no interval)",
                                 list(per_class[0]), [{k: (round(v, 4) if isinstance(v, float) else v)
                                                       for k, v in r.items()} for r in per_class]))
         published = result.get("published") or []

@@ -3,6 +3,7 @@ sections' tables and images, in one run."""
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,12 @@ def log_card(card: dict[str, Any], options: TrainerOptions, *, folder: str | Pat
         keys: set[str] = set()
         for section in card["sections"]:
             for table in section["tables"]:
-                logger.log_table(key=f"report/{section['method']}/{slug(table['title'])}", columns=table["columns"],
+                logger.log_table(key=table_key(section["method"], table["title"]), columns=table["columns"],
                                  data=[[flat(row.get(c)) for c in table["columns"]] for row in table["rows"]])
             for image in section["images"]:
                 file = image_path(image["path"], folder)
                 if file.is_file():
-                    key = base = f"report/{section['method']}/{slug(image['title'])}"
+                    key = base = table_key(section["method"], image["title"])
                     copy = 1
                     while key in keys:  # two images of one title stay two images
                         copy += 1
@@ -60,6 +61,20 @@ def log_card(card: dict[str, Any], options: TrainerOptions, *, folder: str | Pat
                                   UserWarning, stacklevel=2)
 
 
+KEY_LENGTH = 64
+"""The longest W&B key the card logs: W&B names a table's artifact ``run-<id>-<key>`` and refuses names over 128
+characters."""
+
+
+def table_key(method: str, title: str) -> str:
+    """``report/<method>/<title's slug>``, a long title cut to :data:`KEY_LENGTH` characters with 8 hex digits of its
+    sha256 (two long titles that share their start stay two keys)."""
+    key = f"report/{method}/{slug(title)}"
+    if len(key) <= KEY_LENGTH:
+        return key
+    return f"{key[:KEY_LENGTH - 9]}-{hashlib.sha256(title.encode()).hexdigest()[:8]}"
+
+
 def flat(value: Any) -> Any:
     """A W&B cell: a Cell as "value [low, high]", numbers as they are."""
     if isinstance(value, dict):
@@ -69,4 +84,4 @@ def flat(value: Any) -> Any:
     return value
 
 
-__all__ = ["flat", "log_card"]
+__all__ = ["KEY_LENGTH", "flat", "log_card", "table_key"]

@@ -957,6 +957,29 @@ def test_the_wandb_run_holds_every_image_the_page_shows(tmp_path: Path, monkeypa
     assert len(shown) == 2 and logged == shown
 
 
+@pytest.mark.slow
+def test_long_table_titles_get_keys_wandb_accepts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B names a logged table's artifact ``run-<id>-<key>`` and refuses names over 128 characters: a table of a long
+    title (the OOD benchmark's per-class table once failed the demo there) is logged under a cut key, through a real
+    offline run; two long titles of one start stay two keys."""
+    from report_card.publish import KEY_LENGTH, log_card, table_key
+
+    long = "per-class dispersion (GHOST, Rabinowitz et al. 2025): each ID class's AUROC against the group's sets, " \
+           "averaged over them; over the classes (no interval)"
+    keys = [table_key("ood", long), table_key("ood", long + " again"), table_key("ood", "means")]
+    assert keys[2] == "report/ood/means" and all(len(k) <= KEY_LENGTH for k in keys) and len(set(keys)) == 3
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    card = {"title": "t", "notes": [], "leaderboard": {"columns": [], "rows": []}, "sections": [
+        {"method": "ood", "title": "OOD", "text": "", "images": [],
+         "tables": [{"title": long, "columns": ["κ", "AUROC"], "rows": [{"κ": "softmax", "AUROC": 0.9}]}]}]}
+    log_card(card, TrainerOptions(wandb_mode="offline", log_dir=str(tmp_path / "logs"), wandb_project="card"),
+             folder=tmp_path)
+    (run,) = (tmp_path / "logs" / "wandb").glob("offline-run-*")
+    tables = [p.name for p in run.glob("files/media/table/**/*.json")]
+    assert len(tables) == 2 and any(name.startswith(keys[0].rsplit("/", 1)[-1]) for name in tables), tables
+
+
 def test_seeds_that_are_one_network_are_refused_before_any_pass(demo_checkpoint: Path, tmp_path: Path) -> None:
     """Two "seeds" of bit-identical weights (a copy of the checkpoint; runs of a config that fixes its seed) would
     be averaged as two runs, with an interval narrower than one run's: refused, naming them."""
