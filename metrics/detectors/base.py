@@ -328,6 +328,14 @@ class Detector(nn.Module):
         logits = features.to(torch.float64) @ self.head_weight.T + self.head_bias
         return logits[:, :-1] if self.background else logits
 
+    def check_known_width(self, logits: Tensor, classes: int) -> None:
+        """Refuse logits whose known columns are not the ``classes`` the detector was fitted on, naming both."""
+        known = self.known_logits(logits[:1]).shape[1] if logits.ndim == 2 else None
+        if known != classes:
+            raise ValueError(f"detector {self.name!r} was fitted on logits of {classes} known classes; the logits to "
+                             f"score have {known if known is not None else tuple(logits.shape)}"
+                             f"{' known columns' if known is not None else ''}")
+
     def known_logits(self, logits: Tensor) -> Tensor:
         """The logits of the known classes (a background-class model's last column dropped), float64."""
         logits = logits.to(torch.float64)

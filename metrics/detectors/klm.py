@@ -75,11 +75,7 @@ class KLMatching(Detector):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         logits = outputs["logits"]
         classes = self.typical.shape[1]
-        known = self.known_logits(logits[:1]).shape[1] if logits.ndim == 2 else None
-        if known != classes:
-            raise ValueError(f"detector {self.name!r} was fitted on logits of {classes} known classes; the logits to "
-                             f"score have {known if known is not None else tuple(logits.shape)}"
-                             f"{' known columns' if known is not None else ''}")
+        self.check_known_width(logits, classes)
         floor = torch.finfo(torch.float64).min
         log_typical = torch.where(self.typical > 0, self.typical.log(), torch.full_like(self.typical, floor))
         scores = []

@@ -242,11 +242,7 @@ class OpenMax(Detector):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         logits = outputs["logits"]
         classes = self.class_means.shape[0]
-        known = self.known_logits(logits[:1]).shape[1] if logits.ndim == 2 else None
-        if known != classes:
-            raise ValueError(f"detector {self.name!r} was fitted on logits of {classes} known classes; the logits to "
-                             f"score have {known if known is not None else tuple(logits.shape)}"
-                             f"{' known columns' if known is not None else ''}")
+        self.check_known_width(logits, classes)
         alpha = min(self.alpha, classes)
         weights = torch.tensor([(alpha + 1 - r) / alpha for r in range(1, alpha + 1)], dtype=torch.float64,
                                device=self.class_means.device)
