@@ -241,10 +241,10 @@ def test_every_kappa_runs_through_the_benchmark(demo_checkpoint, tmp_path):
     # she needs every class predicted correctly at least once on the fit set (ghost: twice), which 5 training steps
     # do not give
     names = [n for n in KAPPAS if n not in ("mc_dropout", "she", "ghost") and resolve_detector(n).kind != "ensemble"]
-    # the fitted detectors fit on the checkpoint's own training split, which the model brings (knn_imagenet's 1% of
-    # its 144 images would be one image: k = 10 is refused, so it gets a cap of its own)
+    # the fitted detectors fit on the checkpoint's own training split, which the model brings (knn_imagenet's and
+    # nnguide's 1% of its images would be one image: k = 10 is refused, so they get a cap of their own)
     assert set(run_severity(ScoringModel(str(demo_checkpoint)), names, tmp_path,
-                            fit={"knn_imagenet": {"per_class": 20}}).tables) == set(names)
+                            fit={"knn_imagenet": {"per_class": 20}, "nnguide": {"per_class": 20}}).tables) == set(names)
     with pytest.raises(ValueError, match="no dropout"):
         run_severity(ScoringModel(str(demo_checkpoint)), ["mc_dropout"], tmp_path)
     with pytest.raises(ValueError, match="needs an ensemble"):

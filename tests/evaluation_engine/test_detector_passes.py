@@ -4,6 +4,7 @@ and the score; and what each detector costs (:meth:`ScoringPasses.costs`)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from datamodules.evaluation import EvaluationSet, TensorImageDataset
@@ -91,3 +92,26 @@ def test_costs_name_fit_time_memory_throughput_and_extra_passes(tmp_path) -> Non
     # softmax: the samples over its two shared passes (the first two run) and its scoring, never faster than the passes
     first = [e["seconds"] for e in passes.log if e["source"] == "run"][:2]
     assert 0 < costs["softmax"]["images/s"] <= 42 / sum(first)
+
+
+def _adascale_on(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """AdaSCALE fitted and scored through the engine on ``world_size`` gloo ranks (one image per batch: a batch's
+    composition then cannot change a sample's bits), its own pass sharded and gathered."""
+    torch.manual_seed(0)
+    runner, scoring = fake_runner(rank, world_size), model()
+    validation, test = image_set("id_val", "fit", 9, 1), image_set("ood", "ood", 7, 2)
+    passes = ScoringPasses()
+    kappa = DETECTORS["adascale_l"]
+    detector = passes.fitted_detector(runner, scoring, kappa, kappa.arguments(), validation, batch_size=1)
+    return {"statistics": detector.fit_statistics,
+            "scores": passes.scores(runner, scoring, test, kappa, kappa.arguments(), batch_size=1)}
+
+
+@pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
+def test_the_backward_pass_sharded_over_two_processes_equals_one_process() -> None:
+    from tests.distributed import run_distributed
+
+    single = _adascale_on(0, 1)
+    for per_rank in run_distributed(_adascale_on):  # 9 and 7 images over 2 ranks: uneven shards
+        assert torch.equal(per_rank["statistics"], single["statistics"])
+        assert torch.equal(per_rank["scores"], single["scores"])
