@@ -693,7 +693,8 @@ def run(*, fit: int, n_id: int, n_ood: int, classes: int, dim: int, device: torc
     state.gram = {dtype: gram_rate(features, dtype=dtype, rows=min(gram_rows, fit)) for dtype in (torch.float64,
                                                                                                    torch.float32)}
     square = torch.randn(dim, dim, device=device)
-    state.square = {dtype: matmul_seconds(test_features, square, dtype=dtype) for dtype in (torch.float64, torch.float32)}
+    state.square = {dtype: matmul_seconds(test_features, square, dtype=dtype, rows=32768)
+                    for dtype in (torch.float64, torch.float32)}
     for case in cases:
         if case.logits and state.logits is None:
             made = measure(lambda: logits_of(features, head))

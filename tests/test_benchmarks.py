@@ -504,6 +504,12 @@ def test_detectors_tiny_reports_every_case_and_agrees_with_pytorch_ood(capsys) -
     assert "nci, klm; features generated" in merged and f"Goal met in {sum(r['goal'] == 'yes' for r in rows)}" not in \
         bench.merge(None, part)
     assert bench.merge(bench.merge(bench.markdown(result), part), part).count("- Run ") == 2  # B replaced by B
+    # pytorch-ood's fDBD fit holds the K × K × D differences of the head's rows, whatever N: over a budget, its
+    # scoring is still timed, with the same denominators computed without them
+    lean = bench.main(["--tiny", "--only", "fdbd", "--pood-memory", str(10 / 2**20)])  # 10 KiB < 4·10²·64 bytes
+    fit_row, score_row = lean["rows"]
+    assert "pood_s" not in fit_row and "its fit not run" in fit_row["pood_note"] and "torch.cdist" in fit_row["pood_note"]
+    assert score_row["pood_rows"] == scored and score_row["difference"] < 1e-5 and "torch.cdist" in score_row["pood_note"]
     capsys.readouterr()
     for argv, message in [(["--tiny", "--write"], "--write records a full run"),
                           (["--tiny", "--only", "knn"], "--only: no case 'knn'")]:
