@@ -1,6 +1,6 @@
 """Every fitted detector at ImageNet scale: fit and score time and peak memory of ours (``metrics.detectors``)
-against pytorch-ood 0.4.0 on the same synthetic 2048-d float32 features, in one run, beside one matrix product
-of the same shapes where the detector is one.
+against pytorch-ood 0.4.0 on the same synthetic 2048-d float32 features, side by side in one process, beside one
+matrix product of the same shapes where the detector is one.
 
 The cases: every registered detector that fits or reads the head (``DETECTORS``, ``needs_fit``) and GradNorm
 (no fit: scoring only), but
@@ -20,7 +20,9 @@ from its code before it runs (:attr:`Pood.fit_bytes`), fits ``--pood-memory`` Gi
 has free), else on the first ``N / 2ʲ`` rows that fit (the row says why); ours then also fits on those rows, so
 that time and scores compare on the same fit. It scores the 150k samples in batches (``--pood-batch`` rows, as
 a data loader feeds it), or, where its scoring is a loop over the classes, a per-sample backward or a per-sample
-Python loop, on a subset timed and extrapolated linearly (``--pood-score-rows``, ``--pood-subset``).
+Python loop, on a subset timed and extrapolated linearly (``--pood-score-rows``, ``--pood-subset``). Its fDBD
+fit forms the ``K × K × D`` differences of the head's rows (7.6 GiB at K = 1000, whatever N): over the budget, its
+scoring is timed with the same denominators computed by ``torch.cdist``.
 
 The difference of the scores: max |ours + pytorch-ood| / max |pytorch-ood| (pytorch-ood's scores are outlier
 scores, ours their negation, on the same scale for each of these detectors), on the rows pytorch-ood scored,
@@ -34,7 +36,12 @@ The reference "one matrix product of the same shapes": for a fit the Gram matrix
 (timed on 65536 rows, extrapolated linearly), for scoring ``(150k × 2048)(2048 × 2048)`` (the Mahalanobis family,
 ViM) and ``(150k × 2048)(2048 × bank)`` (KNN, NNGuide), in float64 (ours computes in float64) and float32
 (pytorch-ood's). Peak memory (``openset_common.resources.measure``): the resident set above the one before the
-case, sampled every 5 ms (on a GPU, ``--device cuda``: the CUDA allocator's peak above its start).
+case, sampled every 5 ms, with glibc's mmap threshold fixed (:func:`fix_mmap_threshold`) so that it follows the
+live memory (on a GPU, ``--device cuda``: the CUDA allocator's peak above its start).
+
+All the cases take over an hour on 2 CPU cores: ``--only a,b,c`` runs a part, and ``--only ... --write`` puts its
+rows in place of those detectors' rows in RESULTS.md, keeping the others with the run that measured them (each
+run is listed, with its date and load; the table's first column names it).
 
 Goal (issue 35): ours within 2 GiB above the features in every case, and no slower than pytorch-ood where it ran
 on the same rows.
