@@ -81,7 +81,6 @@ from metrics import (
     Detector,
     check_kappa,
     class_mean_scores,
-    kappa_scores,
     severity_levels,
     severity_table,
 )
@@ -186,6 +185,7 @@ class SeverityAUROC(pl.Callback):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.passes = passes if passes is not None else ScoringPasses(cache_dir)
+        self._pass_costs: dict[tuple[str, str], list[tuple[float | None, str | None]]] = {}  # (set, κ) -> passes
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.plots = plots
         self.tables: dict[str, list[dict[str, Any]]] = {}
@@ -284,11 +284,15 @@ class SeverityAUROC(pl.Callback):
             evaluation_set = self.data[name]
             set_outputs = dict(self.passes.outputs(runner, pl_module, evaluation_set, features=features,
                                              batch_size=batch_size, num_workers=num_workers))
-            for kappa in self.kappas:
+            shared = self.passes.pass_cost()
+            for kappa in self.kappas:  # what each κ's scores of the set cost: the shared pass (and its own)
+                self._pass_costs[(name, kappa.name)] = [shared]
                 if kappa.kind == "model":  # its own pass (ODIN's perturbation, AdaSCALE's perturbed features)
                     set_outputs.update(self.passes.image_outputs(
                         runner, pl_module, evaluation_set, kappa, self.kappa_parameters[kappa.name],
                         background=background, batch_size=batch_size, num_workers=num_workers))
+                    self._pass_costs[(name, kappa.name)] = ([] if kappa.inputs == {"model"} else [shared]) + \
+                        [self.passes.pass_cost()]
             outputs[name] = set_outputs
         return outputs
 
@@ -333,10 +337,10 @@ class SeverityAUROC(pl.Callback):
         levels: dict[str, list[dict[str, Any]]] = {}
         self._weights = None  # drawn once below, shared by every κ
         for kappa in self.kappas:
-            scores = {split: kappa_scores(kappa, outputs[split], background=background,
-                                          parameters=self.kappa_parameters[kappa.name],
-                                          detector=self.detectors.get(kappa.name), data=split)
-                      for split in SEVERITY_SETS}
+            scores = {split: self.passes.score_outputs(
+                pl_module, kappa, self.kappa_parameters[kappa.name], outputs[split],
+                passes=self._pass_costs.get((split, kappa.name), []), background=background,
+                detector=self.detectors.get(kappa.name), data=split) for split in SEVERITY_SETS}
             class_scores = class_mean_scores(scores["ood_estimation"], estimation_classes, len(data.ood_classes))
             groups, level_scores = severity_levels(class_scores, data.group_size, self.levels)
             tables[kappa.name] = severity_table(

@@ -433,6 +433,26 @@ class ScoringPasses:
 
     # -- what each detector costs ------------------------------------------------------------------
 
+    def pass_cost(self) -> tuple[float | None, str | None]:
+        """The seconds and hardware of the pass last asked for (the log's last entry): what a method that scores
+        the outputs itself (:meth:`score_outputs`) charges a detector for it."""
+        entry = self.log[-1] if self.log else {}
+        return entry.get("seconds"), entry.get("hardware")
+
+    def score_outputs(self, pl_module: nn.Module, kappa: type[Detector], parameters: dict[str, Any],
+                      outputs: dict[str, Tensor], *, passes: Sequence[tuple[float | None, str | None]],
+                      background: bool, detector: Detector | None = None, data: str | None = None) -> Tensor:
+        """:func:`metrics.kappa_scores` on outputs a method holds (the severity benchmark's), its cost recorded as
+        :meth:`scores` records it: ``passes``, the (seconds, hardware) of the passes that gave the outputs it reads
+        (:meth:`pass_cost` after each)."""
+        began = time.perf_counter()
+        scores = kappa_scores(kappa, outputs, background=background, parameters=parameters, detector=detector,
+                              data=data)
+        self._add_cost(pl_module, kappa, parameters, samples=int(scores.shape[0]),
+                       seconds=[*(s for s, _ in passes), time.perf_counter() - began],
+                       hardware={h for _, h in passes if h})
+        return scores
+
     def _cost(self, pl_module: nn.Module, kappa: type[Detector], parameters: dict[str, Any]) -> dict[str, Any]:
         model_name = getattr(pl_module, "display_name", type(pl_module).__name__)
         key = (model_name, kappa.name, digest(parameters))

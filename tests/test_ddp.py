@@ -161,7 +161,15 @@ def check_report(one: Path, two: Path, out: str) -> None:
     assert second["leaderboard"] == first["leaderboard"] and len(first["leaderboard"]["rows"]) == 2
     assert {k for row in first["leaderboard"]["rows"] for k in row["cells"]} == {
         "oscr_ccr", "oscr_auroc", "severity_mean", "severity_hardest"}
-    assert [s["tables"] for s in second["sections"]] == [s["tables"] for s in first["sections"]]
+    measured = {s["method"]: s for s in first["sections"]}, {s["method"]: s for s in second["sections"]}
+    # every number of the methods' sections, exactly; the cost section's times and memory are measurements of each
+    # run (what they are of, exactly)
+    assert [s["tables"] for s in second["sections"] if s["method"] != "cost"] == \
+        [s["tables"] for s in first["sections"] if s["method"] != "cost"]
+    what = [[{k: row[k] for k in ("model", "κ", "parameters", "fit images", "scored images", "passes per image")}
+             for row in runs["cost"]["tables"][0]["rows"]] for runs in measured]
+    assert what[0] == what[1] and len(what[0]) == 2
+    assert all(row["images/s"] > 0 for runs in measured for row in runs["cost"]["tables"][0]["rows"])
     assert "Report card written" in out and (two / "index.html").is_file()
 
 
