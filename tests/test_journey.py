@@ -237,7 +237,10 @@ def test_the_readme_journey_runs_as_written(world: dict[str, Path]) -> None:
         elif step == "report":
             card = json.loads((work / "runs/p1-report/report.json").read_text())
             rows = {(row["model"], row["kappa"]): row["cells"] for row in card["leaderboard"]["rows"]}
-            assert len(rows) == 3 and {s["method"] for s in card["sections"]} == {"open_set", "severity", "generated"}
+            assert len(rows) == 3 and {s["method"] for s in card["sections"]} == {"open_set", "severity", "generated",
+                                                                                "cost"}
+            costs = {(r["model"], r["κ"]) for r in next(s for s in card["sections"] if s["method"] == "cost")["tables"][0]["rows"]}
+            assert costs >= set(rows)  # what each row's detector cost, beside it
             model = next(m for m, k in rows if k == "softmax")
             oscr = json.loads((work / "runs/p1-report/open_set" / model / "metrics.json").read_text())
             assert rows[(model, "softmax")]["oscr_auroc"]["value"] == oscr["scalars"]["unknowns/auroc"]
