@@ -177,7 +177,7 @@ class PredictionCache:
     def load_on_rank_zero(self, runner: Runner, name: str, key: str, *, rows: int
                           ) -> tuple[dict[str, Tensor] | None, dict[str, Any]]:
         """:meth:`load` on global rank zero, broadcast to every rank: one decision for all; with the entry's meta."""
-        payload = (self.load(name, key, rows=rows), self.meta.get(key, {})) if runner.is_global_zero else None
+        payload = (self.load(name, key, rows=rows), self.meta.pop(key, {})) if runner.is_global_zero else None
         tensors, meta = runner.broadcast(payload, src=0)
         return tensors, meta
 

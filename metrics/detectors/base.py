@@ -464,7 +464,16 @@ def thread_independent() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------------
-# streamed second moments
+# streamed first and second moments
+
+
+def feature_mean(features: Tensor) -> Tensor:
+    """``(D,)`` float64 mean of ``(N, D)`` features, summed chunk by chunk (no ``N × D`` float64 copy): DICE's mean
+    activation, NCI's and fDBD's training mean."""
+    total = torch.zeros(features.shape[1], dtype=torch.float64, device=features.device)
+    for (chunk,) in row_chunks(features):
+        total += chunk.to(torch.float64).sum(dim=0)
+    return total / features.shape[0]
 
 
 def _add_gram(gram: Tensor, rows: Tensor) -> None:

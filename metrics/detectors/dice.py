@@ -22,7 +22,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, linear_quantile, row_chunks
+from metrics.detectors.base import (
+    Detector,
+    check_fraction,
+    check_width,
+    feature_mean,
+    linear_quantile,
+    row_chunks,
+)
 from metrics.detectors.registry import register_detector
 
 
@@ -53,13 +60,11 @@ class DICE(Detector):
         features = data["features"]
         weight = self.head_weight[:-1] if self.background else self.head_weight
         check_width(features, weight.shape[1], what=f"detector {self.name!r}: the fit features", of="the head's weight")
-        total = torch.zeros(weight.shape[1], dtype=torch.float64, device=features.device)
-        for (chunk,) in row_chunks(features):
-            total += chunk.to(torch.float64).sum(dim=0)
-        contribution = (total / features.shape[0])[None, :] * weight
+        mean = feature_mean(features)
+        contribution = mean[None, :] * weight
         threshold = linear_quantile(lambda: [contribution.reshape(-1)], contribution.numel(), self.p,
                                     dtype=torch.float64)
-        self.register_buffer("mean_activation", total / features.shape[0])
+        self.register_buffer("mean_activation", mean)
         self.register_buffer("threshold", torch.tensor(threshold, dtype=torch.float64, device=features.device))
         self.register_buffer("masked_weight", torch.where(contribution > threshold, weight, torch.zeros_like(weight)))
 

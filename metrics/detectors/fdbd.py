@@ -32,19 +32,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_width, chunk_rows, row_chunks
+from metrics.detectors.base import Detector, check_width, chunk_rows, feature_mean, row_chunks
 from metrics.detectors.registry import register_detector
 
 DISTANCE_FLOOR = 1e-8
 """pytorch-ood's floor of ``|x - μ|`` (a feature at the mean scores finite)."""
-
-
-def feature_mean(features: Tensor) -> Tensor:
-    """``(D,)`` float64 mean of ``(N, D)`` features, summed chunk by chunk (no ``N × D`` float64 copy)."""
-    total = torch.zeros(features.shape[1], dtype=torch.float64, device=features.device)
-    for (chunk,) in row_chunks(features):
-        total += chunk.to(torch.float64).sum(dim=0)
-    return total / features.shape[0]
 
 
 def boundary_norms(weight: Tensor) -> Tensor:

@@ -30,8 +30,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_non_negative, check_width, chunk_rows, row_chunks
-from metrics.detectors.fdbd import feature_mean
+from metrics.detectors.base import (
+    Detector,
+    check_non_negative,
+    check_width,
+    chunk_rows,
+    feature_mean,
+    row_chunks,
+)
 from metrics.detectors.registry import register_detector
 
 NORM_FLOOR = 1e-12
