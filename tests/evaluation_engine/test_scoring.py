@@ -119,10 +119,11 @@ def test_rank_zero_decides_for_every_rank(tmp_path):
     tensors = {"logits": torch.arange(6.0).reshape(3, 2), "targets": torch.tensor([0, 1, 2])}
     PredictionCache(tmp_path / "zero").save("model-id", "k" * 64, tensors, {"split": "id"})
     results = run_distributed(_decide, [str(tmp_path / "zero"), str(tmp_path / "one")], "k" * 64)
-    for result in results:  # a hit on every rank, with rank 0's tensors
+    for result, meta in results:  # a hit on every rank, with rank 0's tensors and the meta they were saved with
         assert result is not None and torch.equal(result["logits"], tensors["logits"])
+        assert meta == {"split": "id"}
     misses = run_distributed(_decide, [str(tmp_path / "one"), str(tmp_path / "zero")], "k" * 64)
-    assert misses == [None, None]  # rank 0 misses: every rank recomputes, even the one that has the file
+    assert misses == [(None, {}), (None, {})]  # rank 0 misses: every rank recomputes, even one with the file
 
 
 def test_save_is_atomic_and_load_checks_the_key(tmp_path):
