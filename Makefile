@@ -143,7 +143,7 @@ benchmark: setup
 	$(PY) -m benchmarks.intervals_benchmark --write
 	$(PY) -m benchmarks.interval_coverage --write
 	$(PY) -m benchmarks.ensemble_training --write
-	$(PY) -m benchmarks.detectors_benchmark --write
+	$(PY) -m benchmarks.detectors_benchmark --write  # over an hour on 2 cores: --only a,b --write runs a part
 	@if [ -f runs/demo/checkpoints/best.ckpt ]; then $(PY) -m benchmarks.report_card --write; \
 	else echo "benchmarks.report_card needs the demo's runs: make demo first"; fi
 

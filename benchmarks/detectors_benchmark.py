@@ -814,7 +814,9 @@ def description(r: dict[str, Any]) -> str:
 def run_line(r: dict[str, Any], label: str) -> str:
     """The run ``label``: when, which cases, its machine and load."""
     budgets = [b / 2**30 for b in r["pood_budget"].values()]
-    budget = (f"; pytorch-ood's fit budget {min(budgets):.3g}-{max(budgets):.3g} GiB (--pood-memory "
+    span = f"{min(budgets):.3g}" if budgets and f"{min(budgets):.3g}" == f"{max(budgets):.3g}" else \
+        f"{min(budgets, default=0):.3g}-{max(budgets, default=0):.3g}"
+    budget = (f"; pytorch-ood's fit budget {span} GiB (--pood-memory "
               f"{r['settings']['pood_memory'] / 2**30:g}, or the memory free less {RESERVE / 2**30:g} GiB)"
               if budgets else "")
     return (f"- Run {label}, {datetime.date.today().isoformat()}: {', '.join(r['cases'])}; features generated in "
