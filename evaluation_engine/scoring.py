@@ -50,7 +50,7 @@ from datamodules.transforms import ModelInput
 from evaluation_engine.options import check_fit_options
 from evaluation_engine.outputs import slug
 from evaluation_engine.runner import Runner
-from lightning_modules.scoring import classification_head, forward_outputs, has_features
+from lightning_modules.scoring import classification_head, forward_outputs, has_features, shares_features_pass
 from metrics import IndexedPredictions, check_kappa, kappa_scores, pairs_with
 from metrics.detectors import Detector
 from openset_common.artefacts import atomic_write_bytes, digest, tensors_fingerprint
@@ -458,9 +458,10 @@ class ScoringPasses:
         key = (model_name, kappa.name, digest(parameters))
         if key not in self._costs:
             forward, backward = kappa(**parameters).passes_per_image()
-            # the engine's shared pass of a detector of the features runs the network twice: its logits, then its
-            # penultimate features (lightning_modules.scoring.forward_outputs)
-            forward += int(kappa.reads_features)
+            # the shared pass of a detector of the features runs the network once for both where its forward is the
+            # composition of the two (timm's, this project's classifiers), else a second time for the features
+            # (lightning_modules.scoring.forward_outputs)
+            forward += int(kappa.reads_features and not shares_features_pass(pl_module))
             self._costs[key] = {"model": model_name, "κ": kappa.name, "parameters": dict(parameters),
                                 "fit seconds": None, "fit peak bytes": None, "fit samples": 0, "fit sets": [],
                                 "fit hardware": None,
@@ -491,8 +492,8 @@ class ScoringPasses:
           backward passes, and its scoring -- summed over the sets; a pass taken from the cache counts the seconds
           it took when it ran (recorded with it), ``None`` where a cache entry predates that;
         - ``forward passes``, ``backward passes``: of the network per scored image, all told
-          (:meth:`Detector.passes_per_image`, and one more forward where the shared pass gives the features: it runs
-          the network for the logits and again for the features).
+          (:meth:`Detector.passes_per_image`, and one more forward where the shared pass gives the features of a
+          model that computes them apart from its logits: :func:`lightning_modules.scoring.shares_features_pass`).
         """
         rows = []
         for cost in self._costs.values():

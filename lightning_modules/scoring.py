@@ -239,9 +239,50 @@ def classification_head(module: nn.Module) -> tuple[Tensor, Tensor | None]:
     return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
 
 
+def _timm_composed(network: nn.Module) -> bool:
+    """A timm model, whose ``forward`` is ``forward_head(forward_features(x))`` (timm's contract for its models)."""
+    return type(network).__module__.startswith("timm.") and hasattr(network, "forward_features") \
+        and hasattr(network, "forward_head")
+
+
+def _open_set_composed(network: nn.Module) -> bool:
+    """An :class:`OpenSetClassifier` whose ``forward`` and ``features`` are its class's own (backbone, then two
+    linear layers), not a subclass's."""
+    kind = type(network)
+    return isinstance(network, OpenSetClassifier) and isinstance(network.network, OpenSetNetwork) \
+        and kind.forward is OpenSetClassifier.forward and kind.features is OpenSetClassifier.features \
+        and type(network.network).forward is OpenSetNetwork.forward
+
+
+def shares_features_pass(module: nn.Module) -> bool:
+    """Whether one run of the network gives both its logits and its penultimate features (:func:`joint_outputs`);
+    otherwise a pass that needs both runs it twice (a module with its own ``features`` method)."""
+    network = module.network if isinstance(module, ScoringModel) else module
+    return _open_set_composed(network) or _timm_composed(network)
+
+
+def joint_outputs(network: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+    """``(logits, features)`` of one run of a network whose forward is the composition of the two
+    (:func:`shares_features_pass`): the trunk runs once and the cheap head twice, each exactly as the network's own
+    ``forward`` and :func:`penultimate_features` compute them (the same operations on the same trunk output)."""
+    if _open_set_composed(network):
+        inner = network.network
+        features = inner.backbone(images)
+        return inner.logits(inner.deep_features(features)), features
+    if _timm_composed(network):
+        trunk = network.forward_features(images)
+        return network.forward_head(trunk), network.forward_head(trunk, pre_logits=True)
+    raise ValueError(f"{type(network).__name__}: its logits and features are separate runs (shares_features_pass)")
+
+
 def forward_outputs(module: nn.Module, images: Tensor, *, features: bool = False) -> dict[str, Tensor]:
     """What one batch gives every κ: ``logits`` ``(N, C)`` (``(N, M, C)`` for an ensemble, which returns
-    ``(M, N, C)``: per sample first, so passes gather them by sample) and, when asked, ``features``."""
+    ``(M, N, C)``: per sample first, so passes gather them by sample) and, when asked, ``features``, from one run
+    of the network where it gives both (:func:`shares_features_pass`), else from a second run."""
+    if features and shares_features_pass(module):
+        logits, penultimate = module.joint_outputs(images) if isinstance(module, ScoringModel) \
+            else joint_outputs(module, images)
+        return {"logits": logits, "features": penultimate}
     logits = module(images)
     out = {"logits": logits.transpose(0, 1) if logits.ndim == 3 else logits}
     if features:
@@ -341,6 +382,11 @@ class ScoringModel(pl.LightningModule):
     def features(self, images: Tensor) -> Tensor:
         """Penultimate features ``(N, F)`` for feature-based κ."""
         return penultimate_features(self.network, self._as_weights(images))
+
+    def joint_outputs(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``(logits, features)`` of one run of the network (:func:`joint_outputs`; one batch the network saw)."""
+        self.forward_calls += 1
+        return joint_outputs(self.network, self._as_weights(images))
 
     def _as_weights(self, images: Tensor) -> Tensor:
         """Images in the weights' floating type: a ``*-true`` precision (``64-true``, ``bf16-true``) converts the

@@ -92,6 +92,14 @@ def test_costs_name_fit_time_memory_throughput_and_extra_passes(tmp_path) -> Non
     # softmax: the samples over its two shared passes (the first two run) and its scoring, never faster than the passes
     first = [e["seconds"] for e in passes.log if e["source"] == "run"][:2]
     assert 0 < costs["softmax"]["images/s"] <= 42 / sum(first)
+    # a timm model gives its logits and features in one run of the network: Mahalanobis then costs 1 forward pass
+    timm = ScoringModel("timm:test_resnet", pretrained=False, model_input=ModelInput(TensorPipeline(6, 3)),
+                        model_args={"num_classes": 3})
+    kappa = DETECTORS["mahalanobis"]
+    passes.fitted_detector(runner, timm, kappa, kappa.arguments(shrinkage=0.5), fit, batch_size=5)
+    passes.scores(runner, timm, test, kappa, kappa.arguments(shrinkage=0.5), batch_size=5)
+    row = next(r for r in passes.costs() if r["model"] == timm.display_name)
+    assert (row["forward passes"], row["backward passes"], row["scored samples"]) == (1, 0, 12)
 
 
 def _adascale_on(rank: int, world_size: int) -> dict[str, torch.Tensor]:

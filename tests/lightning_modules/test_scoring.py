@@ -14,6 +14,7 @@ from lightning_modules.scoring import (
     classification_head,
     forward_outputs,
     penultimate_features,
+    shares_features_pass,
 )
 from tests.conftest import ROOT
 
@@ -58,6 +59,51 @@ def test_timm_model_arguments_and_features():
     assert ScoringModel("timm:test_resnet", pretrained=False).classes == imagenet1k_wnids()
     with pytest.raises(ValueError, match="apply to timm/torchvision models"):
         ScoringModel("runs/x/best.ckpt", model_args={"drop_rate": 0.2})
+
+
+def _trunk_calls(module: nn.Module) -> list[int]:
+    calls: list[int] = []
+    module.register_forward_hook(lambda *_: calls.append(1))
+    return calls
+
+
+@pytest.mark.parametrize("spec", ["timm:test_resnet", "checkpoint"])
+def test_logits_and_features_come_from_one_run_of_the_trunk_exactly_as_two_would_give_them(spec, demo_checkpoint):
+    scoring = ScoringModel(str(demo_checkpoint) if spec == "checkpoint" else spec, pretrained=False)
+    network = scoring.network
+    trunk = network.network.backbone if spec == "checkpoint" else network.layer1
+    images = torch.rand(3, *((1, 28, 28) if spec == "checkpoint" else (3, 32, 32)))
+    calls = _trunk_calls(trunk)
+    with torch.no_grad():
+        apart = {"logits": scoring(images), "features": scoring.features(images)}
+        assert len(calls) == 2 and scoring.forward_calls == 1
+        joint = forward_outputs(scoring, images, features=True)
+        assert len(calls) == 3 and scoring.forward_calls == 2  # the trunk once for both
+        alone = forward_outputs(network, images, features=True)  # the bare network too (a training callback's)
+    assert shares_features_pass(scoring) and shares_features_pass(network)
+    for key in ("logits", "features"):  # the same operations on the same trunk output: bit for bit
+        assert torch.equal(joint[key], apart[key]) and torch.equal(alone[key], apart[key])
+
+
+def test_a_module_with_its_own_features_method_runs_twice_for_logits_and_features():
+    class Own(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, images):
+            return self.linear(self.features(images))
+
+        def features(self, images):
+            return images.flatten(1)[:, :4] * 2
+
+    module = Own()
+    calls = _trunk_calls(module.linear)
+    images = torch.rand(2, 1, 2, 2)
+    with torch.no_grad():
+        outputs = forward_outputs(module, images, features=True)
+    assert not shares_features_pass(module) and len(calls) == 1
+    assert torch.equal(outputs["features"], images.flatten(1) * 2) and torch.equal(outputs["logits"], module(images))
 
 
 def test_outputs_are_per_sample_for_an_ensemble_too():
