@@ -33,6 +33,8 @@ of the built-in ones:
     weiper, weiper_kld                     randomly perturbed class projections: their softmax, the densities
                                            of the features and perturbed logits (Granz 2024)
     optfs                                  energy of features shaped by a fitted piecewise constant (Zhao 2024)
+    nac                                    coverage of layers' neuron states (output · KL gradient) fitted on
+                                           training images (Liu 2024; its own pass, a backward)
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from metrics.detectors.klm import KLMatching
 from metrics.detectors.knn import KNN, KNNImageNet
 from metrics.detectors.mahalanobis import Mahalanobis, RelativeMahalanobis
 from metrics.detectors.mahalanobis_pp import MahalanobisPP, RelativeMahalanobisPP
+from metrics.detectors.nac import NAC
 from metrics.detectors.nci import NCI
 from metrics.detectors.nnguide import NNGuide
 from metrics.detectors.openmax import OpenMax
@@ -114,6 +117,7 @@ DETECTORS: dict[str, type[Detector]] = {cls.name: cls for cls in (
     WeiPer,
     WeiPerKLD,
     OptFS,
+    NAC,
 )}
 """The built-in detectors by name (the registry, :func:`detectors`, holds these and any registered since)."""
 
@@ -149,6 +153,7 @@ __all__ = [
     "Mahalanobis",
     "MahalanobisPP",
     "MaxLogit",
+    "NAC",
     "NCI",
     "NNGuide",
     "ODIN",

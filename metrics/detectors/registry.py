@@ -53,6 +53,7 @@ BUILT_IN = (
     "metrics.detectors.postmax",
     "metrics.detectors.weiper",
     "metrics.detectors.optfs",
+    "metrics.detectors.nac",
 )
 """The modules of the built-in detectors, in the order the detectors' page lists them."""
 

@@ -63,13 +63,30 @@ def pass_statistic(features: Tensor) -> Tensor:
     return torch.round(features[:, :3].sum(dim=1) / 0.5) * 0.5
 
 
+def nac_pass(features: Tensor, head: tuple[Tensor, Tensor], *, classes: int = K) -> dict[str, Tensor]:
+    """NAC's own pass made up from the features, as if they were the output of each of its default layers (a
+    quarter of the columns each) under a linear head: the state ``x ⊙ ∂L/∂x = x ⊙ Wᵀ(p - u)`` of the head's
+    ``classes`` known rows (a background row the tests append is not one of them), scaled by ``100 / α_l`` so that
+    the sigmoid at each default ``α_l`` sees the same spread; and the widths."""
+    weight, bias, x = head[0][:classes], head[1][:classes], features.double()
+    probabilities = torch.softmax(x @ weight.T + bias, dim=1)
+    states = x * ((probabilities - 1 / classes) @ weight) * 100
+    defaults = DETECTORS["nac"].hyperparameter_defaults()
+    parts = torch.tensor_split(states, len(defaults["layers"]), dim=1)
+    states = torch.cat([part / alpha for part, alpha in zip(parts, defaults["alpha"], strict=True)], dim=1)
+    states = states.to(features.dtype)  # float32 where the pass's outputs are
+    widths = torch.tensor([float(p.shape[1]) for p in parts], dtype=torch.float64).expand(features.shape[0], -1)
+    return {"nac/states": states, "nac/widths": widths}
+
+
 def fit_data(features: Tensor, targets: Tensor, head: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
     return {"features": features, "targets": targets, "logits": logits_of(features, head),
-            "adascale/statistic": pass_statistic(features)}
+            "adascale/statistic": pass_statistic(features), **nac_pass(features, head)}
 
 
 def outputs(features: Tensor, head: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
-    return {"features": features, "logits": logits_of(features, head), "adascale/statistic": pass_statistic(features)}
+    return {"features": features, "logits": logits_of(features, head), "adascale/statistic": pass_statistic(features),
+            **nac_pass(features, head)}
 
 
 def fitted(name: str, data: dict[str, Tensor], head: tuple[Tensor, Tensor], **hyperparameters) -> Detector:

@@ -23,6 +23,7 @@ from tests.metrics.detectors.helpers import (
     fitted,
     generator,
     logits_of,
+    nac_pass,
     outputs,
     pass_statistic,
 )
@@ -181,9 +182,9 @@ def test_fitted_state_and_scores_do_not_depend_on_the_number_of_threads(name) ->
             torch.randn(classes, generator=g, dtype=torch.float64) * 0.1)  # predicts the classes (SHE needs that)
     test = torch.relu(torch.randn(700, dim, generator=g, dtype=torch.float64) * 1.5 + 0.5).float()
     data = {"features": features, "targets": targets, "logits": (features.double() @ head[0].T + head[1]).float(),
-            "adascale/statistic": pass_statistic(features)}
+            "adascale/statistic": pass_statistic(features), **nac_pass(features, head, classes=classes)}
     scored = {"features": test, "logits": (test.double() @ head[0].T + head[1]).float(),
-              "adascale/statistic": pass_statistic(test)}
+              "adascale/statistic": pass_statistic(test), **nac_pass(test, head, classes=classes)}
     results = {}
     for threads in (1, 3):
         with intra_op_threads(threads):

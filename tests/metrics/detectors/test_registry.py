@@ -196,11 +196,11 @@ def test_every_kappa_is_a_detector_that_declares_its_pass_and_fit():
                      "fdbd": "features", "gradnorm": "features", "vra": "features", "mahalanobis_pp": "features",
                      "relative_mahalanobis_pp": "features", "nnguide": "features", "klm": "logits",
                      "openmax": "logits", "ghost": "features", "postmax": "features", "weiper": "features",
-                     "weiper_kld": "features", "optfs": "features"}
+                     "weiper_kld": "features", "optfs": "features", "nac": "model"}
     assert {name: cls.kind for name, cls in DETECTORS.items()} == expected_kind
     fitted = {"mahalanobis", "relative_mahalanobis", "knn", "knn_imagenet", "vim", "react", "she", "dice",
               "adascale_a", "adascale_l", "nci", "fdbd", "vra", "mahalanobis_pp", "relative_mahalanobis_pp",
-              "nnguide", "klm", "openmax", "ghost", "postmax", "weiper_kld", "optfs"}
+              "nnguide", "klm", "openmax", "ghost", "postmax", "weiper_kld", "optfs", "nac"}
     # DICE's contribution means come from the fit data; WeiPer's MSP draws its directions when given the head
     head_only = {"ash_s", "ash_p", "ash_b", "scale", "weiper"}
     for name, cls in DETECTORS.items():
