@@ -53,10 +53,12 @@ pass depends on ``layers`` only, so a search over ``alpha``, ``bins`` and ``o_st
 backward. Float64 from the layer outputs on (the engine keeps pass outputs in float32: fit and test states are
 rounded alike); the authors' coverages are float32 (``t_act`` is a float32 tensor), the states too.
 
-Tested against a reference written from the authors' logic (hooks, ``kl_grad`` per layer, ``Estimator`` with its
-broadcast comparisons, unchunked) on a network in float64: the states agree to 2.8e-17 absolute and the scores
-bit for bit (largest difference 0), also on states with ties (a grid of values, at the edge 0.5); against
-pytorch-ood's ``NACUE`` configured as above: 0 (its score ``-L`` times these).
+Tested against a reference written from the authors' logic (hooks, ``kl_grad`` per layer with ``retain_graph``,
+the pooling, ``Estimator`` with its broadcast comparisons and ``get_score``/``ood_test``, unchunked) on a small
+network in float64, with and without a background class: the states agree bit for bit and the scores to 1.1e-16
+(the order of float64 sums), also on states with ties (a grid of values; a state of 0 has the sigmoid 0.5, an edge
+of every ``M``); against pytorch-ood's ``NACUE`` configured as above to 1.5e-7 (its coverages are divided in
+float32), which with its own geometric bins differs by up to 0.47 on the same network.
 
 Memory: the fit keeps the counts, ``Σ_l n_l (M_l - 1)`` int64 (the defaults on ResNet-50: 661,760 counts, 5.3 MB),
 and one chunk's temporaries, ``O(chunk · W)`` with ``W = Σ_l n_l`` neurons (3,840 for the defaults) and chunk =
