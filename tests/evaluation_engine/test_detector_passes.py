@@ -13,6 +13,8 @@ from evaluation_engine.scoring import ScoringPasses
 from lightning_modules.scoring import ScoringModel
 from metrics.detectors import DETECTORS, build_detector
 from metrics.detectors.adascale import STATISTIC
+from metrics.detectors.nac import STATES as NAC_STATES
+from metrics.detectors.nac import WIDTHS as NAC_WIDTHS
 from tests.evaluation_engine.test_scoring import fake_runner
 from tests.metrics.detectors.test_adascale import Net
 
@@ -123,3 +125,45 @@ def test_the_backward_pass_sharded_over_two_processes_equals_one_process() -> No
     for per_rank in run_distributed(_adascale_on):  # 9 and 7 images over 2 ranks: uneven shards
         assert torch.equal(per_rank["statistics"], single["statistics"])
         assert torch.equal(per_rank["scores"], single["scores"])
+
+
+def test_nac_runs_its_own_pass_once_per_set_and_scores_what_the_detector_scores(tmp_path) -> None:
+    """NAC's pass (the layers' outputs and their KL gradients, one backward) runs once per set and is cached under
+    its layers only: another sigmoid steepness, bin count or O* is another fit from the same pass (the authors'
+    search reruns no backward). No shared pass: NAC reads nothing else."""
+    runner, scoring = fake_runner(0, 1), model()
+    fit, test = image_set("fit", "fit", 24, 1), image_set("ood", "ood", 10, 2)
+    kappa = DETECTORS["nac"]
+    parameters = kappa.arguments(layers="conv", alpha=300.0, bins=20, o_star=2)
+    passes = ScoringPasses(tmp_path)
+    detector = passes.fitted_detector(runner, scoring, kappa, parameters, fit, fit={"fraction": 1.0}, batch_size=7)
+    scores = passes.scores(runner, scoring, test, kappa, parameters, batch_size=7)
+    # the fit set's shared pass (its logits check the labels) and NAC's own pass over each set
+    assert passes.passes == 3
+    kinds = [(entry["set"], entry["pass"].rsplit("-", 1)[-1], entry["source"]) for entry in passes.log]
+    assert ("ood", "nac", "run") in kinds and not any(k[:2] == ("ood", "logits") for k in kinds)
+    # by hand: the detector's own pass in the engine's batches of 7, rounded to float32 as the engine keeps it
+    net = scoring.network
+    by_hand = build_detector("nac", **parameters)
+
+    def pass_of(images: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = [by_hand.image_outputs(net, chunk) for chunk in images.split(7)]
+        return {key: torch.cat([p[key] for p in parts]).float() for key in (NAC_STATES, NAC_WIDTHS)}
+
+    by_hand.fit({**pass_of(fit.dataset.images), "targets": fit.labels()})
+    assert torch.equal(detector.counts, by_hand.counts)
+    expected = by_hand.score(pass_of(test.dataset.images))
+    assert torch.equal(scores, expected.double()) and len(set(scores.tolist())) > 3
+    costs = {row["κ"]: row for row in passes.costs()}
+    assert (costs["nac"]["forward passes"], costs["nac"]["backward passes"]) == (1, 1)
+    # a second run takes every pass from the cache; other bins and coverage counts are another fit, not another pass
+    again = ScoringPasses(tmp_path)
+    again.fitted_detector(runner, scoring, kappa, parameters, fit, fit={"fraction": 1.0}, batch_size=7)
+    assert torch.equal(again.scores(runner, scoring, test, kappa, parameters, batch_size=7), scores)
+    other = kappa.arguments(layers="conv", alpha=100.0, bins=50, o_star=3)
+    again.fitted_detector(runner, scoring, kappa, other, fit, fit={"fraction": 1.0}, batch_size=7)
+    assert not torch.equal(again.scores(runner, scoring, test, kappa, other, batch_size=7), scores)
+    assert again.passes == 0
+    # the default cap: the authors' 1,000 class-balanced ImageNet images, one per class (3 here)
+    again.fitted_detector(runner, scoring, kappa, parameters, fit, batch_size=7)
+    assert again.fits[-1]["samples"] == 3
