@@ -352,7 +352,7 @@ class OODBenchmark:
             return tuple(self.passes.scores(runner, model, s, kappa, combined, **batch).double()  # type: ignore[return-value]
                          for s in (id_val, ood_val))
 
-        result = tune(kappa, None, score)
+        result = tune(kappa, None, score, benchmark=self.data.name.removeprefix("openood:"))  # NAC's grid is per benchmark
         self.tuned.append({"model": model_label(model), "κ": kappa.name,
                            "grid": {k: list(v) for k, v in result.grid.items()},
                            "validation AUROC": dict(zip([json.dumps(dict(c), sort_keys=True) for c in result.combinations],

@@ -49,6 +49,18 @@ detector's fit data.
     openmax      openmax                 weibull_tail 20 -> tailsize 20, weibull_alpha 3 -> alpha 3, Euclidean
                                          distance (euclidean_weight 1, cosine_weight 0): hard-coded in
                                          ``openmax_postprocessor.py``
+    nac          nac                     per layer O -> o_star, M -> bins, sig_alpha -> alpha; the layers of the
+                                         authors' README command; per benchmark (below)
+
+NAC-UE's rows on OpenOOD v1.5's leaderboard are its authors' (Liu et al., ICLR 2024), run with their fork of
+OpenOOD (:data:`NAC_REPOSITORY`, at :data:`NAC_COMMIT`): OpenOOD's own ``configs/postprocessors`` have no NAC, and
+the fork's ``get_postprocessor`` reads ``nac_<id_name>.yml``, one file per benchmark with its own values and sweep
+(:data:`BENCHMARK_SEARCH_GRIDS`: :func:`search_grid`). ``cifar10``, ``cifar100`` and ``imagenet1k`` have a ResNet
+file; ``imagenet200`` has none, so the ``openood`` preset has no NAC there. The fork searches NAC on every benchmark
+(the README's commands pass ``aps``, which overrides the files' ``APS_mode``) over the per-layer values jointly, in
+its ``recursive_generator``'s order (the first layer's O fastest). It fits on 1,000 class-balanced training images
+(``valid_num: 1000``): 1 per class on ImageNet-1K (``nac``'s default fit cap), 100 on CIFAR (``--fit-arg
+nac.per_class=100``).
 
 Where the scores differ from the project's only by a monotone map the ranking, hence every metric, is the
 same: GEN sums over the M largest probabilities where the project averages (a factor ``1/min(M, C)``); KNN returns
@@ -189,6 +201,74 @@ _ADASCALE_PAIRS = tuple((float(a), float(b)) for i, a in enumerate((60, 65, 70, 
                         for b in (60, 65, 70, 75, 80, 85, 90, 95, 99)[i + 1:])
 
 
+NAC_REPOSITORY = "github.com/BierOne/ood_coverage"
+NAC_COMMIT = "b00278098a8f4c629d785161c48605a5f837d563"
+"""The authors' fork of OpenOOD whose ``configs/postprocessors/nac/resnet/nac_<benchmark>.yml`` the NAC presets
+read (2024-10-25)."""
+
+_NAC_LAYERS = ("avgpool", "layer3", "layer2", "layer1")
+_NAC_FILES: Mapping[str, tuple[str, bool, dict[str, tuple[int, int, float]],
+                               dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]]]] = {
+    # benchmark: (file, its APS_mode, layer_kwargs per layer (O, M, sig_alpha), postprocessor_sweep per layer)
+    "cifar10": ("configs/postprocessors/nac/resnet/nac_cifar10.yml", False,
+                {"avgpool": (50, 50, 100), "layer3": (100, 500, 1000), "layer2": (5, 50, 0.001),
+                 "layer1": (100, 500, 0.001)},
+                {"avgpool": ((10, 50), (50,), (100,)), "layer3": ((100,), (50, 500), (1000, 5000)),
+                 "layer2": ((5, 10), (50,), (0.001,)), "layer1": ((5, 10, 50, 100), (50, 500), (0.001, 0.005))}),
+    "cifar100": ("configs/postprocessors/nac/resnet/nac_cifar100.yml", False,
+                 {"avgpool": (50, 50, 50), "layer3": (500, 1000, 10), "layer2": (500, 50, 1), "layer1": (5, 50, 0.005)},
+                 {"avgpool": ((50,), (50, 500), (1, 50)), "layer3": ((500,), (50, 500, 1000), (10, 50, 100)),
+                  "layer2": ((100, 500), (50, 500), (1,)), "layer1": ((5, 50), (50,), (0.005,))}),
+    "imagenet1k": ("configs/postprocessors/nac/resnet/nac_imagenet.yml", True,
+                   {"avgpool": (10, 50, 3000), "layer3": (500, 50, 300), "layer2": (50, 500, 0.01),
+                    "layer1": (5000, 1000, 1)},
+                   {"avgpool": ((10, 50, 500), (50, 500), (3000,)), "layer3": ((100, 500), (50, 500), (50, 100, 300)),
+                    "layer2": ((50, 500), (500,), (0.01,)), "layer1": ((5000,), (500, 1000), (0.1, 1))}),
+}
+"""NAC's values as read from the authors' files (their keys O, M, sig_alpha; every layer's ``method`` is
+``sigmoid(o*g_kl)``, ``valid_num`` 1000, ``test_method`` avg)."""
+
+
+def _nac_parameters(values: Mapping[str, tuple[Any, Any, Any]]) -> dict[str, Any]:
+    return {"layers": _NAC_LAYERS, "alpha": tuple(float(values[layer][2]) for layer in _NAC_LAYERS),
+            "bins": tuple(int(values[layer][1]) for layer in _NAC_LAYERS),
+            "o_star": tuple(int(values[layer][0]) for layer in _NAC_LAYERS)}
+
+
+def _nac_grid(benchmark: str) -> Mapping[str, tuple[Any, ...]]:
+    """The fork's sweep as one joint key ``o_star,bins,alpha``: every combination of the per-layer values in its
+    ``recursive_generator``'s order (its ``args_dict``: per layer O, M, sig_alpha, method; the first fastest)."""
+    sweep = _NAC_FILES[benchmark][3]
+    lists = [(layer, position, values) for layer in _NAC_LAYERS for position, values in enumerate(sweep[layer])]
+    combinations = []
+    for chosen in itertools.product(*(values for _, _, values in reversed(lists))):
+        picked = {(layer, position): value for (layer, position, _), value in zip(reversed(lists), chosen, strict=True)}
+        parameters = _nac_parameters({layer: tuple(picked[(layer, p)] for p in range(3)) for layer in _NAC_LAYERS})
+        combinations.append((parameters["o_star"], parameters["bins"], parameters["alpha"]))
+    return MappingProxyType({"o_star,bins,alpha": tuple(combinations)})
+
+
+def _nac_entry(benchmark: str) -> Preset:
+    path, aps, values, sweep = _NAC_FILES[benchmark]
+    read = "; ".join(f"{layer} O {values[layer][0]}, M {values[layer][1]}, sig_alpha {values[layer][2]}"
+                     for layer in _NAC_LAYERS)
+    swept = "; ".join(f"{layer} O {list(sweep[layer][0])}, M {list(sweep[layer][1])}, sig_alpha "
+                      f"{list(sweep[layer][2])}" for layer in _NAC_LAYERS)
+    per_class = 1 if benchmark == "imagenet1k" else 100  # ⌊1000 / K⌋
+    aps_note = "" if aps else ", over the file's APS_mode False"
+    cap = "--fit-arg nac.per_class=1, the detector's default" if per_class == 1 else \
+        f"--fit-arg nac.per_class={per_class}"
+    return Preset("nac", _nac_parameters(values),
+                  f"{path} of the authors' fork {NAC_REPOSITORY} (OpenOOD's configs have no NAC): layer_kwargs {read}; "
+                  f"method sigmoid(o*g_kl); valid_num 1000; APS_mode {aps} (postprocessor_sweep {swept}); layers "
+                  "avgpool layer3 layer2 layer1 from the README's command", "nac", searched=True,
+                  fit_split="id_train",
+                  notes=f"OpenOOD v1.5's NAC rows are the authors' runs of their fork; it searches the sweep on every "
+                        f"benchmark (the README's commands pass aps{aps_note}) and fits on 1,000 class-balanced "
+                        f"training images ({per_class} per class here: {cap}), drawn with numpy's RandomState(1) per "
+                        "class (the project's draw is seeded otherwise); its coverages are float32")
+
+
 def _openood_entries() -> tuple[Preset, ...]:
     """The presets as read from OpenOOD (the same for every benchmark; ODIN's notes are added per benchmark)."""
     return (
@@ -306,6 +386,8 @@ def _build_presets() -> Mapping[str, Mapping[str, Preset]]:
                 entry = Preset(entry.detector, entry.parameters, entry.source, entry.openood_name,
                                searched=entry.searched, fit_split=entry.fit_split, notes=_odin_note(benchmark))
             entries[entry.detector] = entry
+        if benchmark in _NAC_FILES:  # the authors' file of the benchmark (none for imagenet200)
+            entries["nac"] = _nac_entry(benchmark)
         presets[benchmark] = MappingProxyType(entries)
     return MappingProxyType(presets)
 
@@ -333,6 +415,12 @@ NOT_MAPPED = MappingProxyType({
 ``cider``, ``godin``, ``mos``, ``npos``, ``rotpred``, ``t2fnorm``, ``mcd``, need their own training, not a
 detector)."""
 
+MISSING_PRESETS = MappingProxyType({
+    ("imagenet200", "nac"): "the authors' fork, whose runs OpenOOD v1.5 lists, reads nac_<id_name>.yml per benchmark "
+                            "and has no nac_imagenet200.yml: no values to give (--preset paper, or its --kappa-arg)",
+})
+"""(benchmark, detector) pairs without an ``openood`` preset although the detector has one elsewhere, and why."""
+
 SEARCH_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = MappingProxyType({
     "energy": MappingProxyType({}),
     "odin": MappingProxyType({"temperature": (1.0, 10.0, 100.0, 1000.0), "epsilon": (0.0014, 0.0028)}),
@@ -348,12 +436,37 @@ SEARCH_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = MappingProxyType({
     "fdbd": MappingProxyType({"distance_to_mean": (True, False)}),
     "vra": MappingProxyType({"upper_percentile": tuple(_percent(p) for p in (85, 90, 95, 99)),
                              "lower_percentile": tuple(_percent(p) for p in (1, 5, 10, 15))}),
+    "nac": _nac_grid("imagenet1k"),
 })
 """OpenOOD's ``postprocessor_sweep`` of every postprocessor it searches (``APS_mode: True``), in the project's
 names and units (see each :class:`Preset`'s ``source`` for the values as read), the parameters in OpenOOD's key
 order (which :func:`grid_combinations` follows); a key ``"a,b"`` searches the pairs its values list (AdaSCALE's
 percentile ranges ``[p_min, p_max]``) jointly. ``energy`` has one combination: OpenOOD's only temperature, 1,
-is the project's energy. It is benchmark-independent: the sweep files are the same for every benchmark."""
+is the project's energy. It is benchmark-independent: the sweep files are the same for every benchmark, but NAC's,
+whose fork reads one file per benchmark (:data:`BENCHMARK_SEARCH_GRIDS`): its entry here is ImageNet-1K's, the
+benchmark of its defaults, used where a search names no benchmark of OpenOOD's."""
+
+BENCHMARK_SEARCH_GRIDS: Mapping[str, Mapping[str, Mapping[str, tuple[Any, ...]]]] = MappingProxyType({
+    "nac": MappingProxyType({benchmark: _nac_grid(benchmark) for benchmark in _NAC_FILES}),
+})
+"""The detectors whose sweep differs per benchmark: detector -> benchmark -> grid (NAC: 256 combinations on
+CIFAR-10, 288 on CIFAR-100, 576 on ImageNet-1K, each three per-layer tuples searched jointly)."""
+
+
+def search_grid(detector: str, benchmark: str | None = None) -> Mapping[str, tuple[Any, ...]]:
+    """The OpenOOD search grid of ``detector``: its benchmark's (:data:`BENCHMARK_SEARCH_GRIDS`) where it has one,
+    else :data:`SEARCH_GRIDS`'s.
+
+    Raises:
+        ValueError: a detector OpenOOD does not search.
+    """
+    per_benchmark = BENCHMARK_SEARCH_GRIDS.get(detector, {})
+    if benchmark in per_benchmark:
+        return per_benchmark[benchmark]
+    if detector not in SEARCH_GRIDS:
+        raise ValueError(f"no OpenOOD search grid for detector {detector!r}; OpenOOD searches {sorted(SEARCH_GRIDS)} "
+                         "(give a grid)")
+    return SEARCH_GRIDS[detector]
 
 
 # --------------------------------------------------------------------------------------------- presets
@@ -387,7 +500,9 @@ def preset_entry(preset: str, benchmark: str, detector: str) -> Preset:
                       f"({cls.paper or 'the project'})", fit_split=split)
     entries = PRESETS[benchmark]
     if detector not in entries:
-        if detector in OPENOOD_NAMES and OPENOOD_NAMES[detector] != detector:
+        if (benchmark, detector) in MISSING_PRESETS:
+            why = f" on {benchmark} ({MISSING_PRESETS[(benchmark, detector)]})"
+        elif detector in OPENOOD_NAMES and OPENOOD_NAMES[detector] != detector:
             why = f": OpenOOD's {detector!r} is the project's {OPENOOD_NAMES[detector]!r}"
         elif detector in NOT_MAPPED:
             why = f" (OpenOOD's {detector!r}: {NOT_MAPPED[detector]})"
@@ -453,7 +568,8 @@ class TuneResult:
 ScoreFn = Callable[[dict[str, Any]], tuple[Tensor, Tensor]]
 
 
-def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | None, score_fn: ScoreFn) -> TuneResult:
+def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | None, score_fn: ScoreFn, *,
+         benchmark: str | None = None) -> TuneResult:
     """OpenOOD v1.5's automatic parameter search (``Evaluator.hyperparam_search``): score every combination of
     ``grid`` and choose the one with the highest AUROC of the ID validation scores against the OOD validation
     scores; among equal AUROCs the first in search order (OpenOOD keeps a combination only if ``auroc >
@@ -466,10 +582,11 @@ def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | Non
 
     Args:
         detector: the detector's name (or class); its hyperparameters are the grid's keys.
-        grid: parameter -> the values to try, in the project's names and units; ``None``: :data:`SEARCH_GRIDS`'s.
+        grid: parameter -> the values to try, in the project's names and units; ``None``: :func:`search_grid`'s.
         score_fn: ``score_fn(parameters) -> (id_val_scores (N,), ood_val_scores (M,))``, the detector built with
             ``parameters`` (the combination; the defaults apply to the rest) and fitted as its preset says, scoring
             the ID and OOD validation sets (:data:`SEARCH_SETS`), higher = more in-distribution.
+        benchmark: the benchmark searched (``imagenet1k``, ...), for a detector whose sweep depends on it (NAC).
 
     Returns:
         The grid, every combination's AUROC and the chosen combination (:class:`TuneResult`).
@@ -482,17 +599,15 @@ def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | Non
     cls = resolve_detector(detector)
     name = cls.name
     if grid is None:
-        if name not in SEARCH_GRIDS:
-            raise ValueError(f"no OpenOOD search grid for detector {name!r}; OpenOOD searches {sorted(SEARCH_GRIDS)} "
-                             "(give a grid)")
-        grid = SEARCH_GRIDS[name]
+        grid = search_grid(name, benchmark)
     if not isinstance(grid, Mapping):
         raise ValueError(f"tune {name!r}: the grid is a mapping parameter -> values, got {grid!r}")
     checked: dict[str, tuple[Any, ...]] = {}
     known = cls.hyperparameter_defaults()
     for parameter, values in grid.items():
-        if parameter not in known and not cls.open_hyperparameters():
-            raise ValueError(f"tune {name!r}: the grid's {parameter!r} is not a hyperparameter of the detector; it "
+        unknown = [part for part in parameter.split(",") if part not in known]  # "a,b": searched jointly
+        if unknown and not cls.open_hyperparameters():
+            raise ValueError(f"tune {name!r}: the grid's {unknown[0]!r} is not a hyperparameter of the detector; it "
                              f"takes {sorted(known) or 'none'}")
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"tune {name!r}: the grid's {parameter!r} needs a non-empty list of values, got "
@@ -526,8 +641,9 @@ def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | Non
 
 
 __all__ = [
-    "BENCHMARKS", "FIT_SPLITS", "INPUT_STD", "NOT_MAPPED", "OPENOOD_BENCHMARKS", "OPENOOD_COMMIT",
+    "BENCHMARKS", "BENCHMARK_SEARCH_GRIDS", "FIT_SPLITS", "INPUT_STD", "MISSING_PRESETS", "NAC_COMMIT", "NAC_REPOSITORY",
+    "NOT_MAPPED", "OPENOOD_BENCHMARKS", "OPENOOD_COMMIT",
     "OPENOOD_COMMIT_DATE", "OPENOOD_NAMES", "OPENOOD_REPOSITORY", "OPENOOD_VERSION", "PRESETS", "PRESET_NAMES",
     "SEARCH_GRIDS", "SEARCH_SETS", "Preset", "TuneResult", "grid_combinations", "preset_entry", "preset_parameters",
-    "tune",
+    "search_grid", "tune",
 ]

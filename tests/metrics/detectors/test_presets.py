@@ -13,6 +13,7 @@ from torch import nn
 from metrics.detectors import build_detector, detectors, resolve_detector
 from metrics.detectors.perturbation import odin
 from metrics.detectors.presets import (
+    BENCHMARK_SEARCH_GRIDS,
     BENCHMARKS,
     INPUT_STD,
     PRESETS,
@@ -21,6 +22,7 @@ from metrics.detectors.presets import (
     grid_combinations,
     preset_entry,
     preset_parameters,
+    search_grid,
     tune,
 )
 from metrics.detectors.shaping import kept_count
@@ -144,20 +146,74 @@ def test_search_checks_its_grid_and_scores_before_and_while_scoring() -> None:
         tune("knn", {"k": [50, 100]}, lambda p: (torch.ones(2), torch.zeros(1 if p["k"] == 50 else 0)))
 
 
-def test_default_grids_are_valid_and_search_what_openood_searches() -> None:
-    searched = {name for name, entry in PRESETS["cifar10"].items() if entry.searched}
-    assert set(SEARCH_GRIDS) == searched
-    for name, grid in SEARCH_GRIDS.items():
+@pytest.mark.parametrize("benchmark", BENCHMARKS)
+def test_default_grids_are_valid_and_search_what_openood_searches(benchmark) -> None:
+    searched = {name for name, entry in PRESETS[benchmark].items() if entry.searched}
+    assert set(SEARCH_GRIDS) >= searched and set(SEARCH_GRIDS) - searched <= {"nac"}  # no NAC on imagenet200
+    assert set(BENCHMARK_SEARCH_GRIDS) <= set(SEARCH_GRIDS)
+    for name in searched:
+        grid = search_grid(name, benchmark)
         cls = resolve_detector(name)
         for combination in grid_combinations(grid):
             built = build_detector(name, **combination)
             assert {k: getattr(built, k) for k in combination} == combination, (name, combination)
         # each preset's value is one of its grid's (OpenOOD's postprocessor_args are the sweep's start)
-        parameters = PRESETS["cifar10"][name].parameters
+        parameters = PRESETS[benchmark][name].parameters
         for key, values in grid.items():  # a key "a,b" searches pairs jointly (AdaSCALE's percentile ranges)
             assert tuple(parameters[k] for k in key.split(",")) in (values if "," in key else
                                                                     [(v,) for v in values]), (name, key)
         assert {k for key in grid for k in key.split(",")} <= set(cls.hyperparameter_defaults())
+
+
+NAC_SWEEPS = {  # the fork's postprocessor_sweep per benchmark, per layer: O, M, sig_alpha (method: one value)
+    "cifar10": {"avgpool": ([10, 50], [50], [100]), "layer3": ([100], [50, 500], [1000, 5000]),
+                "layer2": ([5, 10], [50], [0.001]), "layer1": ([5, 10, 50, 100], [50, 500], [0.001, 0.005])},
+    "cifar100": {"avgpool": ([50], [50, 500], [1, 50]), "layer3": ([500], [50, 500, 1000], [10, 50, 100]),
+                 "layer2": ([100, 500], [50, 500], [1]), "layer1": ([5, 50], [50], [0.005])},
+    "imagenet1k": {"avgpool": ([10, 50, 500], [50, 500], [3000]), "layer3": ([100, 500], [50, 500], [50, 100, 300]),
+                   "layer2": ([50, 500], [500], [0.01]), "layer1": ([5000], [500, 1000], [0.1, 1])},
+}
+
+
+@pytest.mark.parametrize("benchmark", sorted(NAC_SWEEPS))
+def test_nac_grid_is_the_authors_sweep_in_their_search_order(benchmark) -> None:
+    """The fork's ``args_dict`` (``{layer}_{O, M, sig_alpha, method}`` per layer in the file's order) through its
+    ``recursive_generator`` and ``set_hyperparam`` (four values per layer): the same combinations, in order."""
+    sweep = NAC_SWEEPS[benchmark]
+    lists = [values for layer in sweep for values in (*sweep[layer], ["sigmoid(o*g_kl)"])]
+    expected = []
+    for combination in openood_recursive_generator(lists, len(lists)):
+        per_layer = [combination[i:i + 4] for i in range(0, len(combination), 4)]  # O, M, sig_alpha, method
+        expected.append({"o_star": tuple(o for o, _, _, _ in per_layer), "bins": tuple(m for _, m, _, _ in per_layer),
+                         "alpha": tuple(float(a) for _, _, a, _ in per_layer)})
+    combinations = grid_combinations(search_grid("nac", benchmark))
+    assert combinations == expected and len(combinations) == {"cifar10": 256, "cifar100": 288, "imagenet1k": 576}[
+        benchmark]
+    entry = preset_entry("openood", benchmark, "nac")
+    assert entry.searched and entry.fit_split == "id_train" and entry.openood_name == "nac"
+    assert entry.parameters["layers"] == ("avgpool", "layer3", "layer2", "layer1")
+    # the search runs on the same pass: the grid leaves the layers alone
+    assert all("layers" not in c for c in combinations)
+    if benchmark == "imagenet1k":  # the detector's defaults are the ImageNet-1K file's values
+        assert preset_parameters("openood", benchmark, "nac") == build_detector("nac").hyperparameters()
+        assert search_grid("nac") is SEARCH_GRIDS["nac"] == search_grid("nac", "imagenet1k")
+    with pytest.raises(ValueError, match="no nac_imagenet200.yml"):
+        preset_entry("openood", "imagenet200", "nac")
+
+
+def test_tune_searches_nac_over_its_benchmarks_grid() -> None:
+    seen = []
+
+    def score_fn(parameters):
+        seen.append(parameters)
+        best = parameters["o_star"] == (50, 100, 10, 100)  # a combination of CIFAR-10's grid only
+        return torch.tensor([2.0 if best else 1.0]), torch.tensor([1.5])
+
+    result = tune("nac", None, score_fn, benchmark="cifar10")
+    assert len(seen) == 256 and result.parameters["o_star"] == (50, 100, 10, 100) and result.auroc == 1.0
+    assert len(tune("nac", None, lambda p: (torch.ones(1), torch.zeros(1)), benchmark="fashion").combinations) == 576
+    # a joint key of the default grids is searched as its parts (AdaSCALE's percentile pairs too)
+    assert len(tune("adascale_a", None, lambda p: (torch.ones(1), torch.zeros(1))).combinations) == 36
 
 
 # ------------------------------------------------------------------------- the presets
