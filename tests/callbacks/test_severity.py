@@ -243,9 +243,12 @@ def test_every_kappa_runs_through_the_benchmark(demo_checkpoint, tmp_path):
     names = [n for n in KAPPAS if n not in ("mc_dropout", "she", "ghost", "openmax")
              and resolve_detector(n).kind != "ensemble"]
     # the fitted detectors fit on the checkpoint's own training split, which the model brings (knn_imagenet's and
-    # nnguide's 1% of its images would be one image: k = 10 is refused, so they get a cap of their own)
+    # nnguide's 1% of its images would be one image: k = 10 is refused, so they get a cap of their own); NAC's
+    # default layers are a ResNet's, the demo CNN's are its blocks' activations and its pooling
     assert set(run_severity(ScoringModel(str(demo_checkpoint)), names, tmp_path,
-                            fit={"knn_imagenet": {"per_class": 20}, "nnguide": {"per_class": 20}}).tables) == set(names)
+                            fit={"knn_imagenet": {"per_class": 20}, "nnguide": {"per_class": 20}},
+                            kappa_args={"nac": {"layers": "features.11,features.6,features.2", "alpha": 100.0,
+                                                "bins": 50, "o_star": 5}}).tables) == set(names)
     with pytest.raises(ValueError, match="no dropout"):
         run_severity(ScoringModel(str(demo_checkpoint)), ["mc_dropout"], tmp_path)
     with pytest.raises(ValueError, match="needs an ensemble"):
