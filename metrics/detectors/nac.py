@@ -18,16 +18,16 @@ tokens or ``(C_l,)``) and the logits ``z`` of ``C`` classes:
     φ_{n,j}   = min(A_{n,j} / O*_l, 1)                           (the coverage of a bin)
     score(x)  = Σ_l (1/L) · mean_n φ_{n, j_n(x)}                 (j_n(x): the bin v_n(x) falls in; none: 0)
 
-The edges, for even ``M`` (the authors' code breaks on an odd ``M``, refused here): with ``h = M/2``,
-``e_i = log(1 + i·(√1000 - 1)/(h - 1)) / log 1000`` (``i = 0..h-1``: ``0 .. 0.5``), then ``1 - e_{h-1-i}``
-(``0.5 .. 1``), the last raised to ``1.01``, and ``1.2`` appended (computed with numpy's float64 operations as the
-authors' ``logspace``, so the edges are theirs bit for bit). They are dense around 0.5, a state ``s`` near 0, where
-the sigmoid is steep, and coarse near 0 and 1. pytorch-ood 0.4.0's ``NACUE`` (marked ``ai_coded``) differs:
-geometric bins dense near 0 and 1 (``logspace(1e-6, 0.5)`` mirrored, right-closed), the state of the mean over the
-positions of the product ``o ⊙ g`` (not the product of the sums), ``log(p + 1e-12)`` in the loss, and the layers'
-coverages summed (here averaged: a factor ``L``) and negated. With its bins replaced by the authors' and on layers
-whose outputs have one position (where the mean of the product is the product of the sums), it scores ``-L`` times
-these scores (tested).
+The edges, for even ``M`` (the authors' code breaks on an odd ``M``, refused here): with ``h = M/2`` and
+``e_i = log(1 + i·(√1000 - 1)/(h - 1)) / log 1000`` (``e_0 = 0 .. e_{h-1} = 0.5``), the edges are ``e_0 .. e_{h-2}``,
+then ``1 - e_{h-1-i}`` for ``i = 0..h-1`` (``0.5 .. 1``), the last raised to ``1.01``, and ``1.2`` appended (numpy's
+float64 operations as in the authors' ``logspace``: their edges bit for bit). They are dense around 0.5, a state
+``s`` near 0, where the sigmoid is steep, and coarse near 0 and 1. pytorch-ood 0.4.0's ``NACUE`` (marked
+``ai_coded``) differs: geometric bins dense near 0 and 1 (``logspace(1e-6, 0.5)`` mirrored, right-closed), the state
+of the mean over the positions of the product ``o ⊙ g`` (not the product of the sums), ``log(p + 1e-12)`` in the
+loss, and the layers' coverages summed (here averaged: a factor ``L``) and negated. With its bins replaced by the
+authors' and on layers whose outputs have one position (where the mean of the product is the product of the sums),
+it scores ``-L`` times these scores (tested).
 
 Defaults: the authors' ImageNet ResNet-50 setting (``configs/postprocessors/nac/resnet/nac_imagenet.yml`` and the
 README's command ``imagenet_test_ood_nac.sh resnet50 64 1000 "avgpool layer3 layer2 layer1" aps``): ``layers``
@@ -37,7 +37,7 @@ per layer ``alpha`` (their ``sig_alpha``) ``3000, 300, 0.01, 1``, ``bins`` (``M`
 ``openood`` preset's search (:mod:`metrics.detectors.presets`). Every layer takes the ``sigmoid(o*g_kl)`` state, the
 configs' only ``method``. The fit: 1,000 training images, class-balanced (``valid_num: 1000``, their
 ``TrainSubset(balanced=True)``: ``⌊1000 / K⌋`` per class, 1 per class on ImageNet-1K), so ``default_fit =
-{"per_class": 1}`` (their count on ImageNet-1K, seeded; ``--fit-arg nac.per_class=N`` for another class self.layers,
+{"per_class": 1}`` (their count on ImageNet-1K, seeded; ``--fit-arg nac.per_class=N`` for another class count,
 e.g. ``⌊1000/K⌋``); the authors' seed differs (numpy's ``RandomState(1)`` per class).
 
 Names are resolved in the network the pass receives, unwrapped as :func:`lightning_modules.scoring.penultimate_features`
@@ -300,8 +300,8 @@ class NAC(Detector):
     # -- fit and score ------------------------------------------------------------------------------
     def _layer_widths(self, widths: Tensor, states: Tensor, *, what: str) -> list[int]:
         if widths.ndim != 2 or widths.shape[1] != len(self.layers):
-            raise ValueError(f"detector {self.name!r}: the {what} widths must be (N, {len(self.layers)}), one per layer "
-                             f"of {list(self.layers)}, got {tuple(widths.shape)}: states of other layers")
+            raise ValueError(f"detector {self.name!r}: the {what} widths must be (N, {len(self.layers)}), one per "
+                             f"layer of {list(self.layers)}, got {tuple(widths.shape)}: states of other layers")
         if widths.shape[0] and not torch.equal(widths, widths[:1].expand_as(widths)):
             raise ValueError(f"detector {self.name!r}: the {what} widths differ between rows")
         layer_widths = [int(w) for w in widths[0].tolist()] if widths.shape[0] else []
@@ -351,8 +351,8 @@ class NAC(Detector):
         check_finite_rows(states, what=f"detector {self.name!r}: the states to score")
         widths = self._layer_widths(outputs[WIDTHS], states, what="scored")
         if widths != self.widths.tolist():
-            raise ValueError(f"detector {self.name!r} was fitted on layers of {self.widths.tolist()} neurons; the states "
-                             f"to score have {widths}")
+            raise ValueError(f"detector {self.name!r} was fitted on layers of {self.widths.tolist()} neurons; the "
+                             f"states to score have {widths}")
         layers, coverages = self._layers(widths), self.coverages()
         scores = []
         for (chunk,) in row_chunks(states, rows=self._rows(states.shape[1])):

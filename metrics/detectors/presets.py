@@ -641,8 +641,8 @@ def tune(detector: str | type[Detector], grid: Mapping[str, Sequence[Any]] | Non
 
 
 __all__ = [
-    "BENCHMARKS", "BENCHMARK_SEARCH_GRIDS", "FIT_SPLITS", "INPUT_STD", "MISSING_PRESETS", "NAC_COMMIT", "NAC_REPOSITORY",
-    "NOT_MAPPED", "OPENOOD_BENCHMARKS", "OPENOOD_COMMIT",
+    "BENCHMARKS", "BENCHMARK_SEARCH_GRIDS", "FIT_SPLITS", "INPUT_STD", "MISSING_PRESETS", "NAC_COMMIT",
+    "NAC_REPOSITORY", "NOT_MAPPED", "OPENOOD_BENCHMARKS", "OPENOOD_COMMIT",
     "OPENOOD_COMMIT_DATE", "OPENOOD_NAMES", "OPENOOD_REPOSITORY", "OPENOOD_VERSION", "PRESETS", "PRESET_NAMES",
     "SEARCH_GRIDS", "SEARCH_SETS", "Preset", "TuneResult", "grid_combinations", "preset_entry", "preset_parameters",
     "search_grid", "tune",

@@ -247,8 +247,16 @@ def test_layers_are_found_in_the_wrapped_network_and_refused_by_name() -> None:
                                          r"'layer1', 'layer2', 'avgpool', 'hidden', 'fc'\]"):
         build_detector("nac", layers="layer4,layer1", alpha=1.0, bins=4, o_star=1).image_outputs(wrapped, data)
     twice = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4))
-    twice.forward = lambda x: twice[1](twice[1](twice[0](x)))  # the second layer runs twice, a third not at all
     twice.add_module("unused", nn.Linear(4, 4))
+    twice.add_module("dangling", nn.Linear(3, 2))
+
+    def forward(x: Tensor) -> Tensor:  # the second layer runs twice, "unused" never, "dangling" off the logits' path
+        twice.dangling(x)
+        return twice[1](twice[1](twice[0](x)))
+
+    twice.forward = forward
+    with pytest.raises(ValueError, match="the output of layer 'dangling' does not reach the logits"):
+        build_detector("nac", layers="dangling", alpha=1.0, bins=4, o_star=1).image_outputs(twice, torch.rand(2, 3))
     with pytest.raises(ValueError, match="layer '1' gave 2 outputs in one forward \\(Tensor, Tensor\\)"):
         build_detector("nac", layers="1", alpha=1.0, bins=4, o_star=1).image_outputs(twice, torch.rand(2, 3))
     with pytest.raises(ValueError, match="layer 'unused' gave 0 outputs in one forward \\(none\\)"):
