@@ -105,16 +105,21 @@ def test_costs_name_fit_time_memory_throughput_and_extra_passes(tmp_path) -> Non
 
 
 def _adascale_on(rank: int, world_size: int) -> dict[str, torch.Tensor]:
-    """AdaSCALE fitted and scored through the engine on ``world_size`` gloo ranks (one image per batch: a batch's
-    composition then cannot change a sample's bits), its own pass sharded and gathered."""
+    """AdaSCALE and NAC fitted and scored through the engine on ``world_size`` gloo ranks (one image per batch: a
+    batch's composition then cannot change a sample's bits), their own passes sharded and gathered."""
     torch.manual_seed(0)
     runner, scoring = fake_runner(rank, world_size), model()
     validation, test = image_set("id_val", "fit", 9, 1), image_set("ood", "ood", 7, 2)
     passes = ScoringPasses()
     kappa = DETECTORS["adascale_l"]
     detector = passes.fitted_detector(runner, scoring, kappa, kappa.arguments(), validation, batch_size=1)
+    nac = DETECTORS["nac"]
+    parameters = nac.arguments(layers="conv", alpha=300.0, bins=20, o_star=2)
+    counts = passes.fitted_detector(runner, scoring, nac, parameters, validation, fit={"fraction": 1.0},
+                                    batch_size=1).counts
     return {"statistics": detector.fit_statistics,
-            "scores": passes.scores(runner, scoring, test, kappa, kappa.arguments(), batch_size=1)}
+            "scores": passes.scores(runner, scoring, test, kappa, kappa.arguments(), batch_size=1),
+            "nac counts": counts, "nac scores": passes.scores(runner, scoring, test, nac, parameters, batch_size=1)}
 
 
 @pytest.mark.ddp  # a session-wide gloo pool of 2 processes (tests/distributed.py)
@@ -123,8 +128,9 @@ def test_the_backward_pass_sharded_over_two_processes_equals_one_process() -> No
 
     single = _adascale_on(0, 1)
     for per_rank in run_distributed(_adascale_on):  # 9 and 7 images over 2 ranks: uneven shards
-        assert torch.equal(per_rank["statistics"], single["statistics"])
-        assert torch.equal(per_rank["scores"], single["scores"])
+        assert per_rank.keys() == single.keys()
+        for key, value in single.items():  # AdaSCALE's and NAC's backward passes alike
+            assert torch.equal(per_rank[key], value), key
 
 
 def test_nac_runs_its_own_pass_once_per_set_and_scores_what_the_detector_scores(tmp_path) -> None:
