@@ -31,7 +31,8 @@ it scores ``-L`` times these scores (tested).
 
 Defaults: the authors' ImageNet ResNet-50 setting (``configs/postprocessors/nac/resnet/nac_imagenet.yml`` and the
 README's command ``imagenet_test_ood_nac.sh resnet50 64 1000 "avgpool layer3 layer2 layer1" aps``): ``layers``
-``avgpool, layer3, layer2, layer1`` (torchvision's module names; timm's ResNets call the pooling ``global_pool``),
+``avgpool, layer3, layer2, layer1`` (torchvision's module names; timm's ResNets call the pooling ``global_pool``,
+which ``avgpool`` finds there: :data:`ALIASES`),
 per layer ``alpha`` (their ``sig_alpha``) ``3000, 300, 0.01, 1``, ``bins`` (``M``) ``50, 50, 500, 1000`` and
 ``o_star`` (``O``) ``10, 500, 50, 5000``; the file's ``layer_kwargs``, its ``postprocessor_sweep`` the
 ``openood`` preset's search (:mod:`metrics.detectors.presets`). Every layer takes the ``sigmoid(o*g_kl)`` state, the
@@ -93,6 +94,10 @@ DEFAULT_LAYERS = ("avgpool", "layer3", "layer2", "layer1")
 
 TEMPORARIES = 4
 """``rows × W`` temporaries of a chunk (the states, their sigmoid, the bins, the flat indices)."""
+
+ALIASES = {"avgpool": "global_pool", "global_pool": "avgpool"}
+"""One pooling's two names: torchvision's ResNets call it ``avgpool`` (the authors' name), timm's ``global_pool``; a
+name the network lacks is looked up under its other name, so the defaults serve both."""
 
 EDGE_BASE = 1000.0
 """The base of the authors' ``logspace(1e3, M)``."""
@@ -245,6 +250,8 @@ class NAC(Detector):
         found = []
         for name in self.layers:
             module = inner.get(name, outer.get(name))
+            if module is None and name in ALIASES:
+                module = inner.get(ALIASES[name], outer.get(ALIASES[name]))
             if module is None:
                 children = [child for child, _ in network.named_children()]
                 raise ValueError(f"detector {self.name!r}: the network {type(network).__name__} has no module "

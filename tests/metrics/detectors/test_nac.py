@@ -276,6 +276,23 @@ def test_default_layers_are_a_torchvision_resnets() -> None:
     assert detector.passes_per_image() == (1, 1) and detector.pass_parameters() == {"layers": detector.layers}
 
 
+def test_default_layers_find_a_timm_resnets_pooling_under_its_own_name() -> None:
+    from lightning_modules.scoring import ScoringModel
+
+    scoring = ScoringModel("timm:test_resnet", pretrained=False, model_args={"num_classes": 3})
+    images = torch.rand(2, 3, 32, 32)
+    detector = build_detector("nac")
+    kept = {}
+    scoring.network.global_pool.register_forward_hook(lambda _m, _i, out: kept.update(pool=out.detach()))
+    states = detector.image_outputs(scoring, images)  # "avgpool" is timm's "global_pool"
+    width = scoring.network.num_features
+    assert states[WIDTHS][0, 0].item() == width
+    renamed = build_detector("nac", layers=("global_pool", "layer3", "layer2", "layer1"))
+    assert torch.equal(renamed.image_outputs(scoring, images)[STATES], states[STATES])
+    assert torch.equal(kept["pool"], scoring.network.forward_head(scoring.network.forward_features(images),
+                                                                  pre_logits=True))
+
+
 def test_bad_hyperparameters_and_inputs_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"'nac': bins \(the authors' M, M - 1 intervals\) must be an even integer >= 4"
                                          r" per layer .*got 5"):
