@@ -213,7 +213,13 @@ def test_tune_searches_nac_over_its_benchmarks_grid() -> None:
     assert len(seen) == 256 and result.parameters["o_star"] == (50, 100, 10, 100) and result.auroc == 1.0
     assert len(tune("nac", None, lambda p: (torch.ones(1), torch.zeros(1)), benchmark="fashion").combinations) == 576
     # a joint key of the default grids is searched as its parts (AdaSCALE's percentile pairs too)
-    assert len(tune("adascale_a", None, lambda p: (torch.ones(1), torch.zeros(1))).combinations) == 36
+    def adascale(parameters):  # the pair [70, 95] separates, the others tie
+        best = (parameters["p_min"], parameters["p_max"]) == (70.0, 95.0)
+        return torch.tensor([2.0 if best else 1.0]), torch.tensor([1.5])
+
+    searched = tune("adascale_a", None, adascale)
+    assert len(searched.combinations) == 36 and searched.auroc == 1.0
+    assert (searched.parameters["p_min"], searched.parameters["p_max"]) == (70.0, 95.0)
 
 
 # ------------------------------------------------------------------------- the presets
