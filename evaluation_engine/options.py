@@ -34,23 +34,30 @@ class OptionGroup:
         """The end of the chain of checks."""
 
 
-FIT_OPTIONS = ("fraction", "per_class", "seed")
+FIT_CAPS = ("fraction", "per_class", "images")
+"""The ways to cap a fit set (one at a time): a fraction of it, at most ``N`` images per class, or ``N`` images in
+all; each a seeded class-balanced choice (:func:`evaluation_engine.scoring.fit_subset`)."""
+FIT_OPTIONS = (*FIT_CAPS, "seed")
 
 
 def check_fit_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """A detector's ``fit`` option: ``{"fraction": f}`` (0 < f <= 1) or ``{"per_class": n}``, and ``seed``."""
+    """A detector's ``fit`` option: ``{"fraction": f}`` (0 < f <= 1), ``{"per_class": n}`` or ``{"images": n}``
+    (one of them), and ``seed``."""
     unknown = sorted(set(options) - set(FIT_OPTIONS))
     if unknown:
         raise ValueError(f"fit options of {name!r}: unknown {unknown}; choose from {list(FIT_OPTIONS)}")
-    if "fraction" in options and "per_class" in options and options["fraction"] is not None \
-            and options["per_class"] is not None:
-        raise ValueError(f"fit options of {name!r}: give fraction or per_class, not both ({options})")
-    fraction, per_class = options.get("fraction"), options.get("per_class")
+    caps = [k for k in FIT_CAPS if options.get(k) is not None]
+    if len(caps) > 1:
+        raise ValueError(f"fit options of {name!r}: give one of {' or '.join(FIT_CAPS)}, not {' and '.join(caps)} "
+                         f"({options})")
+    fraction = options.get("fraction")
     if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                  or not 0 < fraction <= 1):
         raise ValueError(f"fit options of {name!r}: fraction must be in (0, 1], got {fraction!r}")
-    if per_class is not None and (isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < 1):
-        raise ValueError(f"fit options of {name!r}: per_class must be a positive integer, got {per_class!r}")
+    for key in ("per_class", "images"):
+        count = options.get(key)
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"fit options of {name!r}: {key} must be a positive integer, got {count!r}")
     return {k: v for k, v in options.items() if v is not None}
 
 

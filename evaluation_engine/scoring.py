@@ -47,7 +47,7 @@ from datamodules.overlap import (
     overlap_note,
 )
 from datamodules.transforms import ModelInput
-from evaluation_engine.options import check_fit_options
+from evaluation_engine.options import FIT_CAPS, check_fit_options
 from evaluation_engine.outputs import slug
 from evaluation_engine.runner import Runner
 from lightning_modules.scoring import classification_head, forward_outputs, has_features, shares_features_pass
@@ -642,8 +642,8 @@ class ScoringPasses:
             return kappa(background=background, **parameters)
         given = check_fit_options(kappa.name, dict(fit or {}))
         defaults = kappa.default_fit
-        if {"fraction", "per_class"} & set(given):  # the user's cap replaces the detector's default cap
-            defaults = {k: v for k, v in defaults.items() if k not in ("fraction", "per_class")}
+        if set(FIT_CAPS) & set(given):  # the user's cap replaces the detector's default cap
+            defaults = {k: v for k, v in defaults.items() if k not in FIT_CAPS}
         options = check_fit_options(kappa.name, {**defaults, **given})
         if kappa.fit_data and fit_set is None:
             raise ValueError(f"detector {kappa.name!r} fits on in-distribution training images and {model_name} has "
@@ -733,9 +733,10 @@ def overlap_columns(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> t
 
 def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet:
     """The fit images a detector's ``fit`` option keeps (:func:`check_fit_options`): a seeded, class-balanced
-    choice (:func:`datamodules.images.balanced_choice`) of ``fraction`` of the set or ``per_class`` images of
-    each class (all of a smaller class), in dataset order; the whole set without a cap. Its fingerprint is the
-    set's and the indices, so another cap is another pass."""
+    choice (:func:`datamodules.images.balanced_choice`) of ``fraction`` of the set, ``per_class`` images of
+    each class (all of a smaller class) or ``images`` in all (NAC's 1,000: one per class of ImageNet-1K, 100 per
+    class of CIFAR-10), in dataset order; the whole set without a cap. Its fingerprint is the set's and the indices,
+    so another cap is another pass."""
     labels = fit_set.labels()
     seed = int(options.get("seed", 0))
     if "fraction" in options:
@@ -750,6 +751,11 @@ def fit_subset(fit_set: EvaluationSet, options: dict[str, Any]) -> EvaluationSet
         if count >= len(labels):
             return fit_set
         chosen = balanced_choice(labels, count, seed)  # round r takes one image of each class with r left
+    elif "images" in options:
+        count = int(options["images"])
+        if count >= len(labels):
+            return fit_set
+        chosen = balanced_choice(labels, count, seed)
     else:
         return fit_set
     indices = chosen.sort().values.tolist()
@@ -761,12 +767,12 @@ def cap_origin(kappa: type[Detector], given: dict[str, Any], options: dict[str, 
                subset: EvaluationSet) -> str:
     """Where a capped fit set's size comes from, for an error about it: the detector's default cap or the user's,
     and the options that change it (``knn_imagenet`` keeps 1% by default: 1 of 96 images)."""
-    cap = {k: v for k, v in options.items() if k in ("fraction", "per_class")}
-    whose = "the cap given" if {"fraction", "per_class"} & set(given) else f"{kappa.name}'s default fit cap"
+    cap = {k: v for k, v in options.items() if k in FIT_CAPS}
+    whose = "the cap given" if set(FIT_CAPS) & set(given) else f"{kappa.name}'s default fit cap"
     return (f"{whose} {cap} keeps {len(subset)} of the {len(fit_set)} images of the fit set {fit_set.name!r}; change it "
-            f"with --fit-arg {kappa.name}.fraction=F (0 < F <= 1; 1 keeps them all) or --fit-arg "
-            f"{kappa.name}.per_class=N (fit: {{{kappa.name}: {{per_class: N}}}} in YAML and Python), or fit on more "
-            "images")
+            f"with --fit-arg {kappa.name}.fraction=F (0 < F <= 1; 1 keeps them all), --fit-arg "
+            f"{kappa.name}.per_class=N or --fit-arg {kappa.name}.images=N (fit: {{{kappa.name}: {{per_class: N}}}} "
+            "in YAML and Python), or fit on more images")
 
 
 def check_head(head: tuple[Tensor, Tensor | None], data: dict[str, Tensor], *, model: str) -> None:
@@ -797,10 +803,10 @@ def check_fit_labels(fit_set: EvaluationSet, *, model: str, num_classes: int, ca
     outside = sorted({int(v) for v in labels[(labels < 0) | (labels >= num_classes)].unique()})
     present = set(labels.unique().tolist())
     absent = [c for c in range(num_classes) if c not in present] if every_class else []
-    if absent and not outside and cap and {"fraction", "per_class"} & set(cap):
+    if absent and not outside and cap and set(FIT_CAPS) & set(cap):
         raise ValueError(f"fit set {fit_set.name}: the cap {cap} keeps {len(labels)} images, too few for {model}'s "
                          f"{num_classes} known classes ({absent[:10]} get none): raise it"
-                         + (f" (--fit-arg {kappa}.fraction=F or --fit-arg {kappa}.per_class=N)" if kappa else ""))
+                         + (f" (--fit-arg {kappa}.fraction=F, {kappa}.per_class=N or {kappa}.images=N)" if kappa else ""))
     if outside or absent:
         raise ValueError(f"fit set {fit_set.name} ({len(labels)} images) is not {model}'s in-distribution training data: "
                          + (f"labels {outside} are not among its {num_classes} known classes; " if outside else "")

@@ -116,7 +116,7 @@ class Detector(nn.Module):
     fit_data: ClassVar[bool] = False
     background_rule: ClassVar[bool] = True
     default_fit: ClassVar[dict[str, Any]] = {}
-    """The engine's default cap of the fit set: ``{"fraction": f}`` or ``{"per_class": n}`` (seeded,
+    """The engine's default cap of the fit set: ``{"fraction": f}``, ``{"per_class": n}`` or ``{"images": n}`` (seeded,
     class-balanced); empty = every fit image. A user's ``fit`` option overrides it."""
     fit_split: ClassVar[str] = "train"
     """The in-distribution split :meth:`fit` reads (:data:`FIT_SPLITS`): ``"train"``, the training images (the

@@ -7,7 +7,7 @@ ICLR 2024 (the authors' code, github.com/BierOne/ood_coverage: ``openood/postpro
 ResNet-50 far-OOD AUROC 95.29). For each chosen layer ``l`` with output ``o`` (``(C_l, H, W)`` maps, ``(T, C_l)``
 tokens or ``(C_l,)``) and the logits ``z`` of ``C`` classes:
 
-    L(x)      = -(1/C) Σ_c log softmax(z)_c  = KL(u ‖ softmax(z)) - log C    (u uniform; the authors' ``kl_grad``)
+    L(x)      = -(1/C) Σ_c log softmax(z)_c  = KL(u ‖ softmax(z)) + log C    (u uniform; the authors' ``kl_grad``)
     g         = ∂L/∂o                                            (one backward per image, all layers at once)
     s_n(x)    = (Σ_{h,w} o_n) · (Σ_{h,w} g_n)                    (sums over the positions (tokens); the authors'
                                                                   ``avg_pooling`` sums, "the denominator can be
@@ -37,9 +37,9 @@ per layer ``alpha`` (their ``sig_alpha``) ``3000, 300, 0.01, 1``, ``bins`` (``M`
 ``o_star`` (``O``) ``10, 500, 50, 5000``; the file's ``layer_kwargs``, its ``postprocessor_sweep`` the
 ``openood`` preset's search (:mod:`metrics.detectors.presets`). Every layer takes the ``sigmoid(o*g_kl)`` state, the
 configs' only ``method``. The fit: 1,000 training images, class-balanced (``valid_num: 1000``, their
-``TrainSubset(balanced=True)``: ``⌊1000 / K⌋`` per class, 1 per class on ImageNet-1K), so ``default_fit =
-{"per_class": 1}`` (their count on ImageNet-1K, seeded; ``--fit-arg nac.per_class=N`` for another class count,
-e.g. ``⌊1000/K⌋``); the authors' seed differs (numpy's ``RandomState(1)`` per class).
+``TrainSubset(balanced=True)``: ``⌊1000 / K⌋`` per class, 1 per class on ImageNet-1K, 100 on CIFAR-10), so
+``default_fit = {"images": 1000}`` (the engine's seeded class-balanced choice of 1,000 images; ``--fit-arg
+nac.images=N`` for another count); the authors' seed differs (numpy's ``RandomState(1)`` per class).
 
 Names are resolved in the network the pass receives, unwrapped as :func:`lightning_modules.scoring.penultimate_features`
 does (a module's ``network``, a project classifier's ``network.backbone``), else as paths of the module itself;
@@ -92,6 +92,11 @@ WIDTHS = "nac/widths"
 DEFAULT_LAYERS = ("avgpool", "layer3", "layer2", "layer1")
 """The authors' ImageNet ResNet-50 layers (their README's command), in their config's order."""
 
+LAYER_DEFAULTS = {"avgpool": (3000.0, 50, 10), "layer3": (300.0, 50, 500), "layer2": (0.01, 500, 50),
+                  "layer1": (1.0, 1000, 5000)}
+"""The authors' ImageNet ResNet-50 ``(sig_alpha, M, O)`` of each layer, by name (``nac_imagenet.yml``'s
+``layer_kwargs``, keyed by layer as there): the defaults of ``alpha``, ``bins`` and ``o_star`` for the layers named."""
+
 TEMPORARIES = 4
 """``rows × W`` temporaries of a chunk (the states, their sigmoid, the bins, the flat indices)."""
 
@@ -129,7 +134,9 @@ def bin_indices(values: Tensor, edges: Tensor) -> tuple[Tensor, Tensor]:
 
 def pooled(values: Tensor) -> Tensor:
     """A layer output (or its gradient) per neuron, float64: ``(B, C)`` as it is, ``(B, C, H, W)`` summed over the
-    positions, ``(B, T, C)`` summed over the tokens (the authors' pooling of ResNets and of ViT's MLP layers)."""
+    positions, ``(B, T, C)`` summed over the tokens (the authors' pooling of ResNets and of ViT's MLP layers).
+    Maps are channels first: a channels-last stage (timm's Swin, ``(B, H, W, C)``) would be pooled over the wrong
+    axes, so name a layer of such a network whose output is ``(B, T, C)`` or ``(B, C)``."""
     values = values.to(torch.float64)
     if values.ndim == 2:
         return values
@@ -156,11 +163,19 @@ def network_of(model: nn.Module) -> nn.Module:
 
 
 def _as_tuple(name: str, value: Any, layers: tuple[str, ...], *, detector: str) -> tuple[Any, ...]:
+    if value is None:  # the authors' value of each layer, by its name
+        position = ("alpha", "bins", "o_star").index(name)
+        unknown = [layer for layer in layers if layer not in LAYER_DEFAULTS and ALIASES.get(layer) not in LAYER_DEFAULTS]
+        if unknown:
+            raise ValueError(f"detector {detector!r}: no default {name} for the layers {unknown} (the authors' values "
+                             f"are for {list(LAYER_DEFAULTS)}): give alpha, bins and o_star, one per layer in the "
+                             f"order of layers or one for all (--kappa-arg {detector}.{name}=[...])")
+        return tuple(LAYER_DEFAULTS[layer if layer in LAYER_DEFAULTS else ALIASES[layer]][position] for layer in layers)
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,) * len(layers)
     if len(values) != len(layers):
         raise ValueError(f"detector {detector!r}: {name} gives {len(values)} values for the {len(layers)} layers "
-                         f"{list(layers)}; give one per layer (in their order) or one for all (the defaults are those "
-                         f"of the layers {list(DEFAULT_LAYERS)})")
+                         f"{list(layers)}; give one per layer (in their order) or one for all (by default each named "
+                         f"layer takes the authors' value: {list(LAYER_DEFAULTS)})")
     return values
 
 
@@ -208,6 +223,9 @@ class NAC(Detector):
         bins: ``M``, the number of bin edges (``M - 1`` intervals; even, >= 4; default 50, 50, 500, 1000).
         o_star: ``O*``, the fit count at which a bin is fully covered (the authors' ``O``; default 10, 500, 50, 5000).
 
+    The defaults (``None``) are the authors' values of each layer by its name (:data:`LAYER_DEFAULTS`, for avgpool,
+    layer3, layer2, layer1 in any order or subset); other layers need the values given.
+
     Buffers: ``counts`` ``(Σ_l n_l (M_l - 1),)`` int64, the fit images per neuron and interval (layer by layer,
     neuron-major), and ``widths`` ``(L,)``, each layer's neurons.
     """
@@ -217,22 +235,25 @@ class NAC(Detector):
     inputs = frozenset({"model"})
     fit_data = True
     refuse_non_finite = True
-    default_fit = {"per_class": 1}
+    default_fit = {"images": 1000}
     fitted_buffers = ("counts", "widths")
     image_keys = (STATES, WIDTHS)
     pass_hyperparameters = ("layers",)
 
     def __init__(self, *, layers: str | Sequence[str] = DEFAULT_LAYERS,
-                 alpha: float | Sequence[float] = (3000.0, 300.0, 0.01, 1.0),
-                 bins: int | Sequence[int] = (50, 50, 500, 1000),
-                 o_star: int | Sequence[int] = (10, 500, 50, 5000), background: bool = False) -> None:
+                 alpha: float | Sequence[float] | None = None, bins: int | Sequence[int] | None = None,
+                 o_star: int | Sequence[int] | None = None, background: bool = False) -> None:
         super().__init__(background=background)
         self.layers = _check_layers(layers, detector=self.name)
         per_layer = {name: _as_tuple(name, value, self.layers, detector=self.name)
                      for name, value in (("alpha", alpha), ("bins", bins), ("o_star", o_star))}
-        self.alpha = tuple(_check_alpha(v, detector=self.name) for v in per_layer["alpha"])
-        self.bins = tuple(_check_bins(v, detector=self.name) for v in per_layer["bins"])
-        self.o_star = tuple(_check_o_star(v, detector=self.name) for v in per_layer["o_star"])
+        self.layer_alpha = tuple(_check_alpha(v, detector=self.name) for v in per_layer["alpha"])
+        self.layer_bins = tuple(_check_bins(v, detector=self.name) for v in per_layer["bins"])
+        self.layer_o_star = tuple(_check_o_star(v, detector=self.name) for v in per_layer["o_star"])
+        # the hyperparameters as given (None: the authors' values of the named layers), each layer's in layer_*
+        self.alpha = None if alpha is None else self.layer_alpha
+        self.bins = None if bins is None else self.layer_bins
+        self.o_star = None if o_star is None else self.layer_o_star
 
     # -- the detector's own pass ----------------------------------------------------------------------
     def passes_per_image(self) -> tuple[int, int]:
@@ -320,7 +341,7 @@ class NAC(Detector):
     def _layers(self, widths: Sequence[int]) -> list[tuple[int, int, int, Tensor]]:
         """Per layer: its first column in the states, its width, its first count, its bin edges."""
         layers, column, count = [], 0, 0
-        for width, bins in zip(widths, self.bins, strict=True):
+        for width, bins in zip(widths, self.layer_bins, strict=True):
             layers.append((column, width, count, bin_edges(bins)))
             column += width
             count += width * (bins - 1)
@@ -333,10 +354,11 @@ class NAC(Detector):
         states = data[STATES]
         widths = self._layer_widths(data[WIDTHS], states, what="fit")
         layers = self._layers(widths)
-        total = sum(w * (m - 1) for w, m in zip(widths, self.bins, strict=True))
+        total = sum(w * (m - 1) for w, m in zip(widths, self.layer_bins, strict=True))
         counts = torch.zeros(total, dtype=torch.int64, device=states.device)
         for (chunk,) in row_chunks(states, rows=self._rows(states.shape[1])):
-            for (column, width, start, edges), alpha, bins in zip(layers, self.alpha, self.bins, strict=True):
+            for (column, width, start, edges), alpha, bins in zip(layers, self.layer_alpha, self.layer_bins,
+                                                                  strict=True):
                 index, inside = bin_indices(state_sigmoid(chunk[:, column:column + width], alpha),
                                             edges.to(chunk.device))
                 flat = index + torch.arange(width, device=chunk.device) * (bins - 1)
@@ -347,7 +369,8 @@ class NAC(Detector):
     def coverages(self) -> list[Tensor]:
         """Per layer, ``φ = min(A / O*, 1)`` ``(n_l, M_l - 1)`` float64."""
         result = []
-        for (_, width, start, _), bins, o_star in zip(self._layers(self.widths.tolist()), self.bins, self.o_star,
+        for (_, width, start, _), bins, o_star in zip(self._layers(self.widths.tolist()), self.layer_bins,
+                                                      self.layer_o_star,
                                                       strict=True):
             counts = self.counts[start:start + width * (bins - 1)].to(torch.float64)
             result.append((counts / o_star).clamp(max=1).view(width, bins - 1))
@@ -364,7 +387,7 @@ class NAC(Detector):
         scores = []
         for (chunk,) in row_chunks(states, rows=self._rows(states.shape[1])):
             total = torch.zeros(chunk.shape[0], dtype=torch.float64, device=chunk.device)
-            for (column, width, _, edges), alpha, coverage in zip(layers, self.alpha, coverages, strict=True):
+            for (column, width, _, edges), alpha, coverage in zip(layers, self.layer_alpha, coverages, strict=True):
                 index, inside = bin_indices(state_sigmoid(chunk[:, column:column + width], alpha),
                                             edges.to(chunk.device))
                 covered = coverage.to(chunk.device).gather(1, index.T).T * inside

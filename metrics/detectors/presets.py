@@ -59,8 +59,8 @@ the fork's ``get_postprocessor`` reads ``nac_<id_name>.yml``, one file per bench
 file; ``imagenet200`` has none, so the ``openood`` preset has no NAC there. The fork searches NAC on every benchmark
 (the README's commands pass ``aps``, which overrides the files' ``APS_mode``) over the per-layer values jointly, in
 its ``recursive_generator``'s order (the first layer's O fastest). It fits on 1,000 class-balanced training images
-(``valid_num: 1000``): 1 per class on ImageNet-1K (``nac``'s default fit cap), 100 on CIFAR (``--fit-arg
-nac.per_class=100``).
+(``valid_num: 1000``): ``nac``'s default fit cap ``{"images": 1000}``, 1 per class on ImageNet-1K, 100 on CIFAR-10,
+10 on CIFAR-100.
 
 Where the scores differ from the project's only by a monotone map the ranking, hence every metric, is the
 same: GEN sums over the M largest probabilities where the project averages (a factor ``1/min(M, C)``); KNN returns
@@ -254,10 +254,8 @@ def _nac_entry(benchmark: str) -> Preset:
                      for layer in _NAC_LAYERS)
     swept = "; ".join(f"{layer} O {list(sweep[layer][0])}, M {list(sweep[layer][1])}, sig_alpha "
                       f"{list(sweep[layer][2])}" for layer in _NAC_LAYERS)
-    per_class = 1 if benchmark == "imagenet1k" else 100  # ⌊1000 / K⌋
+    per_class = {"imagenet1k": 1, "cifar10": 100, "cifar100": 10}[benchmark]  # ⌊1000 / K⌋
     aps_note = "" if aps else ", over the file's APS_mode False"
-    cap = "--fit-arg nac.per_class=1, the detector's default" if per_class == 1 else \
-        f"--fit-arg nac.per_class={per_class}"
     return Preset("nac", _nac_parameters(values),
                   f"{path} of the authors' fork {NAC_REPOSITORY} (OpenOOD's configs have no NAC): layer_kwargs {read}; "
                   f"method sigmoid(o*g_kl); valid_num 1000; APS_mode {aps} (postprocessor_sweep {swept}); layers "
@@ -265,7 +263,8 @@ def _nac_entry(benchmark: str) -> Preset:
                   fit_split="id_train",
                   notes=f"OpenOOD v1.5's NAC rows are the authors' runs of their fork; it searches the sweep on every "
                         f"benchmark (the README's commands pass aps{aps_note}) and fits on 1,000 class-balanced "
-                        f"training images ({per_class} per class here: {cap}), drawn with numpy's RandomState(1) per "
+                        f"training images ({per_class} per class here: the detector's default cap, images=1000), drawn "
+                        "with numpy's RandomState(1) per "
                         "class (the project's draw is seeded otherwise); its coverages are float32")
 
 

@@ -170,6 +170,8 @@ def test_nac_runs_its_own_pass_once_per_set_and_scores_what_the_detector_scores(
     again.fitted_detector(runner, scoring, kappa, other, fit, fit={"fraction": 1.0}, batch_size=7)
     assert not torch.equal(again.scores(runner, scoring, test, kappa, other, batch_size=7), scores)
     assert again.passes == 0
-    # the default cap: the authors' 1,000 class-balanced ImageNet images, one per class (3 here)
+    # the default cap: the authors' 1,000 class-balanced images (all 24 here), and a smaller one by --fit-arg
     again.fitted_detector(runner, scoring, kappa, parameters, fit, batch_size=7)
-    assert again.fits[-1]["samples"] == 3
+    assert again.fits[-1]["samples"] == 24
+    again.fitted_detector(runner, scoring, kappa, parameters, fit, fit={"images": 6}, batch_size=7)
+    assert again.fits[-1]["samples"] == 6

@@ -354,6 +354,12 @@ def test_the_cap_is_seeded_and_class_balanced():
     assert torch.bincount(data.labels()[torch.tensor(per_class.dataset.indices)]).tolist() == [4, 4, 4]
     assert fit_subset(data, {}) is data and fit_subset(data, {"per_class": 100}) is data
     assert half.fingerprint() != per_class.fingerprint() != data.fingerprint()
+    # images in all, class-balanced (NAC's 1,000: one a class of ImageNet-1K): 8 of 3 classes are 3, 3, 2
+    eight = fit_subset(data, {"images": 8})
+    assert len(eight) == 8 and sorted(torch.bincount(data.labels()[torch.tensor(eight.dataset.indices)]).tolist()) \
+        == [2, 3, 3]
+    assert eight.dataset.indices == sorted(eight.dataset.indices) and fit_subset(data, {"images": 31}) is data
+    assert fit_subset(data, {"images": 16}).dataset.indices == half.dataset.indices  # the same draw as 50%
 
 
 def test_a_head_only_detector_fits_without_data_and_a_wrong_head_is_refused():
@@ -407,7 +413,9 @@ def test_bad_fit_input_is_refused_by_name_before_the_pass():
     with pytest.raises(ValueError, match="has no linear classification head"):
         check_detectors([HEAD_ENERGY], scoring_model(NoHead()), None)
     for bad, message in (({"fraction": 0}, r"fraction must be in \(0, 1\]"), ({"per_class": 0}, "positive integer"),
-                         ({"fraction": 0.5, "per_class": 3}, "not both"), ({"count": 3}, r"unknown \['count'\]")):
+                         ({"fraction": 0.5, "per_class": 3}, "not fraction and per_class"),
+                         ({"per_class": 3, "images": 10}, "not per_class and images"), ({"images": 2.5}, "images must be"),
+                         ({"count": 3}, r"unknown \['count'\]")):
         with pytest.raises(ValueError, match=message):
             check_fit_options("knn", bad)
     # a fitted κ scored without its fit: an error, not a silent default

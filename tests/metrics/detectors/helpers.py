@@ -71,9 +71,9 @@ def nac_pass(features: Tensor, head: tuple[Tensor, Tensor], *, classes: int = K)
     weight, bias, x = head[0][:classes], head[1][:classes], features.double()
     probabilities = torch.softmax(x @ weight.T + bias, dim=1)
     states = x * ((probabilities - 1 / classes) @ weight) * 100
-    defaults = DETECTORS["nac"].hyperparameter_defaults()
-    parts = torch.tensor_split(states, len(defaults["layers"]), dim=1)
-    states = torch.cat([part / alpha for part, alpha in zip(parts, defaults["alpha"], strict=True)], dim=1)
+    defaults = DETECTORS["nac"]()
+    parts = torch.tensor_split(states, len(defaults.layers), dim=1)
+    states = torch.cat([part / alpha for part, alpha in zip(parts, defaults.layer_alpha, strict=True)], dim=1)
     states = states.to(features.dtype)  # float32 where the pass's outputs are
     widths = torch.tensor([float(p.shape[1]) for p in parts], dtype=torch.float64).expand(features.shape[0], -1)
     return {"nac/states": states, "nac/widths": widths}

@@ -305,7 +305,16 @@ def test_bad_hyperparameters_and_inputs_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="'nac': o_star .* must be an integer >= 1 per layer, got 0"):
         build_detector("nac", o_star=(10, 0, 50, 5000))
     with pytest.raises(ValueError, match=r"'nac': alpha gives 4 values for the 2 layers \['layer3', 'layer4'\]"):
+        build_detector("nac", layers="layer3,layer4", alpha=(3000.0, 300.0, 0.01, 1.0), bins=50, o_star=10)
+    with pytest.raises(ValueError, match=r"'nac': no default alpha for the layers \['layer4'\] \(the authors' values "
+                                         r"are for \['avgpool', 'layer3', 'layer2', 'layer1'\]\)"):
         build_detector("nac", layers="layer3,layer4", bins=50, o_star=10)
+    # the authors' values go with the layers' names, in any order (timm's global_pool is their avgpool)
+    reordered = build_detector("nac", layers="layer1,global_pool,layer3")
+    assert (reordered.layer_alpha, reordered.layer_bins, reordered.layer_o_star) == (
+        (1.0, 3000.0, 300.0), (1000, 50, 50), (5000, 10, 500))
+    assert reordered.hyperparameters()["alpha"] is None and build_detector("nac").layer_alpha == (3000.0, 300.0, 0.01,
+                                                                                                 1.0)
     with pytest.raises(ValueError, match="'nac': layers name a module twice"):
         build_detector("nac", layers="a,a", alpha=1.0, bins=4, o_star=1)
     with pytest.raises(ValueError, match="'nac': layers must name modules of the network"):

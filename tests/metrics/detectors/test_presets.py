@@ -195,7 +195,9 @@ def test_nac_grid_is_the_authors_sweep_in_their_search_order(benchmark) -> None:
     # the search runs on the same pass: the grid leaves the layers alone
     assert all("layers" not in c for c in combinations)
     if benchmark == "imagenet1k":  # the detector's defaults are the ImageNet-1K file's values
-        assert preset_parameters("openood", benchmark, "nac") == build_detector("nac").hyperparameters()
+        default, preset = build_detector("nac"), build_detector("nac", **preset_parameters("openood", benchmark, "nac"))
+        assert [(d.layers, d.layer_alpha, d.layer_bins, d.layer_o_star) for d in (default, preset)] == \
+            [(preset.layers, preset.alpha, preset.bins, preset.o_star)] * 2
         assert search_grid("nac") is SEARCH_GRIDS["nac"] == search_grid("nac", "imagenet1k")
     with pytest.raises(ValueError, match="no nac_imagenet200.yml"):
         preset_entry("openood", "imagenet200", "nac")
