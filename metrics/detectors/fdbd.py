@@ -19,7 +19,9 @@ hyperparameter: the paper's detector has none.
 
 ``μ`` is the mean of the fit set's features (the training images; OpenOOD ``id_loader_dict['train']``).
 Background-class models: ``C = K`` known classes (``ŷ`` among the known logits, the sum over the known rows of the
-head). A head with two identical known rows has no boundary between them and is refused at fit. Float64.
+head). A head with two identical known rows has no boundary between them and is refused at fit. Float64 but
+for the head's product, in the features' precision (float32 for float32 features; the logits' differences, the
+distances and the norm in float64: :mod:`metrics.detectors.base`, *Precision*).
 
 Memory: fit ``O(K² + chunk·D)``: the mean streamed over :func:`metrics.detectors.base.row_chunks` (one float64
 chunk, 256 MiB at D = 2048), the ``K × K`` boundary norms ``|w_p - w_c|`` (8 MB at K = 1000) from the differences
@@ -94,10 +96,10 @@ class FDBD(Detector):
         features = outputs["features"]
         check_width(features, self.mean.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
         classes = self.boundary_norms.shape[0]
-        scores = []
+        scores, head = [], self.product_head(features)
         for (chunk,) in row_chunks(features, rows=chunk_rows(features.shape[1] + 2 * classes)):
+            logits = self.head_logits(chunk, head)
             x = chunk.to(torch.float64)
-            logits = self.head_logits(x)
             top, predicted = logits.max(dim=1)
             distances = ((top[:, None] - logits) / self.boundary_norms[predicted]).sum(dim=1) / (classes - 1)
             norm = (x - self.mean if self.distance_to_mean else x).norm(dim=1).clamp(min=DISTANCE_FLOOR)

@@ -19,7 +19,8 @@ Default ``α = 0.0001``: the authors' ``configs/postprocessors/nci.yml`` (``alph
 ``alpha_list`` [0.0001, 0.001, 0.01, 0.1] on the validation sets); pytorch-ood's default is 0 (``pScore`` alone).
 
 ``μ_G`` is the mean of the fit set's features (the training images; OpenOOD ``id_loader_dict['train']``).
-Background-class models: ``ŷ`` among the known logits, ``w_ŷ`` a known row. Float64.
+Background-class models: ``ŷ`` among the known logits, ``w_ŷ`` a known row. Float64 but for the head's product that
+picks ``ŷ``, in the features' precision (float32 for float32 features; :mod:`metrics.detectors.base`, *Precision*).
 
 Memory: fit ``O(chunk·D)`` (the mean streamed over :func:`metrics.detectors.base.row_chunks`: at ImageNet's
 1,281,167 × 2048 float32 fit features one float64 chunk, 256 MiB, above them); score ``O(K·D + chunk·(D + K))``.
@@ -74,11 +75,11 @@ class NCI(Detector):
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         check_width(features, self.mean.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
-        weight = self.head_weight
+        weight, head = self.head_weight, self.product_head(features)
         scores = []
         for (chunk,) in row_chunks(features, rows=chunk_rows(2 * features.shape[1] + weight.shape[0])):
+            predicted = self.head_logits(chunk, head).argmax(dim=1)  # among the known columns of a background-class model
             x = chunk.to(torch.float64)
-            predicted = self.head_logits(x).argmax(dim=1)  # among the known columns of a background-class model
             centred = x - self.mean
             proximity = (centred * weight[predicted]).sum(dim=1) / centred.norm(dim=1).clamp(min=NORM_FLOOR)
             scores.append(proximity + self.alpha * x.abs().sum(dim=1))

@@ -13,8 +13,10 @@ selection over the chunks (:func:`metrics.detectors.base.linear_quantile`: 2 pas
 instead of a flattened ``N·D`` copy and its sort. pytorch-ood's ``ReAct`` fed the pooled features as
 ``B × D × 1 × 1`` maps, an identity backbone and the linear head scores the same.
 
-The energy is over the known logits of a background-class model. Float64 (the threshold is a float64 buffer;
-fit features of float16/bfloat16 are selected in float32).
+The energy is over the known logits of a background-class model. The threshold is a float64 buffer (fit features of
+float16/bfloat16 are selected in float32); scoring clips and multiplies by the head in the features' precision,
+float32 for float32 features (the clip at the threshold rounded to float32 is exact), the energy in float64
+(:mod:`metrics.detectors.base`, *Precision*).
 
 Memory: the head and ``O(chunk·D)`` (65536 counts per selection pass).
 """
@@ -30,6 +32,7 @@ from metrics.detectors.base import (
     check_fraction,
     check_width,
     chunk_rows,
+    in_product_precision,
     linear_quantile,
     row_chunks,
 )
@@ -85,6 +88,8 @@ class ReAct(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        scores = [torch.logsumexp(self.head_logits(chunk.to(torch.float64).clamp(max=self.threshold)), dim=1)
+        head = self.product_head(features)
+        (threshold,) = in_product_precision(features, self.threshold)  # a float32 clip is exact (base's Precision)
+        scores = [torch.logsumexp(self.head_logits(chunk.to(threshold.dtype).clamp(max=threshold), head), dim=1)
                   for (chunk,) in row_chunks(features)]
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

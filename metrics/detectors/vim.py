@@ -16,7 +16,9 @@ a ``d >= D`` is replaced by ``D // 2`` (pytorch-ood's rule for ``d > D``; at ``d
 divides by an empty residual). pytorch-ood has no default ``d``.
 
 A background-class model's head is cut to its K known rows for all of ViM (the origin u, the energy and
-α's max logit). Float64 throughout (pytorch-ood casts to float32).
+α's max logit). The fit is float64 throughout, whatever the features' dtype (pytorch-ood casts to float32); scoring
+multiplies by ``[R | Wᵀ]`` (and adds its offset) in the features' precision, float32 for float32 features, and takes
+the residual's norm and the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
 The pseudo-inverse and ``eigh`` run on one thread (:func:`metrics.detectors.base.thread_independent`): the
 fitted state does not depend on the process's number of threads, so 2 processes give what 1 gives.
@@ -35,6 +37,7 @@ from metrics.detectors.base import (
     Detector,
     check_positive_int,
     check_width,
+    in_product_precision,
     row_chunks,
     streamed_moments,
     thread_independent,
@@ -105,16 +108,17 @@ class ViM(Detector):
         return torch.cat([basis, weight.T], dim=1), torch.cat([-(self.origin @ basis), bias])
 
     def _logits_and_residual(self, features: Tensor, projection: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        """The known logits ``(rows, K)`` and ``|(x - u) R|`` ``(rows,)``, from one product ``x [R | Wᵀ]``."""
+        """The known logits ``(rows, K)`` and ``|(x - u) R|`` ``(rows,)`` float64, from one product ``x [R | Wᵀ]`` in
+        the projection's dtype (the features' precision in scoring, float64 in the fit)."""
         matrix, offset = projection
-        both = torch.addmm(offset, features.to(torch.float64), matrix)
+        both = torch.addmm(offset, features.to(matrix.dtype), matrix).to(torch.float64)
         width = self.residual_basis.shape[1]
         return both[:, width:], both[:, :width].norm(dim=1)
 
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         check_width(features, self.origin.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
-        scores, projection = [], self._projection()
+        scores, projection = [], in_product_precision(features, *self._projection())
         for (chunk,) in row_chunks(features):
             logits, residual = self._logits_and_residual(chunk, projection)
             scores.append(torch.logsumexp(logits, dim=1) - self.alpha * residual)

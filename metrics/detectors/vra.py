@@ -24,8 +24,10 @@ those above β to β; its thresholds are per-dimension quantiles of the training
 (``np.quantile(z, q, axis=0)``; defaults 0.01 / 0.99), so it equals this detector only for one-dimensional features
 (tested). This detector is OpenOOD's: one pair of global thresholds, clipped on both sides.
 
-The energy is over the known logits of a background-class model. Float64 (the thresholds are float64 buffers of the
-percentiles computed in the fit features' dtype, as numpy does; float16/bfloat16 features are selected in float32).
+The energy is over the known logits of a background-class model. The thresholds are float64 buffers of the
+percentiles computed in the fit features' dtype, as numpy does (float16/bfloat16 features are selected in float32);
+scoring clips and multiplies by the head in the features' precision, float32 for float32 features (exact clips: the
+thresholds rounded to float32), the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
 Memory: fit ``O(chunk)`` beyond the features (65536 counts and one chunk's keys per selection pass; 2 passes per
 percentile for float32 features, 4 for float64), score the head and ``O(chunk·(D + K))``.
@@ -36,7 +38,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+from metrics.detectors.base import Detector, check_fraction, check_width, in_product_precision, row_chunks
 from metrics.detectors.react import activation_percentile
 from metrics.detectors.registry import register_detector
 
@@ -82,8 +84,11 @@ class VRA(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
+        head = self.product_head(features)
+        # a float32 clip at the thresholds rounded to float32 is exact (metrics.detectors.base, Precision)
+        lower, upper = in_product_precision(features, self.lower_threshold, self.upper_threshold)
         scores = []
         for (chunk,) in row_chunks(features):
-            clipped = chunk.to(torch.float64).clamp(min=self.lower_threshold, max=self.upper_threshold)
-            scores.append(torch.logsumexp(self.head_logits(clipped), dim=1))
+            clipped = chunk.to(lower.dtype).clamp(min=lower, max=upper)
+            scores.append(torch.logsumexp(self.head_logits(clipped, head), dim=1))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
