@@ -34,10 +34,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor
 
-from metrics.detectors.base import float64_sums
+from metrics.detectors.base import Buffers, float64_sums
 from metrics.detectors.registry import register_detector
 from metrics.detectors.shaping import ActivationShaping, kept_count, shaping_factor
 
@@ -54,14 +53,15 @@ class ASH(ActivationShaping):
     variant: ClassVar[str] = ""
     paper = "Djurisic et al., ICLR 2023"
 
-    def shape(self, features: Tensor) -> Tensor:
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
         """The shaped features ``(rows, D)`` of one chunk, in its product precision (float32 or float64)."""
         features, values, index, k = self.kept(features)
         if self.variant == "b":
             values = (float64_sums(features, 1) / k).to(features.dtype)[:, None].expand(values.shape)
         elif self.variant == "s":
             values = values * shaping_factor(features, values).to(features.dtype)[:, None]
-        return torch.zeros_like(features).scatter_(1, index, values)
+        shaped = buffers.take("shaped", tuple(features.shape), features.dtype)
+        return shaped.zero_().scatter_(1, index, values)
 
 
 @register_detector

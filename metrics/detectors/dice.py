@@ -24,12 +24,14 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_fraction,
     check_width,
     feature_mean,
     in_product_precision,
     linear_quantile,
+    logsumexp_,
     row_chunks,
 )
 from metrics.detectors.registry import register_detector
@@ -76,6 +78,9 @@ class DICE(Detector):
                     of="the head's weight")
         bias = self.head_bias[:-1] if self.background else self.head_bias
         weight, bias = in_product_precision(features, self.masked_weight, bias)
-        scores = [torch.logsumexp(torch.addmm(bias, chunk.to(weight.dtype), weight.T).to(torch.float64), dim=1)
-                  for (chunk,) in row_chunks(features)]
+        buffers, scores = Buffers(features.device), []
+        for (chunk,) in row_chunks(features):
+            logits = torch.addmm(bias, chunk.to(weight.dtype), weight.T,
+                                 out=buffers.take("logits", (chunk.shape[0], weight.shape[0]), weight.dtype))
+            scores.append(logsumexp_(buffers.float64(logits, "float64 logits")))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

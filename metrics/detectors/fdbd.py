@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_width, chunk_rows, feature_mean, row_chunks
+from metrics.detectors.base import Buffers, Detector, check_width, chunk_rows, feature_mean, row_chunks
 from metrics.detectors.registry import register_detector
 
 DISTANCE_FLOOR = 1e-8
@@ -96,12 +96,16 @@ class FDBD(Detector):
         features = outputs["features"]
         check_width(features, self.mean.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
         classes = self.boundary_norms.shape[0]
-        scores, head = [], self.product_head(features)
+        scores, head, buffers = [], self.product_head(features), Buffers(features.device)
         for (chunk,) in row_chunks(features, rows=chunk_rows(features.shape[1] + 2 * classes)):
-            logits = self.head_logits(chunk, head)
-            x = chunk.to(torch.float64)
+            logits = self.head_logits(chunk, head, buffers)
             top, predicted = logits.max(dim=1)
-            distances = ((top[:, None] - logits) / self.boundary_norms[predicted]).sum(dim=1) / (classes - 1)
-            norm = (x - self.mean if self.distance_to_mean else x).norm(dim=1).clamp(min=DISTANCE_FLOOR)
-            scores.append(distances / norm)
+            norms = torch.index_select(self.boundary_norms, 0, predicted,
+                                       out=buffers.take("norms", tuple(logits.shape), torch.float64))
+            # top - logits as -logits + top: the same subtraction, in the logits' memory
+            distances = logits.neg_().add_(top[:, None]).div_(norms).sum(dim=1) / (classes - 1)
+            x = buffers.float64(chunk, "x")
+            if self.distance_to_mean:
+                x = torch.sub(x, self.mean, out=buffers.take("centred", tuple(x.shape), torch.float64))
+            scores.append(distances / x.norm(dim=1).clamp(min=DISTANCE_FLOOR))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

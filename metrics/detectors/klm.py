@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, chunk_rows, product_dtype, row_chunks
+from metrics.detectors.base import Buffers, Detector, chunk_rows, product_dtype, row_chunks
 from metrics.detectors.registry import register_detector
 
 
@@ -83,11 +83,19 @@ class KLMatching(Detector):
         dtype = product_dtype(logits)  # the product's precision: the logits' (metrics.detectors.base, Precision)
         floor = torch.finfo(dtype).min  # the lowest float of the product's dtype: finite there
         log_typical = torch.where(self.typical > 0, self.typical.log(), torch.full_like(self.typical, floor)).to(dtype)
-        scores = []
+        scores, buffers = [], Buffers(logits.device)
         for (chunk,) in row_chunks(logits, rows=chunk_rows(max(classes, self.typical.shape[0]))):
-            log_p = torch.log_softmax(self.known_logits(chunk), dim=1)
-            p = log_p.exp()
-            negative_entropy = (p * log_p).sum(dim=1, keepdim=True)  # p = 0 only where log p is finite: 0·x = 0
-            divergence = torch.addmm(negative_entropy.to(dtype), p.to(dtype), log_typical.T, alpha=-1)
-            scores.append(-divergence.to(torch.float64).min(dim=1).values)
+            known = buffers.float64(chunk[:, :-1] if self.background else chunk, "known logits")
+            shape = tuple(known.shape)
+            log_p = torch.log_softmax(known, dim=1, out=buffers.take("log p", shape, torch.float64))
+            p = torch.exp(log_p, out=buffers.take("p", shape, torch.float64))
+            # p = 0 only where log p is finite: 0·x = 0
+            negative_entropy = torch.mul(p, log_p, out=buffers.take("p log p", shape, torch.float64)).sum(
+                dim=1, keepdim=True)
+            if dtype != torch.float64:
+                p = buffers.take("p in the product's precision", shape, dtype).copy_(p)
+            divergence = torch.addmm(negative_entropy.to(dtype), p, log_typical.T, alpha=-1, out=buffers.take(
+                "divergence", (shape[0], log_typical.shape[0]), dtype))
+            # the minimum of the float32 divergences is that of their float64 casts
+            scores.append(-divergence.min(dim=1).values.to(torch.float64))
         return torch.cat(scores) if scores else logits.new_zeros(0, dtype=torch.float64)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_non_negative,
     check_width,
@@ -76,11 +77,14 @@ class NCI(Detector):
         features = outputs["features"]
         check_width(features, self.mean.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
         weight, head = self.head_weight, self.product_head(features)
-        scores = []
+        scores, buffers = [], Buffers(features.device)
         for (chunk,) in row_chunks(features, rows=chunk_rows(2 * features.shape[1] + weight.shape[0])):
-            predicted = self.head_logits(chunk, head).argmax(dim=1)  # among the known columns of a background-class model
-            x = chunk.to(torch.float64)
-            centred = x - self.mean
-            proximity = (centred * weight[predicted]).sum(dim=1) / centred.norm(dim=1).clamp(min=NORM_FLOOR)
-            scores.append(proximity + self.alpha * x.abs().sum(dim=1))
+            # ŷ among the known columns of a background-class model
+            predicted = self.head_logits(chunk, head, buffers).argmax(dim=1)
+            shape = tuple(chunk.shape)
+            x = buffers.float64(chunk, "x")
+            centred = torch.sub(x, self.mean, out=buffers.take("centred", shape, torch.float64))
+            rows = torch.index_select(weight, 0, predicted, out=buffers.take("rows", shape, torch.float64))
+            proximity = rows.mul_(centred).sum(dim=1) / centred.norm(dim=1).clamp(min=NORM_FLOOR)
+            scores.append(proximity + self.alpha * torch.abs(x, out=rows).sum(dim=1))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

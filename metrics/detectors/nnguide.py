@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_positive_int,
     check_width,
@@ -104,10 +105,11 @@ class NNGuide(Detector):
         if logits.shape[0] != features.shape[0]:
             raise ValueError(f"detector {self.name!r}: {logits.shape[0]} rows of logits, {features.shape[0]} of "
                              "features")
-        scores = []
+        scores, buffers = [], Buffers(features.device)
         (bank,) = in_product_precision(features, self.bank)  # float32 features: a float32 copy, once per call
         for x, z in row_chunks(features, logits, rows=chunk_rows(self.bank.shape[0])):
-            similarity = normalise(x, bank.dtype) @ bank.T
+            similarity = torch.mm(normalise(x, bank.dtype), bank.T,
+                                  out=buffers.take("similarity", (x.shape[0], bank.shape[0]), bank.dtype))
             neighbours = torch.topk(similarity, self.k, dim=1, sorted=False).values  # exact in either precision
             scores.append(neighbours.to(torch.float64).mean(dim=1) * self._energy(z.to(x.device)))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

@@ -28,12 +28,14 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_fraction,
     check_width,
     chunk_rows,
     in_product_precision,
     linear_quantile,
+    logsumexp_,
     row_chunks,
 )
 from metrics.detectors.registry import register_detector
@@ -88,8 +90,11 @@ class ReAct(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        head = self.product_head(features)
+        head, buffers = self.product_head(features), Buffers(features.device)
         (threshold,) = in_product_precision(features, self.threshold)  # a float32 clip is exact (base's Precision)
-        scores = [torch.logsumexp(self.head_logits(chunk.to(threshold.dtype).clamp(max=threshold), head), dim=1)
-                  for (chunk,) in row_chunks(features)]
+        scores = []
+        for (chunk,) in row_chunks(features):
+            x = chunk.to(threshold.dtype)
+            clipped = torch.clamp(x, max=threshold, out=buffers.take("clipped", tuple(x.shape), x.dtype))
+            scores.append(logsumexp_(self.head_logits(clipped, head, buffers)))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

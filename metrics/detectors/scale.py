@@ -21,8 +21,10 @@ features' precision (float32 for float32 features), ``s₁``, ``s₂`` and the e
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
+from metrics.detectors.base import Buffers
 from metrics.detectors.registry import register_detector
 from metrics.detectors.shaping import ActivationShaping, shaping_factor
 
@@ -43,7 +45,8 @@ class SCALE(ActivationShaping):
     def __init__(self, *, percentile: float = 0.85, background: bool = False) -> None:
         super().__init__(percentile=percentile, background=background)
 
-    def shape(self, features: Tensor) -> Tensor:
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
         """``x · exp(s₁ / s₂)`` ``(rows, D)`` of one chunk, in its product precision: every activation kept, scaled."""
         features, values, _, _ = self.kept(features)
-        return features * shaping_factor(features, values).to(features.dtype)[:, None]
+        return torch.mul(features, shaping_factor(features, values).to(features.dtype)[:, None],
+                         out=buffers.take("shaped", tuple(features.shape), features.dtype))

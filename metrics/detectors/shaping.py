@@ -19,10 +19,12 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_fraction,
     check_width,
     float64_sums,
+    logsumexp_,
     product_dtype,
     row_chunks,
 )
@@ -57,9 +59,9 @@ class ActivationShaping(Detector):
             raise ValueError(f"detector {self.name!r}: percentile {self.percentile} of D = {weight.shape[1]} "
                              "activations keeps none of them; lower the percentile")
 
-    def shape(self, features: Tensor) -> Tensor:
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
         """The shaped features ``(rows, D)`` of one chunk ``(rows, D)``, in :func:`~metrics.detectors.base.product_dtype`
-        of the chunk."""
+        of the chunk (in ``buffers``' memory)."""
         raise NotImplementedError
 
     def kept(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
@@ -74,8 +76,9 @@ class ActivationShaping(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        head = self.product_head(features)
-        scores = [torch.logsumexp(self.head_logits(self.shape(chunk), head), dim=1) for (chunk,) in row_chunks(features)]
+        head, buffers = self.product_head(features), Buffers(features.device)
+        scores = [logsumexp_(self.head_logits(self.shape(chunk, buffers), head, buffers))
+                  for (chunk,) in row_chunks(features)]
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 
 

@@ -38,7 +38,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, in_product_precision, row_chunks
+from metrics.detectors.base import (
+    Buffers,
+    Detector,
+    check_fraction,
+    check_width,
+    in_product_precision,
+    logsumexp_,
+    row_chunks,
+)
 from metrics.detectors.react import activation_percentile
 from metrics.detectors.registry import register_detector
 
@@ -84,11 +92,12 @@ class VRA(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        head = self.product_head(features)
+        head, buffers = self.product_head(features), Buffers(features.device)
         # a float32 clip at the thresholds rounded to float32 is exact (metrics.detectors.base, Precision)
         lower, upper = in_product_precision(features, self.lower_threshold, self.upper_threshold)
         scores = []
         for (chunk,) in row_chunks(features):
-            clipped = chunk.to(lower.dtype).clamp(min=lower, max=upper)
-            scores.append(torch.logsumexp(self.head_logits(clipped, head), dim=1))
+            x = chunk.to(lower.dtype)
+            clipped = torch.clamp(x, min=lower, max=upper, out=buffers.take("clipped", tuple(x.shape), x.dtype))
+            scores.append(logsumexp_(self.head_logits(clipped, head, buffers)))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
