@@ -104,8 +104,9 @@ class FDBD(Detector):
                                        out=buffers.take("norms", tuple(logits.shape), torch.float64))
             # top - logits as -logits + top: the same subtraction, in the logits' memory
             distances = logits.neg_().add_(top[:, None]).div_(norms).sum(dim=1) / (classes - 1)
-            x = buffers.float64(chunk, "x")
-            if self.distance_to_mean:
-                x = torch.sub(x, self.mean, out=buffers.take("centred", tuple(x.shape), torch.float64))
+            if self.distance_to_mean:  # x - μ, in float64 (a copy of a float64 chunk too: never written in place)
+                x = buffers.take("centred", tuple(chunk.shape), torch.float64).copy_(chunk).sub_(self.mean)
+            else:
+                x = buffers.float64(chunk, "x")
             scores.append(distances / x.norm(dim=1).clamp(min=DISTANCE_FLOOR))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
