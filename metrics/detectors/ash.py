@@ -55,7 +55,7 @@ class ASH(ActivationShaping):
 
     def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
         """The shaped features ``(rows, D)`` of one chunk, in its product precision (float32 or float64)."""
-        features, values, index, k = self.kept(features)
+        features, values, index, k = self.kept(features, ordered=self.variant == "s")  # ASH-S sums its kept values
         if self.variant == "b":
             values = (float64_sums(features, 1) / k).to(features.dtype)[:, None].expand(values.shape)
         elif self.variant == "s":

@@ -64,12 +64,14 @@ class ActivationShaping(Detector):
         of the chunk (in ``buffers``' memory)."""
         raise NotImplementedError
 
-    def kept(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
+    def kept(self, features: Tensor, *, ordered: bool = True) -> tuple[Tensor, Tensor, Tensor, int]:
         """The features of a chunk in their product precision (float32 or float64), the values and indices of each
-        row's kept activations (an exact top-k in either), and ``k``."""
+        row's kept activations (an exact top-k in either), and ``k``. ``ordered=False``: the same activations, not
+        sorted (a quarter faster; the CPU's top-k selects the same ones, ties included, and sorts them after; the
+        order matters only to a sum of the values)."""
         features = features.to(product_dtype(features))
         k = kept_count(features.shape[1], self.percentile)
-        values, index = torch.topk(features, k, dim=1)
+        values, index = torch.topk(features, k, dim=1, sorted=ordered)
         return features, values, index, k
 
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:

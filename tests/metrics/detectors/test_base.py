@@ -237,12 +237,10 @@ def test_float32_features_score_to_float32_rounding_and_float64_ones_in_float64(
             torch.randn(classes, generator=g, dtype=torch.float64) * 0.1)
     test = torch.cat([torch.relu(means[torch.arange(200) % classes] + torch.randn(200, dim, generator=g)),
                       torch.relu(torch.randn(100, dim, generator=g) * 1.5 + 0.5)]).float()
-    single = {"features": test, "logits": (test.double() @ head[0].T + head[1]).float(),
-              "adascale/statistic": pass_statistic(test).float()}
+    # every output (the logits, the detectors' own passes) rounded to float32, as a pass gathers them
+    single = {key: value.float() for key, value in outputs(test.double(), head).items()}
     double = {key: value.double() for key, value in single.items()}
-    data = {"features": features.double(), "targets": targets, "logits": features.double() @ head[0].T + head[1],
-            "adascale/statistic": pass_statistic(features.double())}
-    detector = fitted(name, data, head)
+    detector = fitted(name, fit_data(features.double(), targets, head), head)
     reference = detector.score(double)
     scores = detector.score(single)
     assert scores.dtype == torch.float64 and reference.dtype == torch.float64
