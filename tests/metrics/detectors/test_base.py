@@ -267,3 +267,18 @@ def test_scores_run_float32_products_in_ieee_float32(setting, monkeypatch) -> No
         assert seen == ["highest"] and torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_float64_sums_are_numpys_on_any_number_of_threads(dim) -> None:
+    """Float32 values summed in float64 without a float64 copy (numpy's buffered cast), the independent sums split
+    among torch's threads: numpy's single reduction bit for bit on 1 and 3 threads; float64 values: their own sum."""
+    import numpy as np
+
+    values = torch.exp(torch.randn(1500, 1024, generator=generator(5)) * 4)  # 30 octaves: the order shows
+    expected = np.add.reduce(values.numpy(), axis=dim, dtype=np.float64)
+    for threads in (1, 3):
+        with intra_op_threads(threads):
+            assert np.array_equal(detector_base.float64_sums(values, dim).numpy(), expected)
+    double = values.double()
+    assert torch.equal(detector_base.float64_sums(double, dim), double.sum(dim=dim))
