@@ -15,7 +15,8 @@ quantile runs over their ``K·D`` contributions and the energy over the known lo
 casts to float32); scoring multiplies by the masked head in the features' precision, float32 for float32 features, and
 takes the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
-Memory: the head and its mask ``O(K·D)``; the fit mean is streamed, ``O(chunk·D)``.
+Memory: the head and its mask ``O(K·D)``; the fit mean is summed chunk by chunk without a float64 copy
+(:func:`metrics.detectors.base.feature_mean`).
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ Default ``α = 0.0001``: the authors' ``configs/postprocessors/nci.yml`` (``alph
 Background-class models: ``ŷ`` among the known logits, ``w_ŷ`` a known row. Float64 but for the head's product that
 picks ``ŷ``, in the features' precision (float32 for float32 features; :mod:`metrics.detectors.base`, *Precision*).
 
-Memory: fit ``O(chunk·D)`` (the mean streamed over :func:`metrics.detectors.base.row_chunks`: at ImageNet's
-1,281,167 × 2048 float32 fit features one float64 chunk, 256 MiB, above them); score ``O(K·D + chunk·(D + K))``.
+Memory: fit ``O(D)`` beyond numpy's cast buffers (the mean summed chunk by chunk in float64 without a float64 copy,
+:func:`metrics.detectors.base.feature_mean`: measured 21 MiB above 1,280,000 × 2048 float32 fit features); score
+``O(K·D + chunk·(D + K))``, the chunk's temporaries in reused buffers.
 """
 
 from __future__ import annotations

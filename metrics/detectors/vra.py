@@ -10,8 +10,8 @@ form OpenOOD v1.5 runs it (``vra_postprocessor.py``). With the head ``logits = x
 Defaults ``q_low = 0.1``, ``q_high = 0.9``: OpenOOD's ``configs/postprocessors/vra.yml`` (``percentile_low: 10``,
 ``percentile_high: 90``; its search sweeps ``percentile_high_list`` [85, 90, 95, 99] and ``percentile_low_list``
 [1, 5, 10, 15]). The percentiles are ``np.percentile`` of the flattened activations with numpy's linear
-interpolation, exactly (:func:`metrics.detectors.react.activation_percentile`, a radix selection over the chunks,
-no flattened copy), as OpenOOD's ``setup``/``set_hyperparam`` compute them, on the ID **validation** images
+interpolation, exactly (:func:`metrics.detectors.react.activation_percentile`, a selection over the chunks, no
+flattened copy), as OpenOOD's ``setup``/``set_hyperparam`` compute them, on the ID **validation** images
 (``id_loader_dict['val']``): ``fit_split = "val"``. Matched against OpenOOD's logic (written in numpy, float32 and
 float64 ID val features with ties, its grid's percentiles): the thresholds bit for bit, the scores to 4.1e-16
 relative.
@@ -29,8 +29,8 @@ percentiles computed in the fit features' dtype, as numpy does (float16/bfloat16
 scoring clips and multiplies by the head in the features' precision, float32 for float32 features (exact clips: the
 thresholds rounded to float32), the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
-Memory: fit ``O(chunk)`` beyond the features (65536 counts and one chunk's keys per selection pass; 2 passes per
-percentile for float32 features, 4 for float64), score the head and ``O(chunk·(D + K))``.
+Memory: fit ``O(chunk)`` beyond the features (a selection's sample of ``N·D / 1024`` values, its bracket and one
+chunk's temporaries; :func:`metrics.detectors.base.order_statistics`), score the head and ``O(chunk·(D + K))``.
 """
 
 from __future__ import annotations
