@@ -30,7 +30,7 @@ it. Scoring an unfitted detector is an error naming it.
 Precision: fits and fitted state are float64 (the statistics, the banks, the head's buffers), whatever the
 features' dtype; scores are float64. The one exception, and its one rule (:func:`product_dtype`): a scoring product of
 the features with a fitted matrix (the head's ``W`` in :meth:`Detector.head_logits`, ViM's projection, NNGuide's bank,
-DICE's masked head, KL matching's log typical posteriors) runs in the features' precision, float32 for float32 features
+DICE's masked head, WeiPer's perturbed heads, KL matching's log typical posteriors) runs in the features' precision, float32 for float32 features
 (the precision the network computed them and its own logits in, the papers' and pytorch-ood's: a float64 product
 takes twice as long on a CPU), float64 for float64 features (exactly as before: the casts are no-ops). Its operands
 are cast once per score call (:func:`in_product_precision`); the elementwise shaping before it (a clip, a top-k, a
