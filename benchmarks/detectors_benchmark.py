@@ -26,27 +26,31 @@ scoring is timed with the same denominators computed by ``torch.cdist``.
 
 The difference of the scores: max |ours + pytorch-ood| / max |pytorch-ood| (pytorch-ood's scores are outlier
 scores, ours their negation, on the same scale for each of these detectors), on the rows pytorch-ood scored,
-ours fitted on the same rows as pytorch-ood. ViM: against pytorch-ood run in float64 (its float32 eigenvectors
-mix the subspaces where the synthetic spectrum has no gap). OpenMax: Spearman's rank correlation (pytorch-ood
+ours fitted on the same rows as pytorch-ood. ViM: against pytorch-ood run in float64, ours scoring the features as
+float64 (pytorch-ood's float32 eigenvectors mix the subspaces where the synthetic spectrum has no gap). OpenMax: Spearman's rank correlation (pytorch-ood
 fits its Weibull models by a Nelder-Mead search stopping at 1e-4 and weights the distances ``(w, 1 - w)``, ours
 by maximum likelihood with the paper's ``(1/200, 1)``). VRA: none (pytorch-ood clips every feature dimension at
 its own percentiles, another detector for D > 1).
 
 The reference "one matrix product of the same shapes": for a fit the Gram matrix ``XᵀX`` of the fit features
 (timed on 65536 rows, extrapolated linearly), for scoring ``(150k × 2048)(2048 × 2048)`` (the Mahalanobis family,
-ViM) and ``(150k × 2048)(2048 × bank)`` (KNN, NNGuide), in float64 (ours computes in float64) and float32
-(pytorch-ood's). Peak memory (``openset_common.resources.measure``): the resident set above the one before the
+ViM) and ``(150k × 2048)(2048 × bank)`` (KNN, NNGuide), in float64 and in float32: ours fits in float64 and scores
+these float32 features with float32 products (ViM, NNGuide; KNN and the Mahalanobis family in float64: their
+distances cancel), pytorch-ood computes in float32. Peak memory (``openset_common.resources.measure``): the resident set above the one before the
 case, sampled every 5 ms, with glibc's mmap threshold fixed (:func:`fix_mmap_threshold`) so that it follows the
 live memory (on a GPU, ``--device cuda``: the CUDA allocator's peak above its start).
 
 All the cases take over an hour on 2 CPU cores: ``--only a,b,c`` runs a part, and ``--only ... --write`` puts its
 rows in place of those detectors' rows in RESULTS.md, keeping the others with the run that measured them (each
-run is listed, with its date and load; the table's first column names it).
+run is listed, with its date and load; the table's first column names it). ``--phase fit`` or ``--phase score``
+measures one phase (and, with ``--write``, replaces only that phase's rows): a scoring-only run fits ours once,
+untimed, on the rows pytorch-ood fits on (those whose scores are compared), pytorch-ood on the same rows, and
+reports the scoring rows alone; a fit-only run reports the fit rows and scores nothing.
 
 Goal (issue 35): ours within 2 GiB above the features in every case, and no slower than pytorch-ood where it ran
 on the same rows.
 
-    python -m benchmarks.detectors_benchmark [--tiny] [--write] [--only mahalanobis,vim] [--device cpu]
+    python -m benchmarks.detectors_benchmark [--tiny] [--write] [--only mahalanobis,vim] [--phase both] [--device cpu]
         [--fit 1280000] [--knn-fit 12800] [--id 50000] [--ood 100000] [--classes 1000] [--dim 2048]
         [--pood-memory 6] [--pood-batch 16384] [--pood-score-rows 256] [--pood-subset 1024]
         [--weiper-fit 4] [--weiper-rows 2048]
@@ -79,6 +83,8 @@ GENERATION_ROWS = 16384
 AGREEMENT = 1e-2  # ours against pytorch-ood (float32): a bug shows far above its rounding
 RANK_AGREEMENT = 0.95  # Spearman's ρ where only the ranks compare (OpenMax: measured 0.989 on 64k fit samples)
 RESERVE = 2 * 2**30  # memory left to the rest of the machine when pytorch-ood's fit size is chosen
+PHASES = ("both", "fit", "score")
+"""``--phase``: what a run measures, the fits and the scoring (default), or one of them."""
 SKIPPED = {
     "adascale_a": "kind model: its fit and scoring run a perturbed forward and backward pass over images",
     "adascale_l": "kind model: its fit and scoring run a perturbed forward and backward pass over images",
@@ -173,11 +179,13 @@ def rank_correlation(ours: Tensor, theirs: Tensor) -> float:
 
 def vim_in_float64(features: Tensor, targets: Tensor, test: Tensor, head: tuple[Tensor, Tensor]) -> float:
     """Ours against pytorch-ood's ViM run in float64 (its ``.float()`` casts made ``.double()``), both fitted on
-    ``features``: pytorch-ood's float32 eigenvectors are what differ, where the spectrum has no gap at d."""
+    ``features`` and scoring ``test`` as float64 (ours then multiplies in float64 too): pytorch-ood's float32
+    eigenvectors are what differ, where the spectrum has no gap at d."""
     import pytorch_ood.detector as pood
 
     weight, bias = (t.double() for t in head)
-    ours = build_detector("vim").fit({"features": features, "targets": targets}, head=head).score({"features": test})
+    ours = build_detector("vim").fit({"features": features, "targets": targets}, head=head).score(
+        {"features": test.double()})
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -537,10 +545,20 @@ class Run:
         detector = build_detector(name)
         at: dict[int, Any] = {}
         theirs = None
-        if case.fit in ("head", "none"):
+        phase = s.get("phase", "both")
+        if case.fit in ("all", "cap") and phase == "score":  # one fit of each, untimed, on the compared rows
+            rows = pood_n if pood is not None and pood_n is not None else timed_rows
+            data = self.fit_data(rows, case)
+            at[fit_rows] = detector.fit(data, head=self.head)  # its scores are those compared: no second scoring
+            if pood is not None and over and pood.lean_fit is not None:
+                theirs = pood.lean_fit(data, self.head, hyperparameters)
+            elif pood is not None and not over:
+                theirs = self.pood_fit(pood, rows, case, hyperparameters, {})
+            del data
+        elif case.fit in ("head", "none"):
             fitted = self.measure(lambda: detector.fit({}, head=self.head) if case.fit == "head" else detector)
             at[fit_rows] = fitted.value
-            if case.weiper:  # its fit draws the r·K·D directions
+            if case.weiper and phase != "score":  # its fit draws the r·K·D directions
                 self.add(detector=name, phase="fit", rows=0, ours_s=fitted.seconds, ours_peak_mib=_mib(fitted))
             if pood is not None:
                 theirs = pood.fit({}, self.head, hyperparameters)
@@ -577,6 +595,10 @@ class Run:
                 theirs = self.pood_fit(pood, pood_n, case, hyperparameters, row)
                 self.add(**row)
                 del data, fitted
+        if phase == "fit":
+            at.clear()
+            gc.collect()
+            return
         # ---------------------------------------------------------- score
         scorer = at[fit_rows]
         test = self.test
@@ -675,11 +697,13 @@ def fix_mmap_threshold() -> bool:
 
 
 def run(*, fit: int, n_id: int, n_ood: int, classes: int, dim: int, device: torch.device,
-        only: Sequence[str] | None, **settings: Any) -> dict[str, Any]:
+        only: Sequence[str] | None, phase: str = "both", **settings: Any) -> dict[str, Any]:
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     cases = [case for case in CASES if only is None or case.detector in only]
     out: dict[str, Any] = {"fit": fit, "id": n_id, "ood": n_ood, "classes": classes, "dim": dim,
                            "device": str(device), "hardware": hardware(device), "load_start": load_average(),
-                           "settings": settings, "cases": [case.detector for case in cases]}
+                           "settings": settings, "cases": [case.detector for case in cases], "phase": phase}
     out["mmap_threshold_fixed"] = fix_mmap_threshold()
     means = class_means(classes, dim)
     generated = measure(lambda: make_features(fit, means, seed=1))
@@ -695,7 +719,8 @@ def run(*, fit: int, n_id: int, n_ood: int, classes: int, dim: int, device: torc
     print(f"features: {fit:,} x {dim} float32 for the fits ({features.nbytes / 2**30:.1f} GiB, generated in "
           f"{generated.seconds:.0f} s), {n_id:,} + {n_ood:,} to score", flush=True)
     del generated
-    state = Run(features=features, targets=targets, test=test, head=head, device=device, settings=dict(settings))
+    state = Run(features=features, targets=targets, test=test, head=head, device=device,
+                settings={**settings, "phase": phase})
     gram_rows = settings["gram_rows"]
     state.gram = {dtype: gram_rate(features, dtype=dtype, rows=min(gram_rows, fit)) for dtype in (torch.float64,
                                                                                                    torch.float32)}
@@ -806,8 +831,8 @@ def description(r: dict[str, Any]) -> str:
         "(ours then fits on those too, the row below); it scores in batches of "
         f"{s['pood_batch']:,} rows, or a subset, extrapolated. \"max relative difference\": max |ours - "
         "pytorch-ood| / max |pytorch-ood| of the scores, both fitted on the same rows, on the rows pytorch-ood "
-        f"scored (ViM: against pytorch-ood run in float64, both fitted on the first {s['check_rows']:,} rows, and "
-        "in parentheses against its float32 fit; OpenMax: Spearman's ρ). Goal met: ours' peak within 2 GiB and, "
+        f"scored (ViM: against pytorch-ood run in float64, both fitted on the first {s['check_rows']:,} rows and "
+        "scoring float64 features, and in parentheses against its float32 fit; OpenMax: Spearman's ρ). Goal met: ours' peak within 2 GiB and, "
         f"where pytorch-ood ran on the same rows, ours no slower. Not run: {skipped}.{gpu}")
 
 
@@ -819,7 +844,10 @@ def run_line(r: dict[str, Any], label: str) -> str:
     budget = (f"; pytorch-ood's fit budget {span} GiB (--pood-memory "
               f"{r['settings']['pood_memory'] / 2**30:g}, or the memory free less {RESERVE / 2**30:g} GiB)"
               if budgets else "")
-    return (f"- Run {label}, {datetime.date.today().isoformat()}: {', '.join(r['cases'])}; features generated in "
+    phase = {"both": "", "fit": " (fits only: --phase fit)",
+             "score": " (scoring only: --phase score; ours and pytorch-ood fitted once, untimed, on the rows whose "
+                      "scores are compared)"}[r.get("phase", "both")]
+    return (f"- Run {label}, {datetime.date.today().isoformat()}: {', '.join(r['cases'])}{phase}; features generated in "
             f"{r['generate_s']:.0f} s{budget}; device {r['hardware']}; {machine()}; load {r['load_start']} at the "
             f"start and {r['load']} at the end.")
 
@@ -836,19 +864,24 @@ def markdown(r: dict[str, Any], label: str = "A") -> str:
 
 
 def merge(previous: str | None, r: dict[str, Any]) -> str:
-    """The block with this run's rows in place of those of its detectors in ``previous`` (a block this script wrote:
-    the rows of the other detectors and their runs kept), in the order of :data:`CASES`."""
+    """The block with this run's rows in place of those of its detectors and phases in ``previous`` (a block this
+    script wrote: the rows of the other detectors, or of their other phase, and their runs kept), in the order of
+    :data:`CASES`, each detector's fit rows before its scoring."""
     kept_runs: dict[str, str] = {}
     kept: list[tuple[str, ...]] = []
     runs = dict(re.findall(r"^- Run ([A-Z]), (.*)$", previous or "", re.M))
+    phases = ("fit", "score") if r.get("phase", "both") == "both" else (r["phase"],)
+    replaced = {(name, phase) for name in r["cases"] for phase in phases}
     for line in (previous or "").splitlines():
         cells = tuple(cell.strip() for cell in line.strip().strip("|").split("|"))
-        if len(cells) == len(HEADER) and cells[0] in runs and cells[1] in covered() - set(r["cases"]):
+        if len(cells) == len(HEADER) and cells[0] in runs and cells[1] in covered() and \
+                (cells[1], cells[2]) not in replaced:
             kept.append(cells)
             kept_runs[cells[0]] = runs[cells[0]]
     label = next(letter for letter in string.ascii_uppercase if letter not in kept_runs)
     order = {case.detector: index for index, case in enumerate(CASES)}
-    lines = sorted(kept + [table_row(row, label) for row in r["rows"]], key=lambda cells: order[cells[1]])  # stable
+    lines = sorted(kept + [table_row(row, label) for row in r["rows"]],
+                   key=lambda cells: (order[cells[1]], cells[2] == "score"))  # stable
     run_lines = [f"- Run {key}, {value}" for key, value in sorted(kept_runs.items())] + [run_line(r, label)]
     return compose(description(r), sorted(run_lines), lines)
 
@@ -857,6 +890,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table and, with ``--write``, put it in RESULTS.md; returns the numbers."""
     parser = benchmark_parser(__doc__, section=SECTION)
     parser.add_argument("--only", help="comma-separated detectors to run (default: every case; not with --write)")
+    parser.add_argument("--phase", choices=PHASES, default="both",
+                        help="measure the fits and the scoring (both, the default), or one phase: fit, score")
     parser.add_argument("--device", default="cpu", help="where ours and pytorch-ood run (default cpu; cuda)")
     parser.add_argument("--fit", type=int, help="fit samples (default 1280000)")
     parser.add_argument("--knn-fit", type=int, help="fit samples of the 1%% banks, KNN and NNGuide (default 1%% of --fit)")
@@ -886,7 +921,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     fit = args.fit or (3000 if tiny else 1_280_000)
     result = run(fit=fit, bank_rows=args.knn_fit, n_id=args.id or (300 if tiny else 50_000),
                  n_ood=args.ood or (600 if tiny else 100_000), classes=args.classes or (10 if tiny else 1000),
-                 dim=args.dim or (64 if tiny else 2048), device=device, only=only,
+                 dim=args.dim or (64 if tiny else 2048), device=device, only=only, phase=args.phase,
                  pood_memory=(args.pood_memory if args.pood_memory is not None else 6.0) * 2**30,
                  pood_batch=args.pood_batch or (256 if tiny else 16384),
                  pood_score_rows=args.pood_score_rows or (100 if tiny else 256),

@@ -518,6 +518,42 @@ def test_detectors_tiny_reports_every_case_and_agrees_with_pytorch_ood(capsys) -
         assert message in capsys.readouterr().err
 
 
+def test_detectors_phase_measures_one_phase_and_replaces_only_its_rows(capsys) -> None:
+    from benchmarks import detectors_benchmark as bench
+
+    both = bench.main(["--tiny", "--only", "nci,vim"])
+    assert [(row["detector"], row["phase"]) for row in both["rows"]] == [
+        ("vim", "fit"), ("vim", "score"), ("nci", "fit"), ("nci", "score")]
+    # scoring only, pytorch-ood's ViM fit over a budget of 0.6 MiB (1000 rows): ours fitted once, on its rows, and
+    # the scores compared as in a full run
+    score = bench.main(["--tiny", "--only", "nci,vim", "--phase", "score", "--pood-memory", str(0.6 / 1024)])
+    assert score["phase"] == "score"
+    assert [(row["detector"], row["phase"]) for row in score["rows"]] == [("vim", "score"), ("nci", "score")]
+    scored = score["id"] + score["ood"]
+    for row in score["rows"]:
+        assert row["rows"] == row["pood_rows"] == scored and row["difference"] < 1e-5, row
+        assert math.isfinite(row["ours_s"]) and row["ours_s"] > 0 and (row["goal"] == "yes") != ("pytorch-ood's time" in
+                                                                                  row["goal"])
+    fit = bench.main(["--tiny", "--only", "nci", "--phase", "fit"])
+    assert [(row["detector"], row["phase"], row["rows"]) for row in fit["rows"]] == [("nci", "fit", both["fit"])]
+    assert fit["rows"][0]["pood_rows"] == both["fit"]
+    # each run replaces the rows of its phase only: vim's fit stays with run A, both scorings come from B, nci's fit
+    # from C, each detector's fit before its scoring
+    merged = bench.merge(bench.merge(bench.markdown(both), score), fit)
+    cells = [line.split(" | ")[:3] for line in merged.splitlines() if line.startswith("| ")][1:]
+    assert [(c[0][2:], c[1], c[2]) for c in cells] == [("A", "vim", "fit"), ("B", "vim", "score"), ("C", "nci", "fit"),
+                                                      ("B", "nci", "score")]
+    runs = [line for line in merged.splitlines() if line.startswith("- Run ")]
+    assert [line[:8] for line in runs] == ["- Run A,", "- Run B,", "- Run C,"]
+    assert "vim, nci;" in runs[0] and "vim, nci (scoring only: --phase score" in runs[1] and \
+        "nci (fits only: --phase fit)" in runs[2]
+    assert "Goal met in" in merged
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        bench.main(["--tiny", "--phase", "scores"])
+    assert "invalid choice: 'scores'" in capsys.readouterr().err
+
+
 def test_data_throughput_tiny_scores_the_same_images_from_folders_and_shards(tmp_path: Path) -> None:
     # the script itself asserts that the shard set fingerprints as its files and scores them to the same sum
     body = data_throughput.main(["--tiny", "--work-dir", str(tmp_path)])

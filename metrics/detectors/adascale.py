@@ -36,7 +36,9 @@ which OpenOOD calls). Background-class models: the energy of the known logits, `
 
 Tested against a reference written from OpenOOD's code on the same images and model (both float64):
 the statistic and the scores agree to 1e-12 relative. The engine's pass keeps ``Q'`` in float32 (every pass
-output is gathered as float32): fit and test values are rounded alike.
+output is gathered as float32): fit and test values are rounded alike. Scoring: the scale ``s(x)`` in float64, the
+head's product (of the scaled features) in the features' precision, float32 for float32 features, the energy in
+float64 (:mod:`metrics.detectors.base`, *Precision*).
 
 Memory: the fit keeps ``N_val`` float64 values; a pass holds a batch's input gradient; scoring ``O(chunk·D)``.
 """
@@ -189,14 +191,14 @@ class AdaSCALEA(Detector):
         features, statistic = outputs["features"], outputs[STATISTIC]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        scores = []
+        scores, head = [], self.product_head(features)
         for chunk, values in row_chunks(features, statistic):
-            chunk = chunk.to(torch.float64)
-            scale = adaptive_scale(chunk, self.percentiles(values))
+            scale = adaptive_scale(chunk, self.percentiles(values))  # float64
+            x = chunk.to(head[0].dtype)  # the head's product in the features' precision (base's Precision)
             if self.logit_scaling:
-                logits = self.head_logits(chunk) * scale[:, None] ** 2
+                logits = self.head_logits(x, head) * scale[:, None] ** 2
             else:
-                logits = self.head_logits(chunk * torch.exp(scale)[:, None])
+                logits = self.head_logits(x * torch.exp(scale).to(x.dtype)[:, None], head)
             scores.append(torch.logsumexp(logits, dim=1))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
 

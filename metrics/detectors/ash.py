@@ -24,18 +24,21 @@ Defaults: ``p = 0.90`` for ASH-S (the paper's ImageNet ResNet-50 ASH-S@90, the a
 ASH-B@65, also the default of the authors' ``ash_b``); pytorch-ood's default is 0.65 for every variant. The activations are assumed non-negative (post-ReLU), as in the paper; a row whose kept
 sum ``s₂`` is 0 (an all-zero row) keeps its features in ASH-S (factor 1) where pytorch-ood divides 0 by 0.
 
-Background-class models: the energy over the known logits. Float64. Memory: the head and ``O(chunk·D)``.
+Background-class models: the energy over the known logits. Precision: the shaping and the head's product in the
+features' precision (float32 for float32 features: pytorch-ood's, whose top-k then picks the same tied indices), the
+sums behind ``s₁ / k`` and ``exp(s₁ / s₂)`` in float64, the energy in float64 (:mod:`metrics.detectors.shaping`).
+Memory: the head and ``O(chunk·D)``.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor
 
+from metrics.detectors.base import Buffers, float64_sums
 from metrics.detectors.registry import register_detector
-from metrics.detectors.shaping import ActivationShaping, kept_count
+from metrics.detectors.shaping import ActivationShaping, kept_count, shaping_factor
 
 
 class ASH(ActivationShaping):
@@ -50,16 +53,15 @@ class ASH(ActivationShaping):
     variant: ClassVar[str] = ""
     paper = "Djurisic et al., ICLR 2023"
 
-    def shape(self, features: Tensor) -> Tensor:
-        """The shaped features ``(rows, D)`` float64 of one chunk."""
-        features, values, index, k = self.kept(features)
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
+        """The shaped features ``(rows, D)`` of one chunk, in its product precision (float32 or float64)."""
+        features, values, index, k = self.kept(features, ordered=self.variant == "s")  # ASH-S sums its kept values
         if self.variant == "b":
-            values = (features.sum(dim=1) / k)[:, None].expand(values.shape)
+            values = (float64_sums(features, 1) / k).to(features.dtype)[:, None].expand(values.shape)
         elif self.variant == "s":
-            total, kept = features.sum(dim=1), values.sum(dim=1)
-            factor = torch.where(kept == 0, torch.ones_like(kept), torch.exp(total / kept))
-            values = values * factor[:, None]
-        return torch.zeros_like(features).scatter_(1, index, values)
+            values = values * shaping_factor(features, values).to(features.dtype)[:, None]
+        shaped = buffers.take("shaped", tuple(features.shape), features.dtype)
+        return shaped.zero_().scatter_(1, index, values)
 
 
 @register_detector

@@ -11,10 +11,12 @@ Sun, Li, *DICE: Leveraging Sparsification for Out-of-Distribution Detection*, EC
 
 Default ``p = 0.7``: the paper's ImageNet sparsity (its CIFAR value is 0.9, OpenOOD's default); pytorch-ood
 has no default (``p`` is required). A background-class model's head is cut to its K known rows: the
-quantile runs over their ``K·D`` contributions and the energy over the known logits. Float64 (pytorch-ood
-casts to float32).
+quantile runs over their ``K·D`` contributions and the energy over the known logits. The fit is float64 (pytorch-ood
+casts to float32); scoring multiplies by the masked head in the features' precision, float32 for float32 features, and
+takes the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
-Memory: the head and its mask ``O(K·D)``; the fit mean is streamed, ``O(chunk·D)``.
+Memory: the head and its mask ``O(K·D)``; the fit mean is summed chunk by chunk without a float64 copy
+(:func:`metrics.detectors.base.feature_mean`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_fraction,
     check_width,
     feature_mean,
+    in_product_precision,
     linear_quantile,
+    logsumexp_,
     row_chunks,
 )
 from metrics.detectors.registry import register_detector
@@ -73,6 +78,10 @@ class DICE(Detector):
         check_width(features, self.masked_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
         bias = self.head_bias[:-1] if self.background else self.head_bias
-        scores = [torch.logsumexp(torch.addmm(bias, chunk.to(torch.float64), self.masked_weight.T), dim=1)
-                  for (chunk,) in row_chunks(features)]
+        weight, bias = in_product_precision(features, self.masked_weight, bias)
+        buffers, scores = Buffers(features.device), []
+        for (chunk,) in row_chunks(features):
+            logits = torch.addmm(bias, chunk.to(weight.dtype), weight.T,
+                                 out=buffers.take("logits", (chunk.shape[0], weight.shape[0]), weight.dtype))
+            scores.append(logsumexp_(buffers.float64(logits, "float64 logits")))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

@@ -19,12 +19,14 @@ hyperparameter: the paper's detector has none.
 
 ``μ`` is the mean of the fit set's features (the training images; OpenOOD ``id_loader_dict['train']``).
 Background-class models: ``C = K`` known classes (``ŷ`` among the known logits, the sum over the known rows of the
-head). A head with two identical known rows has no boundary between them and is refused at fit. Float64.
+head). A head with two identical known rows has no boundary between them and is refused at fit. Float64 but
+for the head's product, in the features' precision (float32 for float32 features; the logits' differences, the
+distances and the norm in float64: :mod:`metrics.detectors.base`, *Precision*).
 
-Memory: fit ``O(K² + chunk·D)``: the mean streamed over :func:`metrics.detectors.base.row_chunks` (one float64
-chunk, 256 MiB at D = 2048), the ``K × K`` boundary norms ``|w_p - w_c|`` (8 MB at K = 1000) from the differences
-(:func:`boundary_norms`); at ImageNet's 1,281,167 × 2048 float32 fit features that is under 300 MiB above the
-features, nothing ``N``-sized. Score ``O(K² + chunk·(D + K))``.
+Memory: fit ``O(K² + D)``: the mean summed chunk by chunk in float64 without a float64 copy
+(:func:`metrics.detectors.base.feature_mean`), the ``K × K`` boundary norms ``|w_p - w_c|`` (8 MB at K = 1000) from
+the differences (:func:`boundary_norms`): measured 16 MiB above 1,280,000 × 2048 float32 fit features, nothing
+``N``-sized. Score ``O(K² + chunk·(D + K))``, the chunk's temporaries in reused buffers.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_width, chunk_rows, feature_mean, row_chunks
+from metrics.detectors.base import Buffers, Detector, check_width, chunk_rows, feature_mean, row_chunks
 from metrics.detectors.registry import register_detector
 
 DISTANCE_FLOOR = 1e-8
@@ -94,12 +96,17 @@ class FDBD(Detector):
         features = outputs["features"]
         check_width(features, self.mean.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
         classes = self.boundary_norms.shape[0]
-        scores = []
+        scores, head, buffers = [], self.product_head(features), Buffers(features.device)
         for (chunk,) in row_chunks(features, rows=chunk_rows(features.shape[1] + 2 * classes)):
-            x = chunk.to(torch.float64)
-            logits = self.head_logits(x)
+            logits = self.head_logits(chunk, head, buffers)
             top, predicted = logits.max(dim=1)
-            distances = ((top[:, None] - logits) / self.boundary_norms[predicted]).sum(dim=1) / (classes - 1)
-            norm = (x - self.mean if self.distance_to_mean else x).norm(dim=1).clamp(min=DISTANCE_FLOOR)
-            scores.append(distances / norm)
+            norms = torch.index_select(self.boundary_norms, 0, predicted,
+                                       out=buffers.take("norms", tuple(logits.shape), torch.float64))
+            # top - logits as -logits + top: the same subtraction, in the logits' memory
+            distances = logits.neg_().add_(top[:, None]).div_(norms).sum(dim=1) / (classes - 1)
+            if self.distance_to_mean:  # x - μ, in float64 (a copy of a float64 chunk too: never written in place)
+                x = buffers.take("centred", tuple(chunk.shape), torch.float64).copy_(chunk).sub_(self.mean)
+            else:
+                x = buffers.float64(chunk, "x")
+            scores.append(distances / x.norm(dim=1).clamp(min=DISTANCE_FLOOR))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

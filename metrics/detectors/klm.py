@@ -25,6 +25,10 @@ postprocessor (``scipy.stats.entropy(p, d_c)``, ``pairwise_distances_argmin_min`
 features, ties included) is 6·10⁻¹⁶ absolute against pytorch-ood and 7·10⁻¹⁶ against OpenOOD's form (the
 divergence as ``Σ p log p - Σ p log d``, one matrix product per chunk, against a sum of ``p log(p/d)``).
 
+Precision (:mod:`metrics.detectors.base`): the fit, the softmax and its entropy are float64; the divergences' product
+``p · log d_cᵀ`` (and the entropy's subtraction) runs in the logits' precision, float32 for float32 logits (there a
+``d_j = 0`` enters as float32's lowest value, still a finite, huge divergence), float64 for float64 ones.
+
 Memory: fit ``O(K² + chunk·K)`` (the class sums of the softmax); score ``O(K² + chunk·K)``, chunk =
 ``min(CHUNK_ROWS, CHUNK_ELEMENTS / K)`` rows (K = 1000: 8 MiB of typical posteriors, 128 MiB float64 temporaries per
 chunk). Measured (CPU, float32 logits, K = 1000, N = 200,000): the fit peaks 386 MiB above the logits, the same at
@@ -36,7 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, chunk_rows, row_chunks
+from metrics.detectors.base import Buffers, Detector, chunk_rows, product_dtype, row_chunks
 from metrics.detectors.registry import register_detector
 
 
@@ -76,13 +80,22 @@ class KLMatching(Detector):
         logits = outputs["logits"]
         classes = self.typical.shape[1]
         self.check_known_width(logits, classes)
-        floor = torch.finfo(torch.float64).min
-        log_typical = torch.where(self.typical > 0, self.typical.log(), torch.full_like(self.typical, floor))
-        scores = []
+        dtype = product_dtype(logits)  # the product's precision: the logits' (metrics.detectors.base, Precision)
+        floor = torch.finfo(dtype).min  # the lowest float of the product's dtype: finite there
+        log_typical = torch.where(self.typical > 0, self.typical.log(), torch.full_like(self.typical, floor)).to(dtype)
+        scores, buffers = [], Buffers(logits.device)
         for (chunk,) in row_chunks(logits, rows=chunk_rows(max(classes, self.typical.shape[0]))):
-            log_p = torch.log_softmax(self.known_logits(chunk), dim=1)
-            p = log_p.exp()
-            negative_entropy = (p * log_p).sum(dim=1, keepdim=True)  # p = 0 only where log p is finite: 0·x = 0
-            divergence = torch.addmm(negative_entropy, p, log_typical.T, alpha=-1)
-            scores.append(-divergence.min(dim=1).values)
+            known = buffers.float64(chunk[:, :-1] if self.background else chunk, "known logits")
+            shape = tuple(known.shape)
+            log_p = torch.log_softmax(known, dim=1, out=buffers.take("log p", shape, torch.float64))
+            p = torch.exp(log_p, out=buffers.take("p", shape, torch.float64))
+            # p = 0 only where log p is finite: 0·x = 0
+            negative_entropy = torch.mul(p, log_p, out=buffers.take("p log p", shape, torch.float64)).sum(
+                dim=1, keepdim=True)
+            if dtype != torch.float64:
+                p = buffers.take("p in the product's precision", shape, dtype).copy_(p)
+            divergence = torch.addmm(negative_entropy.to(dtype), p, log_typical.T, alpha=-1, out=buffers.take(
+                "divergence", (shape[0], log_typical.shape[0]), dtype))
+            # the minimum of the float32 divergences is that of their float64 casts
+            scores.append(-divergence.min(dim=1).values.to(torch.float64))
         return torch.cat(scores) if scores else logits.new_zeros(0, dtype=torch.float64)

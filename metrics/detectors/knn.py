@@ -41,9 +41,9 @@ NORM_FLOOR = 1e-12
 """pytorch-ood's clamp of the feature norm: a zero feature stays zero instead of NaN."""
 
 
-def normalise(features: Tensor) -> Tensor:
-    """``x / max(|x|, 10⁻¹²)`` per row, float64."""
-    features = features.to(torch.float64)
+def normalise(features: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``x / max(|x|, 10⁻¹²)`` per row, in ``dtype`` (float64; NNGuide's scoring: the features' product precision)."""
+    features = features.to(dtype)
     return features / features.norm(dim=1, keepdim=True).clamp(min=NORM_FLOOR)
 
 

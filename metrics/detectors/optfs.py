@@ -35,7 +35,7 @@ setup and postprocess in numpy (unchunked, float64): the largest difference meas
 its largest entry) and 7.3e-14 relative of the scores (both variants; features with ties, and activations counted
 in two intervals by rounding).
 
-Memory: ``O(B + K·D)`` state; the quantiles select over chunks (2 passes each for float32 features, 65536 counts);
+Memory: ``O(B + K·D)`` state; the quantiles select over chunks (:func:`metrics.detectors.base.order_statistics`);
 the interval pass and scoring keep ``O(rows·D)`` per chunk, rows = ``CHUNK_ELEMENTS / (8 D)`` (2048 at D = 2048:
 eight ``rows × D`` temporaries of 32 MiB): measured 0.30 GB above 100,000 × 2048 float32 fit features of 1000
 classes (peak RSS, glibc's mmap threshold fixed at 128 KiB), the same for 1,281,167 of them (nothing grows with N).

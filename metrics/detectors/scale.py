@@ -14,7 +14,9 @@ Default ``p = 0.85``: the paper's ImageNet setting (the authors' ``configs/postp
 ``percentile: 85``, kai422/SCALE); pytorch-ood's default is 0.65. The activations are assumed non-negative
 (post-ReLU); a row with ``s₂ = 0`` (all zero) is scored unscaled where pytorch-ood divides 0 by 0.
 
-Background-class models: the energy over the known logits. Float64. Memory: the head and ``O(chunk·D)``.
+Background-class models: the energy over the known logits. Precision: the scaling and the head's product in the
+features' precision (float32 for float32 features), ``s₁``, ``s₂`` and the energy in float64
+(:mod:`metrics.detectors.shaping`). Memory: the head and ``O(chunk·D)``.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from metrics.detectors.base import Buffers
 from metrics.detectors.registry import register_detector
-from metrics.detectors.shaping import ActivationShaping
+from metrics.detectors.shaping import ActivationShaping, shaping_factor
 
 
 @register_detector
@@ -42,9 +45,8 @@ class SCALE(ActivationShaping):
     def __init__(self, *, percentile: float = 0.85, background: bool = False) -> None:
         super().__init__(percentile=percentile, background=background)
 
-    def shape(self, features: Tensor) -> Tensor:
-        """``x · exp(s₁ / s₂)`` ``(rows, D)`` float64 of one chunk: every activation kept, scaled."""
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
+        """``x · exp(s₁ / s₂)`` ``(rows, D)`` of one chunk, in its product precision: every activation kept, scaled."""
         features, values, _, _ = self.kept(features)
-        total, kept = features.sum(dim=1), values.sum(dim=1)
-        factor = torch.where(kept == 0, torch.ones_like(kept), torch.exp(total / kept))
-        return features * factor[:, None]
+        return torch.mul(features, shaping_factor(features, values).to(features.dtype)[:, None],
+                         out=buffers.take("shaped", tuple(features.shape), features.dtype))

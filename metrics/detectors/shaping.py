@@ -6,8 +6,10 @@ percentile ``p`` of each sample's ``D`` activations, keep its ``k = D - round(p�
 
     score(x) = log Σ_k exp(logit_k(shape(x)))          logit = the head's, over the known classes
 
-They need the head, no fit data. Background-class models: the energy over the known logits. Float64. Memory:
-the head and ``O(chunk·D)``.
+They need the head, no fit data. Background-class models: the energy over the known logits. Precision
+(:mod:`metrics.detectors.base`): the shaping and the head's product run in the features' precision, float32 for
+float32 features (the top-k is exact there; the per-row sums behind a scale are float64, the scale rounded once to
+the features' dtype), the energy in float64. Memory: the head and ``O(chunk·D)``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+from metrics.detectors.base import (
+    Buffers,
+    Detector,
+    check_fraction,
+    check_width,
+    float64_sums,
+    logsumexp_,
+    product_dtype,
+    row_chunks,
+)
 
 
 def kept_count(dim: int, percentile: float) -> int:
@@ -48,20 +59,33 @@ class ActivationShaping(Detector):
             raise ValueError(f"detector {self.name!r}: percentile {self.percentile} of D = {weight.shape[1]} "
                              "activations keeps none of them; lower the percentile")
 
-    def shape(self, features: Tensor) -> Tensor:
-        """The shaped features ``(rows, D)`` float64 of one chunk ``(rows, D)``."""
+    def shape(self, features: Tensor, buffers: Buffers) -> Tensor:
+        """The shaped features ``(rows, D)`` of one chunk ``(rows, D)``, in :func:`~metrics.detectors.base.product_dtype`
+        of the chunk (in ``buffers``' memory)."""
         raise NotImplementedError
 
-    def kept(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
-        """The float64 features of a chunk, the values and indices of each row's kept activations, and ``k``."""
-        features = features.to(torch.float64)
+    def kept(self, features: Tensor, *, ordered: bool = True) -> tuple[Tensor, Tensor, Tensor, int]:
+        """The features of a chunk in their product precision (float32 or float64), the values and indices of each
+        row's kept activations (an exact top-k in either), and ``k``. ``ordered=False``: the same activations, not
+        sorted (a quarter faster; the CPU's top-k selects the same ones, ties included, and sorts them after; the
+        order matters only to a sum of the values)."""
+        features = features.to(product_dtype(features))
         k = kept_count(features.shape[1], self.percentile)
-        values, index = torch.topk(features, k, dim=1)
+        values, index = torch.topk(features, k, dim=1, sorted=ordered)
         return features, values, index, k
 
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
-        scores = [torch.logsumexp(self.head_logits(self.shape(chunk)), dim=1) for (chunk,) in row_chunks(features)]
+        head, buffers = self.product_head(features), Buffers(features.device)
+        scores = [logsumexp_(self.head_logits(self.shape(chunk, buffers), head, buffers))
+                  for (chunk,) in row_chunks(features)]
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
+
+
+def shaping_factor(features: Tensor, values: Tensor) -> Tensor:
+    """``exp(s₁ / s₂)`` ``(rows,)`` float64 (1 where ``s₂ = 0``): ``s₁`` the sum of each row's activations, ``s₂`` that of
+    its kept ``values``, both summed in float64 (ASH-S's and SCALE's scale)."""
+    total, kept = float64_sums(features, 1), float64_sums(values, 1)
+    return torch.where(kept == 0, torch.ones_like(kept), torch.exp(total / kept))

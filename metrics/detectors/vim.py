@@ -16,7 +16,9 @@ a ``d >= D`` is replaced by ``D // 2`` (pytorch-ood's rule for ``d > D``; at ``d
 divides by an empty residual). pytorch-ood has no default ``d``.
 
 A background-class model's head is cut to its K known rows for all of ViM (the origin u, the energy and
-α's max logit). Float64 throughout (pytorch-ood casts to float32).
+α's max logit). The fit is float64 throughout, whatever the features' dtype (pytorch-ood casts to float32); scoring
+multiplies by ``[R | Wᵀ]`` (and adds its offset) in the features' precision, float32 for float32 features, and takes
+the residual's norm and the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
 The pseudo-inverse and ``eigh`` run on one thread (:func:`metrics.detectors.base.thread_independent`): the
 fitted state does not depend on the process's number of threads, so 2 processes give what 1 gives.
@@ -32,9 +34,12 @@ import torch
 from torch import Tensor
 
 from metrics.detectors.base import (
+    Buffers,
     Detector,
     check_positive_int,
     check_width,
+    in_product_precision,
+    logsumexp_,
     row_chunks,
     streamed_moments,
     thread_independent,
@@ -104,18 +109,27 @@ class ViM(Detector):
         basis = self.residual_basis
         return torch.cat([basis, weight.T], dim=1), torch.cat([-(self.origin @ basis), bias])
 
-    def _logits_and_residual(self, features: Tensor, projection: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        """The known logits ``(rows, K)`` and ``|(x - u) R|`` ``(rows,)``, from one product ``x [R | Wᵀ]``."""
+    def _logits_and_residual(self, features: Tensor, projection: tuple[Tensor, Tensor],
+                             buffers: Buffers | None = None) -> tuple[Tensor, Tensor]:
+        """The known logits ``(rows, K)`` and ``|(x - u) R|`` ``(rows,)`` float64, from one product ``x [R | Wᵀ]`` in
+        the projection's dtype (the features' precision in scoring, float64 in the fit); with ``buffers``, the
+        logits in their memory."""
         matrix, offset = projection
-        both = torch.addmm(offset, features.to(torch.float64), matrix)
+        x = features.to(matrix.dtype)
+        if buffers is None:
+            both = torch.addmm(offset, x, matrix)
+        else:
+            both = buffers.float64(torch.addmm(offset, x, matrix, out=buffers.take(
+                "product", (x.shape[0], matrix.shape[1]), x.dtype)), "float64 product")
         width = self.residual_basis.shape[1]
         return both[:, width:], both[:, :width].norm(dim=1)
 
     def _score(self, outputs: dict[str, Tensor]) -> Tensor:
         features = outputs["features"]
         check_width(features, self.origin.numel(), what=f"detector {self.name!r}: the features", of="its fit features")
-        scores, projection = [], self._projection()
+        scores, projection = [], in_product_precision(features, *self._projection())
+        buffers = Buffers(features.device)
         for (chunk,) in row_chunks(features):
-            logits, residual = self._logits_and_residual(chunk, projection)
-            scores.append(torch.logsumexp(logits, dim=1) - self.alpha * residual)
+            logits, residual = self._logits_and_residual(chunk, projection, buffers)
+            scores.append(logsumexp_(logits) - self.alpha * residual)
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

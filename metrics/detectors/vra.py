@@ -10,8 +10,8 @@ form OpenOOD v1.5 runs it (``vra_postprocessor.py``). With the head ``logits = x
 Defaults ``q_low = 0.1``, ``q_high = 0.9``: OpenOOD's ``configs/postprocessors/vra.yml`` (``percentile_low: 10``,
 ``percentile_high: 90``; its search sweeps ``percentile_high_list`` [85, 90, 95, 99] and ``percentile_low_list``
 [1, 5, 10, 15]). The percentiles are ``np.percentile`` of the flattened activations with numpy's linear
-interpolation, exactly (:func:`metrics.detectors.react.activation_percentile`, a radix selection over the chunks,
-no flattened copy), as OpenOOD's ``setup``/``set_hyperparam`` compute them, on the ID **validation** images
+interpolation, exactly (:func:`metrics.detectors.react.activation_percentile`, a selection over the chunks, no
+flattened copy), as OpenOOD's ``setup``/``set_hyperparam`` compute them, on the ID **validation** images
 (``id_loader_dict['val']``): ``fit_split = "val"``. Matched against OpenOOD's logic (written in numpy, float32 and
 float64 ID val features with ties, its grid's percentiles): the thresholds bit for bit, the scores to 4.1e-16
 relative.
@@ -24,11 +24,13 @@ those above β to β; its thresholds are per-dimension quantiles of the training
 (``np.quantile(z, q, axis=0)``; defaults 0.01 / 0.99), so it equals this detector only for one-dimensional features
 (tested). This detector is OpenOOD's: one pair of global thresholds, clipped on both sides.
 
-The energy is over the known logits of a background-class model. Float64 (the thresholds are float64 buffers of the
-percentiles computed in the fit features' dtype, as numpy does; float16/bfloat16 features are selected in float32).
+The energy is over the known logits of a background-class model. The thresholds are float64 buffers of the
+percentiles computed in the fit features' dtype, as numpy does (float16/bfloat16 features are selected in float32);
+scoring clips and multiplies by the head in the features' precision, float32 for float32 features (exact clips: the
+thresholds rounded to float32), the energy in float64 (:mod:`metrics.detectors.base`, *Precision*).
 
-Memory: fit ``O(chunk)`` beyond the features (65536 counts and one chunk's keys per selection pass; 2 passes per
-percentile for float32 features, 4 for float64), score the head and ``O(chunk·(D + K))``.
+Memory: fit ``O(chunk)`` beyond the features (a selection's sample of ``N·D / 1024`` values, its bracket and one
+chunk's temporaries; :func:`metrics.detectors.base.order_statistics`), score the head and ``O(chunk·(D + K))``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from metrics.detectors.base import Detector, check_fraction, check_width, row_chunks
+from metrics.detectors.base import (
+    Buffers,
+    Detector,
+    check_fraction,
+    check_width,
+    in_product_precision,
+    logsumexp_,
+    row_chunks,
+)
 from metrics.detectors.react import activation_percentile
 from metrics.detectors.registry import register_detector
 
@@ -82,8 +92,12 @@ class VRA(Detector):
         features = outputs["features"]
         check_width(features, self.head_weight.shape[1], what=f"detector {self.name!r}: the features",
                     of="the head's weight")
+        head, buffers = self.product_head(features), Buffers(features.device)
+        # a float32 clip at the thresholds rounded to float32 is exact (metrics.detectors.base, Precision)
+        lower, upper = in_product_precision(features, self.lower_threshold, self.upper_threshold)
         scores = []
         for (chunk,) in row_chunks(features):
-            clipped = chunk.to(torch.float64).clamp(min=self.lower_threshold, max=self.upper_threshold)
-            scores.append(torch.logsumexp(self.head_logits(clipped), dim=1))
+            x = chunk.to(lower.dtype)
+            clipped = torch.clamp(x, min=lower, max=upper, out=buffers.take("clipped", tuple(x.shape), x.dtype))
+            scores.append(logsumexp_(self.head_logits(clipped, head, buffers)))
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)

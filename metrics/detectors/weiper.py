@@ -42,9 +42,12 @@ the buffer ``directions``: a state_dict holds them, so a loaded detector scores 
 draw from the global generator (their runs' seed), so the directions, and the scores, are the same in law, not in
 value.
 
-Differences from the authors' code, each deliberate: float64 throughout (their float32 rounds ``max + 1e-8`` back to
+Differences from the authors' code, each deliberate: the fit in float64 (their float32 rounds ``max + 1e-8`` back to
 the maximum above |max| ≈ 0.17, so their histograms drop the fit set's largest value; here it stays in the last
-bin); the fit densities are the mean over the fit samples (theirs: the mean of per-batch means, the same for equal
+bin), scoring in float64 but for the perturbed heads' product, in the features' precision (float32 for float32
+features: the heads built in float64 and cast, the logits cast back for the softmax and the histograms; a float32
+logit within float32 rounding of a bin edge may fall in the neighbouring bin: :mod:`metrics.detectors.base`,
+*Precision*); the fit densities are the mean over the fit samples (theirs: the mean of per-batch means, the same for equal
 batches); a background-class model's head is cut to its K known rows (directions, MSP_W, the logit densities).
 Reference: ``tests/metrics/detectors/test_weiper.py`` transcribes the authors' functions (unchunked, float64, the
 same directions, features with and without ties): the largest difference measured is 4.5e-16 relative for
@@ -75,6 +78,7 @@ from metrics.detectors.base import (
     check_positive_int,
     check_width,
     chunk_rows,
+    product_dtype,
     row_chunks,
 )
 from metrics.detectors.registry import register_detector
@@ -195,17 +199,19 @@ class WeiPer(Detector):
         classes, dim = self.directions.shape[1:]
         return chunk_rows(TEMPORARIES * (dim + self._group() * classes))
 
-    def _perturbed_logits(self, features: Tensor) -> Iterator[Tensor]:
-        """``ℓ_j(z)`` of g heads at a time, ``(rows, g, K)``, for j = 1..r."""
+    def _perturbed_logits(self, features: Tensor, dtype: torch.dtype = torch.float64) -> Iterator[Tensor]:
+        """``ℓ_j(z)`` of g heads at a time, ``(rows, g, K)`` float64, for j = 1..r: the heads built in float64, their
+        product with the features in ``dtype`` (scoring: the features' precision; the fit: float64)."""
         weight, bias = self._known_head()
+        features = features.to(dtype)
         norms = weight.norm(dim=1, keepdim=True)
         group = self._group()
         for start in range(0, self.r, group):
             directions = self.directions[start:start + group].to(torch.float64)  # (g, K, D)
             unit = directions / directions.norm(dim=2, keepdim=True).clamp(min=NORM_FLOOR)
             heads = (weight + self.delta * unit * norms).reshape(-1, weight.shape[1])  # the g heads' rows, (g·K, D)
-            logits = torch.addmm(bias.repeat(directions.shape[0]), features, heads.T)
-            yield logits.reshape(features.shape[0], directions.shape[0], weight.shape[0])
+            logits = torch.addmm(bias.repeat(directions.shape[0]).to(dtype), features, heads.to(dtype).T)
+            yield logits.to(torch.float64).reshape(features.shape[0], directions.shape[0], weight.shape[0])
 
     def _checked(self, features: Tensor, what: str) -> None:
         check_width(features, self.directions.shape[2], what=f"detector {self.name!r}: {what}",
@@ -216,9 +222,8 @@ class WeiPer(Detector):
         self._checked(features, "the features")
         scores = []
         for (chunk,) in row_chunks(features, rows=self._rows()):
-            x = chunk.to(torch.float64)
-            msp = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-            for logits in self._perturbed_logits(x):
+            msp = torch.zeros(chunk.shape[0], dtype=torch.float64, device=chunk.device)
+            for logits in self._perturbed_logits(chunk, product_dtype(chunk)):
                 msp += torch.softmax(logits, dim=2).amax(dim=2).sum(dim=1)
             scores.append(msp / self.r)
         return torch.cat(scores) if scores else features.new_zeros(0, dtype=torch.float64)
@@ -295,7 +300,7 @@ class WeiPerKLD(WeiPer):
             feature_shares = histogram_counts(x, self.feature_edges).to(torch.float64) / x.shape[1]
             counts = torch.zeros(x.shape[0], self.n_bins, dtype=torch.long, device=x.device)
             msp = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-            for logits in self._perturbed_logits(x):
+            for logits in self._perturbed_logits(chunk, product_dtype(chunk)):
                 msp += torch.softmax(logits, dim=2).amax(dim=2).sum(dim=1)
                 counts += histogram_counts(logits.reshape(x.shape[0], -1), self.logit_edges)
             logit_shares = counts.to(torch.float64) / (self.r * classes)

@@ -198,3 +198,88 @@ def test_fitted_state_and_scores_do_not_depend_on_the_number_of_threads(name) ->
     assert different == {}, different
     assert one.state_fingerprint() == three.state_fingerprint()
     assert torch.equal(one_scores, three_scores), float((one_scores - three_scores).abs().max())
+
+
+# float32 features score within float32 rounding of float64 scoring of the same values. Bound: a float32 product sums
+# D terms, each rounded to float32's 6e-8 and accumulated in float32, so its error is a few 1e-7 of the sum of |terms|.
+# Measured below (D = 256, K = 50): at most 2.4e-6 of the largest score (WeiPer+KLD: a perturbed logit within
+# rounding of a bin edge changes bins), 1.5e-6 (KL matching: a divergence is the difference of two cross-entropies
+# ~log K, taken in float32), 5.9e-7 (ViM), 0.8e-7 to 2.7e-7 for the others; relative to each score up to 4.5e-5,
+# where a difference cancels near 0 (ViM's energy minus its virtual logit). So 1e-5 relative to each score and 1e-5
+# of the largest score: float32's rounding with a margin, orders of magnitude below an error in the computation (a
+# TF32 product is 1e-3 off)
+FLOAT32_RTOL = 1e-5
+FLOAT32_ATOL_OF_MAX = 1e-5
+
+
+def _products_in_float64(monkeypatch) -> None:
+    """Every product in float64, whatever the features' dtype: the detectors' code as it was before the product
+    precision (each module that imported :func:`metrics.detectors.base.product_dtype` by name patched too)."""
+    import sys
+
+    original = detector_base.product_dtype
+    for module in [m for name, m in sys.modules.items() if name.startswith("metrics.detectors")]:
+        if getattr(module, "product_dtype", None) is original:
+            monkeypatch.setattr(module, "product_dtype", lambda features: torch.float64)
+
+
+@pytest.mark.parametrize("name", OUTPUT_DETECTORS)
+def test_float32_features_score_to_float32_rounding_and_float64_ones_in_float64(monkeypatch, name) -> None:
+    """The product precision (``metrics.detectors.base``, *Precision*): float32 features and logits score within
+    float32 rounding of their float64 copies (256-wide, 50 classes, with OOD rows), and a float64 score is the float64
+    computation: float32 inputs with every product forced to float64 (the code before the rule) score bit for bit as
+    their float64 copies do."""
+    dim, classes = 256, 50
+    g = generator(21)
+    means = torch.rand(classes, dim, generator=g, dtype=torch.float64) * 2
+    targets = torch.arange(1000) % classes
+    features = torch.relu(means[targets] + torch.randn(1000, dim, generator=g, dtype=torch.float64)).float()
+    head = ((means - means.mean(dim=0) + 0.3 * torch.randn(classes, dim, generator=g, dtype=torch.float64)) / 16,
+            torch.randn(classes, generator=g, dtype=torch.float64) * 0.1)
+    test = torch.cat([torch.relu(means[torch.arange(200) % classes] + torch.randn(200, dim, generator=g)),
+                      torch.relu(torch.randn(100, dim, generator=g) * 1.5 + 0.5)]).float()
+    # every output (the logits, the detectors' own passes) rounded to float32, as a pass gathers them
+    single = {key: value.float() for key, value in outputs(test.double(), head).items()}
+    double = {key: value.double() for key, value in single.items()}
+    detector = fitted(name, fit_data(features.double(), targets, head), head)
+    reference = detector.score(double)
+    scores = detector.score(single)
+    assert scores.dtype == torch.float64 and reference.dtype == torch.float64
+    torch.testing.assert_close(scores, reference, rtol=FLOAT32_RTOL,
+                               atol=FLOAT32_ATOL_OF_MAX * float(reference.abs().max()))
+    _products_in_float64(monkeypatch)
+    assert torch.equal(detector.score(single), reference)
+    assert torch.equal(detector.score(double), reference)
+
+
+def test_scores_run_float32_products_in_ieee_float32(setting, monkeypatch) -> None:
+    # float32_matmul_precision "high" (TF32 on CUDA and oneDNN) would round a float32 product's inputs to 10 bits:
+    # scoring runs at "highest" and restores the user's setting
+    head, features, targets, test = setting["head"], setting["features"], setting["targets"], setting["test"]
+    detector = fitted("react", fit_data(features, targets, head), head)
+    seen = []
+    score = type(detector)._score
+    monkeypatch.setattr(type(detector), "_score", lambda self, outputs: seen.append(
+        torch.get_float32_matmul_precision()) or score(self, outputs))
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        detector.score({"features": test.float()})
+        assert seen == ["highest"] and torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_float64_sums_are_numpys_on_any_number_of_threads(dim) -> None:
+    """Float32 values summed in float64 without a float64 copy (numpy's buffered cast), the independent sums split
+    among torch's threads: numpy's single reduction bit for bit on 1 and 3 threads; float64 values: their own sum."""
+    import numpy as np
+
+    values = torch.exp(torch.randn(1500, 1024, generator=generator(5)) * 4)  # 30 octaves: the order shows
+    expected = np.add.reduce(values.numpy(), axis=dim, dtype=np.float64)
+    for threads in (1, 3):
+        with intra_op_threads(threads):
+            assert np.array_equal(detector_base.float64_sums(values, dim).numpy(), expected)
+    double = values.double()
+    assert torch.equal(detector_base.float64_sums(double, dim), double.sum(dim=dim))

@@ -64,7 +64,8 @@ def test_vra_is_pytorch_oods_for_one_dimensional_features(lower, upper) -> None:
     assert float(ours.lower_threshold) == float(theirs._lower_threshold) and \
         float(ours.upper_threshold) == float(theirs._upper_threshold)
     assert_matches(ours.score({"features": test}), theirs.predict_feature_maps(test[:, :, None, None]))
-    # the largest difference measured: 0 (the same float32 thresholds, float64 logits)
+    # the same float32 thresholds; the logits of float32 features are a float32 product here (the product
+    # precision), pytorch-ood's float64: the largest difference measured 3.5e-8 relative, float32's rounding
 
 
 def test_vra_by_hand() -> None:
