@@ -5,7 +5,7 @@ matrix product of the same shapes where the detector is one.
 The cases: every registered detector that fits or reads the head (``DETECTORS``, ``needs_fit``) and GradNorm
 (no fit: scoring only), but
 
-- AdaSCALE-A and -L (kind ``model``): their fit and scoring run a perturbed forward and backward pass of the model
+- AdaSCALE-A and -L and NAC-UE (kind ``model``): their fit and scoring run a forward and backward pass of the model
   over images, not features;
 - ``knn`` (k = 50 on the whole fit set, the paper's CIFAR setting): its bank is the fit set, ``N × D`` float64
   (20 GiB at 1.28M) by design; ``knn_imagenet`` (1%) is its ImageNet form.
@@ -88,6 +88,8 @@ PHASES = ("both", "fit", "score")
 SKIPPED = {
     "adascale_a": "kind model: its fit and scoring run a perturbed forward and backward pass over images",
     "adascale_l": "kind model: its fit and scoring run a perturbed forward and backward pass over images",
+    "nac": "kind model: its fit and scoring read the layers' states of a forward and backward pass over images "
+           "(the fit on 1,000 images; its fit memory is the counts, 5.3 MB for ResNet-50's defaults)",
     "knn": "the paper's CIFAR setting, k = 50 on the whole fit set: its bank is the fit set (N × D float64, "
            "20 GiB at 1.28M) by design; knn_imagenet is the ImageNet form",
 }
