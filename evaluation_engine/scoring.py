@@ -483,7 +483,7 @@ class ScoringPasses:
         """What every (model, κ) of the run cost, on the hardware it ran on (the card's cost table):
 
         - ``fit seconds``, ``fit peak bytes``, ``fit samples``, ``fit sets``: :meth:`Detector.fit` on the gathered
-          fit outputs and, for a detector with its own pass (AdaSCALE), that pass over the fit images (the shared
+          fit outputs and, for a detector with its own pass (AdaSCALE, NAC), that pass over the fit images (the shared
           fit pass, used by every detector fitted on the set, is not in it), its peak memory above the start
           (:func:`openset_common.resources.measure`); a detector fitted twice (on the OOD benchmark's ID
           validation set and on the training images of another section) adds both;

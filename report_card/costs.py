@@ -38,7 +38,7 @@ COLUMNS = ["model", "κ", "parameters", "fit (s)", "fit peak memory (MiB)", "fit
            "scored images", "passes per image", "measured on"]
 
 TEXT = ("What each detector cost in this run, measured on the hardware named in its row. Fit: its fit on the "
-        "gathered fit outputs and, for a detector with its own pass (AdaSCALE), that pass over the fit images (the "
+        "gathered fit outputs and, for a detector with its own pass (AdaSCALE, NAC), that pass over the fit images (the "
         "shared fit pass, used by every detector fitted on the set, not counted), its peak memory above the start. "
         "One row per parameter set: a search (--tune) adds its candidates, which scored the validation sets only. "
         "Images/s: the images it scored over the seconds of everything that scored them -- "
